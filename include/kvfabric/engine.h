@@ -1,0 +1,135 @@
+// kvfabric::Engine: one per process. It registers local memory, opens peers'
+// segments by name and moves bytes with one-sided READ/WRITE over libfabric.
+//
+//   EngineConfig cfg;                       // p2p handshake, protocol auto
+//   std::unique_ptr<Engine> e;
+//   Engine::Create(cfg, &e);
+//   e->RegisterMemory(buf, len);
+//   SegmentHandle peer;  e->OpenSegment("10.0.0.2:15000", &peer);
+//   e->Transfer({{OpCode::kWrite, buf, peer, remote_addr, len}});
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvfabric/settings.h"
+#include "kvfabric/status.h"
+
+namespace kvfabric {
+
+using SegmentHandle = int64_t;  // from OpenSegment; the engine's own segment too
+using BatchId = uint64_t;       // from AllocateBatch
+
+enum class OpCode { kRead, kWrite };
+
+// One request: READ copies [remote_addr, +length) of the target segment into
+// local memory at `local`; WRITE copies local memory there. `remote_addr` is
+// the address of the bytes in the target process (as its segment lists them).
+struct TransferRequest {
+  OpCode opcode = OpCode::kWrite;
+  void* local = nullptr;
+  SegmentHandle target = -1;
+  uint64_t remote_addr = 0;
+  size_t length = 0;
+};
+
+enum class TaskState { kPending, kCompleted, kFailed, kTimeout };
+const char* TaskStateName(TaskState s);
+
+struct TransferStatus {
+  TaskState state = TaskState::kPending;
+  size_t transferred_bytes = 0;
+  Status error;  // set when state is kFailed or kTimeout
+};
+
+struct BufferEntry {
+  void* addr = nullptr;
+  size_t length = 0;
+  std::string location = "cpu:0";  // "cpu:N" (NUMA node) or "cuda:N"
+};
+
+// A registered buffer of a segment, as its owner published it.
+struct RemoteBuffer {
+  uint64_t addr = 0;
+  uint64_t length = 0;
+  std::string location;
+};
+
+struct RailInfo {
+  std::string provider;  // e.g. "tcp;ofi_rxm", "shm", "efa"
+  std::string domain;    // e.g. "lo", "rdmap79s0-rdm"
+  std::string fabric;
+  size_t tx_depth = 0;   // credits in use
+  size_t max_msg_size = 0;
+  bool virt_addr = false;  // remote addresses are virtual addresses (else MR offsets)
+};
+
+struct EngineConfig {
+  // host:port the handshake server binds to and advertises; port 0 picks one.
+  // Peers open this engine's segment by the resulting name.
+  std::string local_server_name = "127.0.0.1:0";
+  // "p2p" (also "P2PHANDSHAKE"): peers ask each other; nothing to run.
+  std::string metadata = "p2p";
+  // efa, tcp (tcp;ofi_rxm), shm, verbs (verbs;ofi_rxm), sockets or auto.
+  std::string protocol = "auto";
+  // Comma-separated libfabric domain names to use (e.g. "lo" or
+  // "rdmap79s0-rdm,rdmap80s0-rdm"); empty picks automatically.
+  std::string nic_filter;
+  Settings settings;              // compiled-in defaults ...
+  bool apply_environment = true;  // ... overlaid with KVF_* variables
+};
+
+class Engine {
+ public:
+  static Status Create(const EngineConfig& config, std::unique_ptr<Engine>* out);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // The name peers pass to OpenSegment: "host:port".
+  const std::string& name() const;
+  const Settings& settings() const;
+  std::vector<RailInfo> rails() const;
+
+  // Memory. Registration covers every rail that serves `location`.
+  Status RegisterMemory(void* addr, size_t length, const std::string& location = "cpu:0");
+  Status UnregisterMemory(void* addr);
+  Status RegisterMemoryBatch(const std::vector<BufferEntry>& buffers);
+  Status UnregisterMemoryBatch(const std::vector<void*>& addrs);
+
+  // Segments. Opening is cached: the same name returns the same handle.
+  // OpenSegment(name()) returns the engine's own segment (transfers become memcpy).
+  Status OpenSegment(const std::string& name, SegmentHandle* out);
+  Status CloseSegment(SegmentHandle handle);
+  // Refetches the descriptor and returns the peer's registered buffers.
+  Status GetSegmentBuffers(SegmentHandle handle, std::vector<RemoteBuffer>* out);
+  // Inserts every rail pair of the peer in one handshake round trip. Idempotent.
+  Status Warmup(const std::string& name);
+
+  // Batches: up to `capacity` requests, submitted in one or more calls.
+  Status AllocateBatch(size_t capacity, BatchId* out);
+  // All requests are checked before any is posted: on error nothing was submitted.
+  Status Submit(BatchId batch, const std::vector<TransferRequest>& requests);
+  Status GetTaskStatus(BatchId batch, size_t task, TransferStatus* out);
+  // Aggregate: COMPLETED when all tasks are, FAILED/TIMEOUT when any is and
+  // the rest are done, else PENDING.
+  Status GetBatchStatus(BatchId batch, TransferStatus* out);
+  // Blocks until every submitted task has ended (or `timeout_ms` passes;
+  // negative waits without limit), then returns the aggregate status.
+  Status WaitBatch(BatchId batch, int64_t timeout_ms, TransferStatus* out);
+  // Refused with Busy while any task is still pending.
+  Status FreeBatch(BatchId batch);
+  // Submits and waits for every request; the first failure is returned.
+  Status Transfer(const std::vector<TransferRequest>& requests);
+
+  struct Impl;
+
+ private:
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvfabric

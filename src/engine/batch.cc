@@ -1,0 +1,128 @@
+#include "engine/batch.h"
+
+namespace kvfabric::engine {
+
+
+void Task::Start(Batch* batch, uint32_t slices, Clock::time_point deadline, int64_t timeout_ms,
+                 std::string what) {
+  batch_ = batch;
+  slices_left_.store(slices);
+  bytes_.store(0);
+  deadline_ = deadline;
+  timeout_ms_ = timeout_ms;
+  what_ = std::move(what);
+  error_ = Status::OK();
+  state_.store(static_cast<int>(TaskState::kPending));
+}
+
+bool Task::Finish(TaskState terminal, const Status& error) {
+  {
+    // The error is written before the state flips, so readers that see a
+    // terminal state also see its error.
+    std::lock_guard<std::mutex> g(mu_);
+    if (state_.load() != static_cast<int>(TaskState::kPending)) return false;
+    error_ = error;
+    state_.store(static_cast<int>(terminal));
+  }
+  batch_->OnTaskFinished();
+  return true;
+}
+
+void Task::Complete(size_t bytes, const Status& error) {
+  bytes_.fetch_add(bytes);
+  Finish(error.ok() ? TaskState::kCompleted : TaskState::kFailed, error);
+}
+
+bool Task::CheckDeadline() {
+  if (Clock::now() <= deadline_) return false;
+  return Finish(TaskState::kTimeout,
+                Status::Timeout(what_ + " did not complete within " + std::to_string(timeout_ms_) +
+                                " ms (KVF_TRANSFER_TIMEOUT_MS); is the peer alive?"));
+}
+
+void Task::OnSliceDone(size_t bytes, const Status& error) {
+  Batch* batch = batch_;
+  bytes_.fetch_add(bytes);
+  if (!error.ok() && pending()) Finish(TaskState::kFailed, error.Annotate(what_));
+  if (slices_left_.fetch_sub(1) == 1 && pending()) Finish(TaskState::kCompleted, Status::OK());
+  // Last touch of the batch: after this a freed batch may be released.
+  batch->outstanding_slices().fetch_sub(1);
+}
+
+bool Task::Abandoned() {
+  if (!pending()) return true;
+  return CheckDeadline();
+}
+
+TransferStatus Task::Snapshot() {
+  if (pending()) CheckDeadline();
+  TransferStatus s;
+  std::lock_guard<std::mutex> g(mu_);
+  s.state = static_cast<TaskState>(state_.load());
+  s.transferred_bytes = bytes_.load();
+  s.error = error_;
+  return s;
+}
+
+Batch::Batch(BatchId id, size_t capacity)
+    : id_(id), capacity_(capacity), tasks_(new Task[capacity]) {}
+
+bool Batch::Reserve(size_t n, size_t* first) {
+  std::lock_guard<std::mutex> g(reserve_mu_);
+  size_t u = used_.load();
+  if (n > capacity_ - u) return false;
+  *first = u;
+  used_.store(u + n);
+  return true;
+}
+
+void Batch::OnTaskFinished() {
+  finished_.fetch_add(1);
+  if (waiters_.load() > 0) {
+    std::lock_guard<std::mutex> g(wait_mu_);
+    cv_.notify_all();
+  }
+}
+
+bool Batch::AllDone() {
+  size_t used = used_.load();
+  if (finished_.load() >= used) return true;
+  for (size_t i = 0; i < used; ++i)
+    if (tasks_[i].pending()) tasks_[i].Snapshot();  // applies deadlines
+  return finished_.load() >= used;
+}
+
+TransferStatus Batch::Aggregate() {
+  TransferStatus agg;
+  agg.state = TaskState::kCompleted;
+  bool pending = false;
+  size_t used = used_.load();
+  for (size_t i = 0; i < used; ++i) {
+    TransferStatus s = tasks_[i].Snapshot();
+    agg.transferred_bytes += s.transferred_bytes;
+    if (s.state == TaskState::kPending) pending = true;
+    else if (s.state != TaskState::kCompleted && agg.state == TaskState::kCompleted) {
+      agg.state = s.state;
+      agg.error = s.error;
+    }
+  }
+  if (pending) agg.state = TaskState::kPending;
+  return agg;
+}
+
+void Batch::Wait(Clock::time_point until) {
+  // Deadlines are checked at least every 10 ms while waiting.
+  while (!AllDone() && Clock::now() < until) {
+    waiters_.fetch_add(1);
+    {
+      std::unique_lock<std::mutex> g(wait_mu_);
+      if (finished_.load() < used_.load()) {
+        auto next = std::min(until, Clock::now() + std::chrono::milliseconds(10));
+        cv_.wait_until(g, next);
+      }
+    }
+    waiters_.fetch_sub(1);
+  }
+}
+
+}  // namespace kvfabric::engine

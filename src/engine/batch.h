@@ -1,0 +1,88 @@
+// Batch and Task: the engine's bookkeeping for submitted requests. A task is
+// one request; it is split into slices (fabric::Slice) that rails post and
+// complete. A task ends once: COMPLETED when all its slices succeed, FAILED
+// at the first failed slice, TIMEOUT when its deadline passes first.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "fabric/slice.h"
+#include "kvfabric/engine.h"
+
+namespace kvfabric::engine {
+
+using Clock = std::chrono::steady_clock;
+class Batch;
+
+class Task final : public fabric::SliceOwner {
+ public:
+  // Arms the task before its slices are queued. `what` names the request in
+  // error messages (e.g. "WRITE of 1048576 bytes to 10.0.0.2:15000").
+  void Start(Batch* batch, uint32_t slices, Clock::time_point deadline, int64_t timeout_ms,
+             std::string what);
+  // Ends the task without slices (local copy, or failure before posting).
+  void Complete(size_t bytes, const Status& error);
+
+  void OnSliceDone(size_t bytes, const Status& error) override;
+  bool Abandoned() override;
+
+  // Current status; a pending task past its deadline becomes TIMEOUT here.
+  TransferStatus Snapshot();
+  bool pending() const { return state_.load() == static_cast<int>(TaskState::kPending); }
+
+ private:
+  bool Finish(TaskState terminal, const Status& error);
+  bool CheckDeadline();
+
+  Batch* batch_ = nullptr;
+  std::atomic<int> state_{static_cast<int>(TaskState::kPending)};
+  std::atomic<uint32_t> slices_left_{0};
+  std::atomic<uint64_t> bytes_{0};
+  Clock::time_point deadline_{};
+  int64_t timeout_ms_ = 0;
+  std::mutex mu_;
+  Status error_;
+  std::string what_;
+};
+
+class Batch {
+ public:
+  Batch(BatchId id, size_t capacity);
+  BatchId id() const { return id_; }
+  size_t capacity() const { return capacity_; }
+  size_t used() const { return used_.load(); }
+  Task& task(size_t i) { return tasks_[i]; }
+
+  // Reserves `n` task slots; false when they do not fit.
+  bool Reserve(size_t n, size_t* first);
+  // Slices handed to rails and not yet returned; the batch's memory must
+  // outlive them, so a freed batch with slices out waits as a zombie.
+  std::atomic<int64_t>& outstanding_slices() { return outstanding_; }
+
+  bool AllDone();
+  // Aggregate over the used tasks (deadlines applied).
+  TransferStatus Aggregate();
+  // Blocks until every used task has ended or `timeout` passes.
+  void Wait(Clock::time_point until);
+  void OnTaskFinished();
+
+ private:
+  BatchId id_;
+  size_t capacity_;
+  std::unique_ptr<Task[]> tasks_;
+  std::mutex reserve_mu_;
+  std::atomic<size_t> used_{0};
+  std::atomic<size_t> finished_{0};
+  std::atomic<int64_t> outstanding_{0};
+  std::mutex wait_mu_;
+  std::condition_variable cv_;
+  std::atomic<int> waiters_{0};
+};
+
+}  // namespace kvfabric::engine

@@ -1,0 +1,577 @@
+#include "kvfabric/engine.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <random>
+#include <shared_mutex>
+#include <unordered_map>
+
+#include "common/host.h"
+#include "common/log.h"
+#include "engine/batch.h"
+#include "engine/peer.h"
+#include "fabric/fabric_info.h"
+#include "fabric/progress.h"
+#include "fabric/rail.h"
+#include "memory/memory_registry.h"
+#include "metadata/handshake.h"
+#include "metadata/segment_desc.h"
+
+namespace kvfabric {
+
+using engine::Batch;
+using engine::Clock;
+using engine::Peer;
+
+const char* TaskStateName(TaskState s) {
+  switch (s) {
+    case TaskState::kPending: return "PENDING";
+    case TaskState::kCompleted: return "COMPLETED";
+    case TaskState::kFailed: return "FAILED";
+    case TaskState::kTimeout: return "TIMEOUT";
+  }
+  return "UNKNOWN";
+}
+
+namespace {
+
+constexpr SegmentHandle kSelfHandle = 0;
+
+std::string Hex(uint64_t a) {
+  char b[32];
+  std::snprintf(b, sizeof(b), "%#lx", static_cast<unsigned long>(a));
+  return b;
+}
+
+bool IsP2p(const std::string& m) {
+  std::string l = m;
+  std::transform(l.begin(), l.end(), l.begin(), ::tolower);
+  return l == "p2p" || l == "p2phandshake";
+}
+
+}  // namespace
+
+struct Engine::Impl {
+  Settings settings;
+  std::string name;
+  uint64_t epoch = 0;
+  std::vector<std::unique_ptr<fabric::Rail>> rails;
+  std::vector<RailInfo> rail_infos;
+  std::vector<size_t> primary_rails;  // the protocol's rails
+  int shm_rail = -1;                  // same-host rail under protocol auto
+  std::unique_ptr<memory::MemoryRegistry> registry;
+  std::unique_ptr<fabric::Progress> progress;
+  std::unique_ptr<metadata::HandshakeServer> server;
+
+  std::mutex peers_mu;
+  std::unordered_map<std::string, SegmentHandle> peer_names;
+  std::unordered_map<SegmentHandle, std::shared_ptr<Peer>> peers;
+  SegmentHandle next_handle = 1;
+
+  std::mutex batches_mu;
+  std::unordered_map<BatchId, std::shared_ptr<Batch>> batches;
+  std::vector<std::shared_ptr<Batch>> zombies;  // freed, slices still out
+  BatchId next_batch = 1;
+
+  std::mutex notify_mu;
+  std::deque<std::string> notifies;
+
+  ~Impl() {
+    server.reset();    // no new peers
+    progress.reset();  // no more completions
+    {
+      std::lock_guard<std::mutex> g(batches_mu);
+      batches.clear();
+      zombies.clear();
+    }
+    registry.reset();  // MRs close while their domains are open
+    rails.clear();
+  }
+
+  metadata::CallOptions call_options() const {
+    return {settings.handshake_timeout_ms, static_cast<size_t>(settings.handshake_max_frame)};
+  }
+
+  Status OpenProvider(const std::string& provider, const std::string& nic_filter,
+                      const std::string& bind_ip, std::vector<size_t>* opened) {
+    fabric::InfoList infos;
+    KVF_RETURN_IF_ERROR(fabric::InfoList::Query(provider, &infos));
+    std::vector<fi_info*> chosen;
+    KVF_RETURN_IF_ERROR(fabric::SelectDomains(infos, nic_filter, bind_ip, &chosen));
+    for (fi_info* info : chosen) {
+      std::unique_ptr<fabric::Rail> rail;
+      KVF_RETURN_IF_ERROR(fabric::Rail::Open(info, settings, rails.size(), &rail));
+      opened->push_back(rails.size());
+      rail_infos.push_back(rail->info());
+      rails.push_back(std::move(rail));
+    }
+    return Status::OK();
+  }
+
+  metadata::SegmentDesc BuildDesc() const {
+    metadata::SegmentDesc d;
+    d.name = name;
+    d.epoch = epoch;
+    d.host_id = host::BootId();
+    d.pid = getpid();
+    for (const auto& r : rails)
+      d.rails.push_back({r->info().provider, r->info().fabric, r->info().domain, r->address(),
+                         r->virt_addr()});
+    for (const auto& b : registry->Snapshot()) {
+      metadata::BufferDesc bd{b->addr, b->length, b->location, {}};
+      for (const auto& c : b->chunks) {
+        metadata::ChunkDesc cd{c.addr, c.length, {}};
+        for (const auto& mr : c.regions)
+          cd.keys.push_back(mr ? std::optional<uint64_t>(mr->key()) : std::nullopt);
+        bd.chunks.push_back(std::move(cd));
+      }
+      d.buffers.push_back(std::move(bd));
+    }
+    return d;
+  }
+
+  Status HandleRequest(uint16_t type, const std::string& payload, std::string* reply) {
+    switch (type) {
+      case metadata::kGetSegment:
+        *reply = metadata::ToJson(BuildDesc());
+        return Status::OK();
+      case metadata::kProbe:
+        *reply = name;
+        return Status::OK();
+      case metadata::kNotify: {
+        std::lock_guard<std::mutex> g(notify_mu);
+        if (notifies.size() >= 4096) notifies.pop_front();  // bounded: oldest dropped
+        notifies.push_back(payload);
+        return Status::OK();
+      }
+    }
+    return Status::ProtocolError("unknown request");
+  }
+
+  Status FetchDesc(const std::string& peer_name, std::shared_ptr<const metadata::SegmentDesc>* out) {
+    std::string text;
+    KVF_RETURN_IF_ERROR(metadata::HandshakeCall(peer_name, metadata::kGetSegment, "",
+                                                call_options(), &text));
+    auto d = std::make_shared<metadata::SegmentDesc>();
+    KVF_RETURN_IF_ERROR(metadata::FromJson(text, d.get()).Annotate("segment " + peer_name));
+    *out = std::move(d);
+    return Status::OK();
+  }
+
+  // Which local rails serve a peer: the shm rail for a same-host peer that
+  // has one (host memory), else the protocol's rails that pair with it.
+  void ChooseRails(Peer* peer) {
+    auto d = peer->desc();
+    std::vector<size_t> use;
+    if (shm_rail >= 0 && d->host_id == host::BootId() && peer->PeerRail(shm_rail) >= 0)
+      use.push_back(static_cast<size_t>(shm_rail));
+    if (use.empty())
+      for (size_t r : primary_rails)
+        if (peer->PeerRail(r) >= 0) use.push_back(r);
+    peer->set_usable_rails(std::move(use));
+  }
+
+  Status InstallDesc(Peer* peer, std::shared_ptr<const metadata::SegmentDesc> d) {
+    peer->SetDesc(std::move(d), rail_infos);
+    ChooseRails(peer);
+    if (peer->usable_rails().empty())
+      return Status::Unavailable("segment " + peer->name() + " shares no provider with this engine (" +
+                                 rail_infos.front().provider + "); start both sides with the same --protocol");
+    return Status::OK();
+  }
+
+  std::shared_ptr<Peer> FindPeer(SegmentHandle h) {
+    std::lock_guard<std::mutex> g(peers_mu);
+    auto it = peers.find(h);
+    return it == peers.end() ? nullptr : it->second;
+  }
+
+  std::shared_ptr<Batch> FindBatch(BatchId id) {
+    std::lock_guard<std::mutex> g(batches_mu);
+    auto it = batches.find(id);
+    return it == batches.end() ? nullptr : it->second;
+  }
+
+  void ReapZombiesLocked() {
+    zombies.erase(std::remove_if(zombies.begin(), zombies.end(),
+                                 [](const std::shared_ptr<Batch>& b) { return b->outstanding_slices().load() == 0; }),
+                  zombies.end());
+  }
+
+  // A validated request, ready to become slices.
+  struct Plan {
+    const TransferRequest* req;
+    std::shared_ptr<Peer> peer;  // null for the engine's own segment
+    std::shared_ptr<const memory::Buffer> local;
+    std::shared_ptr<const metadata::SegmentDesc> desc;
+    const metadata::BufferDesc* remote = nullptr;
+  };
+
+  Status Validate(const TransferRequest& r, size_t index, Plan* plan) {
+    const std::string where = "request " + std::to_string(index);
+    plan->req = &r;
+    if (r.length == 0 || r.local == nullptr)
+      return Status::InvalidArgument(where + ": null local address or zero length");
+    const auto local = reinterpret_cast<uintptr_t>(r.local);
+    plan->local = registry->Find(local, r.length);
+    if (!plan->local)
+      return Status::OutOfRange(where + ": local range [" + Hex(local) + ", +" + std::to_string(r.length) +
+                                ") is not inside a registered buffer; register it first");
+    if (r.target == kSelfHandle) {
+      if (!registry->Find(r.remote_addr, r.length))
+        return Status::OutOfRange(where + ": target range [" + Hex(r.remote_addr) + ", +" +
+                                  std::to_string(r.length) + ") is outside this engine's registered buffers");
+      return Status::OK();
+    }
+    plan->peer = FindPeer(r.target);
+    if (!plan->peer)
+      return Status::NotFound(where + ": unknown segment handle " + std::to_string(r.target) +
+                              " (open the segment first)");
+    plan->desc = plan->peer->desc();
+    plan->remote = plan->desc->FindBuffer(r.remote_addr, r.length);
+    if (plan->remote == nullptr) {
+      // The peer may have registered memory since we fetched its descriptor.
+      std::shared_ptr<const metadata::SegmentDesc> fresh;
+      KVF_RETURN_IF_ERROR(FetchDesc(plan->peer->name(), &fresh).Annotate(where));
+      KVF_RETURN_IF_ERROR(InstallDesc(plan->peer.get(), fresh));
+      plan->desc = plan->peer->desc();
+      plan->remote = plan->desc->FindBuffer(r.remote_addr, r.length);
+    }
+    if (plan->remote == nullptr)
+      return Status::OutOfRange(where + ": remote range [" + Hex(r.remote_addr) + ", +" +
+                                std::to_string(r.length) + ") is outside the buffers segment " +
+                                plan->peer->name() + " registered");
+    return Status::OK();
+  }
+
+  // Least outstanding bytes among the rails usable for this request.
+  fabric::Rail* PickRail(const std::vector<size_t>& usable) {
+    fabric::Rail* best = nullptr;
+    for (size_t i : usable) {
+      fabric::Rail* r = rails[i].get();
+      if (best == nullptr || r->outstanding_bytes() < best->outstanding_bytes()) best = r;
+    }
+    return best;
+  }
+
+  // Splits one request into slices on one rail (at max_msg_size and at MR
+  // chunk boundaries on both sides) and queues them.
+  Status Post(Batch* batch, engine::Task* task, const Plan& p, std::vector<fabric::Slice>* scratch) {
+    const TransferRequest& r = *p.req;
+    fabric::Rail* rail = PickRail(p.peer->usable_rails());
+    fi_addr_t dest;
+    KVF_RETURN_IF_ERROR(p.peer->Resolve(rail, &dest));
+    const int peer_rail = p.peer->PeerRail(rail->index());
+    const bool virt = p.desc->rails[peer_rail].virt_addr;
+    const size_t max_msg = rail->info().max_msg_size;
+    scratch->clear();
+    uintptr_t l = reinterpret_cast<uintptr_t>(r.local);
+    uint64_t ra = r.remote_addr;
+    size_t left = r.length;
+    const auto& rchunks = p.remote->chunks;
+    while (left > 0) {
+      const memory::Chunk& lc = p.local->ChunkAt(l);
+      auto rc = std::upper_bound(rchunks.begin(), rchunks.end(), ra,
+                                 [](uint64_t a, const metadata::ChunkDesc& c) { return a < c.addr; }) - 1;
+      const auto& key = rc->keys[peer_rail];
+      const auto& mr = lc.regions[rail->index()];
+      if (!key || !mr)
+        return Status::Unavailable("memory not registered on rail " + std::to_string(rail->index()));
+      size_t n = std::min({left, max_msg, lc.addr + lc.length - l, rc->addr + rc->length - ra});
+      fabric::Slice s;
+      s.owner = task;
+      s.write = r.opcode == OpCode::kWrite;
+      s.local = reinterpret_cast<void*>(l);
+      s.length = n;
+      s.local_desc = mr->desc();
+      s.dest = dest;
+      s.remote_addr = virt ? ra : ra - rc->addr;
+      s.remote_key = *key;
+      s.keepalive = p.local;
+      scratch->push_back(std::move(s));
+      l += n;
+      ra += n;
+      left -= n;
+    }
+    const char* op = r.opcode == OpCode::kWrite ? "WRITE" : "READ";
+    task->Start(batch, static_cast<uint32_t>(scratch->size()),
+                Clock::now() + std::chrono::milliseconds(settings.transfer_timeout_ms),
+                settings.transfer_timeout_ms,
+                std::string(op) + " of " + std::to_string(r.length) + " bytes " +
+                    (r.opcode == OpCode::kWrite ? "to " : "from ") + p.peer->name());
+    batch->outstanding_slices().fetch_add(static_cast<int64_t>(scratch->size()));
+    rail->Enqueue(scratch->data(), scratch->size());
+    return Status::OK();
+  }
+};
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() = default;
+
+Status Engine::Create(const EngineConfig& config, std::unique_ptr<Engine>* out) {
+  auto impl = std::make_unique<Impl>();
+  impl->settings = config.settings;
+  if (config.apply_environment) KVF_RETURN_IF_ERROR(impl->settings.ApplyEnvironment());
+  if (!log::SetLevel(impl->settings.log_level))
+    return Status::InvalidArgument("KVF_LOG_LEVEL='" + impl->settings.log_level +
+                                   "': use trace, debug, info, warn, error or off");
+  if (!IsP2p(config.metadata))
+    return Status::Unavailable("metadata '" + config.metadata +
+                               "' is not supported by this build yet: use p2p (P2PHANDSHAKE)");
+  std::string host;
+  uint16_t port = 0;
+  KVF_RETURN_IF_ERROR(metadata::ParseHostPort(config.local_server_name, &host, &port)
+                          .Annotate("local_server_name"));
+  std::string bind_ip;
+  KVF_RETURN_IF_ERROR(metadata::ResolveIPv4(host, &bind_ip));
+
+  std::string provider;
+  const bool auto_protocol = config.protocol == "auto";
+  if (auto_protocol) {
+    provider = fabric::ProviderAvailable("efa") ? "efa" : "tcp;ofi_rxm";
+  } else {
+    KVF_RETURN_IF_ERROR(fabric::ProviderForProtocol(config.protocol, &provider));
+  }
+  KVF_RETURN_IF_ERROR(impl->OpenProvider(provider, config.nic_filter, bind_ip, &impl->primary_rails)
+                          .Annotate("protocol " + config.protocol));
+  if (auto_protocol && impl->settings.same_host_shm && provider != "shm") {
+    std::vector<size_t> shm;
+    Status s = impl->OpenProvider("shm", "", bind_ip, &shm);
+    if (s.ok() && !shm.empty()) impl->shm_rail = static_cast<int>(shm.front());
+    else KVF_LOG_INFO("same-host shm rail not available ({}); same-host peers use {}", s.ToString(), provider);
+  }
+
+  std::random_device rd;
+  impl->epoch = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(getpid());
+  std::vector<fabric::Rail*> raw;
+  for (auto& r : impl->rails) raw.push_back(r.get());
+  impl->registry = std::make_unique<memory::MemoryRegistry>(raw, static_cast<size_t>(impl->settings.mr_chunk_bytes));
+
+  metadata::HandshakeServer::Options so;
+  so.host = bind_ip;
+  so.port = port;
+  so.timeout_ms = impl->settings.handshake_timeout_ms;
+  so.max_frame = static_cast<size_t>(impl->settings.handshake_max_frame);
+  so.max_connections = static_cast<size_t>(impl->settings.handshake_max_connections);
+  Impl* ip = impl.get();
+  KVF_RETURN_IF_ERROR(metadata::HandshakeServer::Start(
+      so, [ip](uint16_t t, const std::string& p, std::string* r) { return ip->HandleRequest(t, p, r); },
+      &impl->server));
+  impl->name = host + ":" + std::to_string(impl->server->port());
+
+  impl->progress = std::make_unique<fabric::Progress>(
+      raw, static_cast<int>(impl->settings.progress_threads), impl->settings.progress_spin_us,
+      impl->settings.progress_idle_us);
+  {
+    auto self = std::make_shared<Peer>(kSelfHandle, impl->name);
+    impl->peers[kSelfHandle] = self;
+    impl->peer_names[impl->name] = kSelfHandle;
+  }
+  KVF_LOG_INFO("engine {} ready: {} rail(s) of {}{}, {} progress thread(s)", impl->name,
+               impl->primary_rails.size(), provider, impl->shm_rail >= 0 ? " + shm for same-host peers" : "",
+               impl->progress->thread_count());
+  out->reset(new Engine(std::move(impl)));
+  return Status::OK();
+}
+
+const std::string& Engine::name() const { return impl_->name; }
+const Settings& Engine::settings() const { return impl_->settings; }
+std::vector<RailInfo> Engine::rails() const { return impl_->rail_infos; }
+
+Status Engine::RegisterMemory(void* addr, size_t length, const std::string& location) {
+  return impl_->registry->Register(addr, length, location);
+}
+
+Status Engine::UnregisterMemory(void* addr) { return impl_->registry->Unregister(addr); }
+
+Status Engine::RegisterMemoryBatch(const std::vector<BufferEntry>& buffers) {
+  // All or nothing: on a failure the buffers registered by this call are undone.
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    Status s = RegisterMemory(buffers[i].addr, buffers[i].length, buffers[i].location);
+    if (!s.ok()) {
+      for (size_t j = 0; j < i; ++j) UnregisterMemory(buffers[j].addr);
+      return s.Annotate("buffer " + std::to_string(i));
+    }
+  }
+  return Status::OK();
+}
+
+Status Engine::UnregisterMemoryBatch(const std::vector<void*>& addrs) {
+  for (size_t i = 0; i < addrs.size(); ++i)
+    if (!impl_->registry->Find(reinterpret_cast<uintptr_t>(addrs[i]), 1))
+      return Status::NotFound("buffer " + std::to_string(i) + " is not registered; nothing was unregistered");
+  Status first;
+  for (void* a : addrs) {
+    Status s = UnregisterMemory(a);
+    if (!s.ok() && first.ok()) first = s;
+  }
+  return first;
+}
+
+Status Engine::OpenSegment(const std::string& name, SegmentHandle* out) {
+  {
+    std::lock_guard<std::mutex> g(impl_->peers_mu);
+    auto it = impl_->peer_names.find(name);
+    if (it != impl_->peer_names.end()) {
+      *out = it->second;
+      return Status::OK();
+    }
+  }
+  std::shared_ptr<const metadata::SegmentDesc> d;
+  KVF_RETURN_IF_ERROR(impl_->FetchDesc(name, &d).Annotate("open segment " + name));
+  std::lock_guard<std::mutex> g(impl_->peers_mu);
+  auto it = impl_->peer_names.find(name);
+  if (it != impl_->peer_names.end()) {  // opened concurrently
+    *out = it->second;
+    return Status::OK();
+  }
+  auto peer = std::make_shared<Peer>(impl_->next_handle, name);
+  KVF_RETURN_IF_ERROR(impl_->InstallDesc(peer.get(), std::move(d)));
+  impl_->peers[peer->handle()] = peer;
+  impl_->peer_names[name] = peer->handle();
+  *out = impl_->next_handle++;
+  return Status::OK();
+}
+
+Status Engine::CloseSegment(SegmentHandle handle) {
+  if (handle == kSelfHandle) return Status::InvalidArgument("the engine's own segment cannot be closed");
+  std::lock_guard<std::mutex> g(impl_->peers_mu);
+  auto it = impl_->peers.find(handle);
+  if (it == impl_->peers.end()) return Status::NotFound("unknown segment handle " + std::to_string(handle));
+  // In-flight slices keep their AV slots valid: the slots stay in the AV.
+  impl_->peer_names.erase(it->second->name());
+  impl_->peers.erase(it);
+  return Status::OK();
+}
+
+Status Engine::GetSegmentBuffers(SegmentHandle handle, std::vector<RemoteBuffer>* out) {
+  out->clear();
+  if (handle == kSelfHandle) {
+    for (const auto& b : impl_->registry->Snapshot()) out->push_back({b->addr, b->length, b->location});
+    return Status::OK();
+  }
+  auto peer = impl_->FindPeer(handle);
+  if (!peer) return Status::NotFound("unknown segment handle " + std::to_string(handle));
+  std::shared_ptr<const metadata::SegmentDesc> d;
+  KVF_RETURN_IF_ERROR(impl_->FetchDesc(peer->name(), &d));
+  KVF_RETURN_IF_ERROR(impl_->InstallDesc(peer.get(), d));
+  for (const auto& b : d->buffers) out->push_back({b.addr, b.length, b.location});
+  return Status::OK();
+}
+
+Status Engine::Warmup(const std::string& name) {
+  SegmentHandle h;
+  KVF_RETURN_IF_ERROR(OpenSegment(name, &h).Annotate("warmup"));
+  if (h == kSelfHandle) return Status::OK();
+  auto peer = impl_->FindPeer(h);
+  if (!peer) return Status::NotFound("warmup " + name + ": segment closed concurrently");
+  for (size_t r : peer->usable_rails()) {
+    fi_addr_t a;
+    KVF_RETURN_IF_ERROR(peer->Resolve(impl_->rails[r].get(), &a).Annotate("warmup " + name));
+  }
+  return Status::OK();
+}
+
+Status Engine::AllocateBatch(size_t capacity, BatchId* out) {
+  if (capacity == 0) return Status::InvalidArgument("batch capacity must be at least 1");
+  if (capacity > (1u << 24)) return Status::InvalidArgument("batch capacity above 16M requests");
+  std::lock_guard<std::mutex> g(impl_->batches_mu);
+  impl_->ReapZombiesLocked();
+  BatchId id = impl_->next_batch++;
+  impl_->batches[id] = std::make_shared<Batch>(id, capacity);
+  *out = id;
+  return Status::OK();
+}
+
+Status Engine::Submit(BatchId batch_id, const std::vector<TransferRequest>& requests) {
+  auto batch = impl_->FindBatch(batch_id);
+  if (!batch) return Status::NotFound("unknown batch " + std::to_string(batch_id));
+  if (requests.empty()) return Status::OK();
+  std::vector<Impl::Plan> plans(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i)
+    KVF_RETURN_IF_ERROR(impl_->Validate(requests[i], i, &plans[i]));
+  size_t first = 0;
+  if (!batch->Reserve(requests.size(), &first))
+    return Status::InvalidArgument("batch " + std::to_string(batch_id) + " has room for " +
+                                   std::to_string(batch->capacity() - batch->used()) + " more request(s), not " +
+                                   std::to_string(requests.size()) + "; allocate a larger batch");
+  std::vector<fabric::Slice> scratch;
+  for (size_t i = 0; i < plans.size(); ++i) {
+    engine::Task& task = batch->task(first + i);
+    const Impl::Plan& p = plans[i];
+    if (!p.peer) {  // own segment: a local copy, never a trip through the NIC
+      const TransferRequest& r = *p.req;
+      void* remote = reinterpret_cast<void*>(r.remote_addr);
+      if (r.opcode == OpCode::kWrite) std::memmove(remote, r.local, r.length);
+      else std::memmove(r.local, remote, r.length);
+      task.Start(batch.get(), 0, Clock::now(), 0, "local copy");
+      task.Complete(r.length, Status::OK());
+      continue;
+    }
+    Status s = impl_->Post(batch.get(), &task, p, &scratch);
+    if (!s.ok()) {
+      task.Start(batch.get(), 0, Clock::now(), 0, "request");
+      task.Complete(0, s);
+    }
+  }
+  return Status::OK();
+}
+
+Status Engine::GetTaskStatus(BatchId batch_id, size_t task, TransferStatus* out) {
+  auto batch = impl_->FindBatch(batch_id);
+  if (!batch) return Status::NotFound("unknown batch " + std::to_string(batch_id));
+  if (task >= batch->used())
+    return Status::OutOfRange("batch " + std::to_string(batch_id) + " has " + std::to_string(batch->used()) +
+                              " task(s); no task " + std::to_string(task));
+  *out = batch->task(task).Snapshot();
+  return Status::OK();
+}
+
+Status Engine::GetBatchStatus(BatchId batch_id, TransferStatus* out) {
+  auto batch = impl_->FindBatch(batch_id);
+  if (!batch) return Status::NotFound("unknown batch " + std::to_string(batch_id));
+  *out = batch->Aggregate();
+  return Status::OK();
+}
+
+Status Engine::WaitBatch(BatchId batch_id, int64_t timeout_ms, TransferStatus* out) {
+  auto batch = impl_->FindBatch(batch_id);
+  if (!batch) return Status::NotFound("unknown batch " + std::to_string(batch_id));
+  auto until = timeout_ms < 0 ? Clock::time_point::max() : Clock::now() + std::chrono::milliseconds(timeout_ms);
+  batch->Wait(until);
+  *out = batch->Aggregate();
+  return Status::OK();
+}
+
+Status Engine::FreeBatch(BatchId batch_id) {
+  std::lock_guard<std::mutex> g(impl_->batches_mu);
+  auto it = impl_->batches.find(batch_id);
+  if (it == impl_->batches.end()) return Status::NotFound("unknown batch " + std::to_string(batch_id));
+  if (!it->second->AllDone())
+    return Status::Busy("batch " + std::to_string(batch_id) + " still has requests in flight; wait for them first");
+  if (it->second->outstanding_slices().load() > 0) impl_->zombies.push_back(it->second);
+  impl_->batches.erase(it);
+  impl_->ReapZombiesLocked();
+  return Status::OK();
+}
+
+Status Engine::Transfer(const std::vector<TransferRequest>& requests) {
+  if (requests.empty()) return Status::OK();
+  BatchId id;
+  KVF_RETURN_IF_ERROR(AllocateBatch(requests.size(), &id));
+  Status s = Submit(id, requests);
+  if (s.ok()) {
+    TransferStatus st;
+    s = WaitBatch(id, -1, &st);
+    if (s.ok() && st.state != TaskState::kCompleted) s = st.error;
+  }
+  FreeBatch(id);
+  return s;
+}
+
+}  // namespace kvfabric

@@ -1,0 +1,65 @@
+#include "engine/peer.h"
+
+namespace kvfabric::engine {
+
+std::vector<int> PairRails(const std::vector<RailInfo>& local, const metadata::SegmentDesc& remote) {
+  std::vector<int> out(local.size(), -1);
+  for (size_t i = 0; i < local.size(); ++i) {
+    std::vector<int> same_fabric, same_provider;
+    for (size_t j = 0; j < remote.rails.size(); ++j) {
+      if (remote.rails[j].provider != local[i].provider) continue;
+      same_provider.push_back(static_cast<int>(j));
+      if (remote.rails[j].fabric == local[i].fabric) same_fabric.push_back(static_cast<int>(j));
+    }
+    const auto& cand = same_fabric.empty() ? same_provider : same_fabric;
+    if (cand.empty()) continue;
+    // Position of rail i among local rails of its provider.
+    size_t k = 0;
+    for (size_t x = 0; x < i; ++x) k += local[x].provider == local[i].provider;
+    out[i] = cand[k % cand.size()];
+  }
+  return out;
+}
+
+std::shared_ptr<const metadata::SegmentDesc> Peer::desc() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return desc_;
+}
+
+void Peer::SetDesc(std::shared_ptr<const metadata::SegmentDesc> desc, const std::vector<RailInfo>& local) {
+  std::lock_guard<std::mutex> g(mu_);
+  const bool same_process_instance = desc_ && desc_->epoch == desc->epoch;
+  if (!same_process_instance) av_.assign(local.size(), FI_ADDR_NOTAVAIL);
+  pairs_ = PairRails(local, *desc);
+  desc_ = std::move(desc);
+}
+
+std::vector<size_t> Peer::usable_rails() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return usable_;
+}
+
+void Peer::set_usable_rails(std::vector<size_t> rails) {
+  std::lock_guard<std::mutex> g(mu_);
+  usable_ = std::move(rails);
+}
+
+int Peer::PeerRail(size_t rail) const {
+  std::lock_guard<std::mutex> g(mu_);
+  return rail < pairs_.size() ? pairs_[rail] : -1;
+}
+
+Status Peer::Resolve(fabric::Rail* rail, fi_addr_t* out) {
+  std::lock_guard<std::mutex> g(mu_);
+  const size_t i = rail->index();
+  if (i >= pairs_.size() || pairs_[i] < 0)
+    return Status::Unavailable("segment " + name_ + " has no rail reachable from local rail " +
+                               std::to_string(i) + " (" + rail->info().provider + ")");
+  if (av_[i] == FI_ADDR_NOTAVAIL) {
+    KVF_RETURN_IF_ERROR(rail->InsertPeer(desc_->rails[pairs_[i]].address, &av_[i]));
+  }
+  *out = av_[i];
+  return Status::OK();
+}
+
+}  // namespace kvfabric::engine

@@ -1,0 +1,55 @@
+// Peer: an opened remote segment. Holds the peer's descriptor and, for each
+// local rail, the peer rail it talks to and that rail's AV slot (inserted
+// lazily on first use, or all at once by Warmup).
+#pragma once
+
+#include <rdma/fabric.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "fabric/rail.h"
+#include "kvfabric/engine.h"
+#include "metadata/segment_desc.h"
+
+namespace kvfabric::engine {
+
+// For each local rail, the index of the peer rail it pairs with, or -1:
+// same provider; among those, the same fabric name (an IP subnet for tcp)
+// when one matches; then spread by position so rail k meets peer rail k.
+std::vector<int> PairRails(const std::vector<RailInfo>& local, const metadata::SegmentDesc& remote);
+
+class Peer {
+ public:
+  Peer(SegmentHandle handle, std::string name) : handle_(handle), name_(std::move(name)) {}
+
+  SegmentHandle handle() const { return handle_; }
+  const std::string& name() const { return name_; }
+
+  std::shared_ptr<const metadata::SegmentDesc> desc() const;
+  // Installs a (re)fetched descriptor. Rail pairs are recomputed; AV slots of
+  // an unchanged peer (same epoch) are kept.
+  void SetDesc(std::shared_ptr<const metadata::SegmentDesc> desc, const std::vector<RailInfo>& local);
+
+  // Local rails usable for this peer, in preference order (filled by the engine).
+  std::vector<size_t> usable_rails() const;
+  void set_usable_rails(std::vector<size_t> rails);
+
+  // The peer rail paired with local rail `rail`, or -1.
+  int PeerRail(size_t rail) const;
+  // The AV slot for `rail`, inserting the peer's address on first use.
+  Status Resolve(fabric::Rail* rail, fi_addr_t* out);
+
+ private:
+  const SegmentHandle handle_;
+  const std::string name_;
+  mutable std::mutex mu_;
+  std::shared_ptr<const metadata::SegmentDesc> desc_;
+  std::vector<int> pairs_;
+  std::vector<fi_addr_t> av_;
+  std::vector<size_t> usable_;
+};
+
+}  // namespace kvfabric::engine

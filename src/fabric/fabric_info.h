@@ -1,0 +1,62 @@
+// Choosing libfabric providers and domains (one domain = one rail = one NIC).
+#pragma once
+
+#include <rdma/fabric.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvfabric/status.h"
+
+namespace kvfabric::fabric {
+
+// The libfabric API version we request: the newest the headers know, but
+// never above what the loaded library implements. EFA needs >= 1.18 for
+// device RDMA on p5/p5e; `kvfabric doctor` warns when we run below that.
+uint32_t ApiVersion();
+
+// "tcp" -> "tcp;ofi_rxm", "verbs" -> "verbs;ofi_rxm", "efa", "shm", "sockets".
+// Unknown names are an InvalidArgument listing the accepted ones.
+Status ProviderForProtocol(const std::string& protocol, std::string* provider);
+
+// Owns an fi_getinfo result and exposes the usable entries: one per
+// (domain, fabric), IPv4 for socket-based providers (tcp;ofi_rxm returns every
+// interface several times and ignores the domain we ask for).
+class InfoList {
+ public:
+  InfoList() = default;
+  ~InfoList();
+  InfoList(const InfoList&) = delete;
+  InfoList& operator=(const InfoList&) = delete;
+  InfoList(InfoList&& o) noexcept { *this = std::move(o); }
+  InfoList& operator=(InfoList&& o) noexcept {
+    std::swap(head_, o.head_);
+    std::swap(entries_, o.entries_);
+    return *this;
+  }
+
+  static Status Query(const std::string& provider, InfoList* out);
+  const std::vector<fi_info*>& entries() const { return entries_; }
+
+ private:
+  fi_info* head_ = nullptr;
+  std::vector<fi_info*> entries_;
+};
+
+// Whether fi_getinfo finds at least one usable domain of the provider.
+bool ProviderAvailable(const std::string& provider);
+
+// Picks the rails of one provider:
+//  - a non-empty `nic_filter` (comma-separated domain names) keeps exactly those,
+//    and names a missing one in the error;
+//  - else EFA/verbs/shm keep every domain, and socket providers keep the
+//    interface that carries `bind_ip` (loopback for 127.0.0.1), or the first
+//    non-loopback interface when none does.
+Status SelectDomains(const InfoList& infos, const std::string& nic_filter,
+                     const std::string& bind_ip, std::vector<fi_info*>* out);
+
+// IPv4 address of an fi_info's source address, or "" for other formats.
+std::string SourceIp(const fi_info* info);
+
+}  // namespace kvfabric::fabric

@@ -1,0 +1,309 @@
+#include "fabric/rail.h"
+
+#include <rdma/fi_cm.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+#include <sys/uio.h>
+
+#include <cstring>
+
+#include "common/log.h"
+
+namespace kvfabric::fabric {
+namespace {
+
+std::string FiError(const char* call, int rc) {
+  return std::string(call) + " failed: " + fi_strerror(-rc) + " (" + std::to_string(rc) + ")";
+}
+
+void CloseFid(fid* f) {
+  if (f != nullptr) fi_close(f);
+}
+
+}  // namespace
+
+MemoryRegion::~MemoryRegion() { CloseFid(mr_ ? &mr_->fid : nullptr); }
+
+Status Rail::Open(const fi_info* info, const Settings& settings, size_t index,
+                  std::unique_ptr<Rail>* out) {
+  std::unique_ptr<Rail> r(new Rail());
+  r->index_ = index;
+  r->info_.provider = info->fabric_attr->prov_name;
+  r->info_.domain = info->domain_attr->name;
+  r->info_.fabric = info->fabric_attr->name;
+  const std::string where = "rail " + std::to_string(index) + " (" + r->info_.provider + " " +
+                            r->info_.domain + ")";
+  const uint64_t mr_mode = info->domain_attr->mr_mode;
+  r->info_.virt_addr = (mr_mode & FI_MR_VIRT_ADDR) != 0;
+  r->mr_local_ = (mr_mode & FI_MR_LOCAL) != 0;
+  r->prov_key_ = (mr_mode & FI_MR_PROV_KEY) != 0;
+  if (mr_mode & FI_MR_ENDPOINT)
+    return Status::Unavailable(where + ": provider requires FI_MR_ENDPOINT, which kvfabric does not offer");
+
+  size_t depth = info->tx_attr->size;
+  if (settings.tx_depth > 0 && static_cast<size_t>(settings.tx_depth) < depth) depth = settings.tx_depth;
+  if (depth == 0) depth = 64;
+  size_t max_msg = info->ep_attr->max_msg_size;
+  if (settings.max_slice_bytes > 0 && static_cast<size_t>(settings.max_slice_bytes) < max_msg)
+    max_msg = settings.max_slice_bytes;
+  r->info_.max_msg_size = max_msg;
+  if (settings.write_completion == "delivery") {
+    r->write_flags_ = FI_COMPLETION | FI_DELIVERY_COMPLETE;
+  } else if (settings.write_completion == "transmit") {
+    r->write_flags_ = FI_COMPLETION;
+  } else {
+    return Status::InvalidArgument("KVF_WRITE_COMPLETION='" + settings.write_completion +
+                                   "': use 'delivery' or 'transmit'");
+  }
+
+  int rc = fi_fabric(info->fabric_attr, &r->fabric_, nullptr);
+  if (rc) return Status::FabricError(where + ": " + FiError("fi_fabric", rc));
+  rc = fi_domain(r->fabric_, const_cast<fi_info*>(info), &r->domain_, nullptr);
+  if (rc) return Status::FabricError(where + ": " + FiError("fi_domain", rc));
+
+  fi_av_attr av_attr{};
+  av_attr.type = FI_AV_TABLE;
+  rc = fi_av_open(r->domain_, &av_attr, &r->av_, nullptr);
+  if (rc) return Status::FabricError(where + ": " + FiError("fi_av_open", rc));
+
+  // A waitable CQ lets an idle progress thread sleep in epoll instead of
+  // spinning (on 2 cores a blocking waiter beat busy polling); shm has none.
+  fi_cq_attr cq_attr{};
+  cq_attr.format = FI_CQ_FORMAT_DATA;
+  cq_attr.size = settings.cq_size > 0 ? static_cast<size_t>(settings.cq_size) : depth;
+  cq_attr.wait_obj = FI_WAIT_FD;
+  rc = fi_cq_open(r->domain_, &cq_attr, &r->cq_, nullptr);
+  if (rc != 0) {
+    cq_attr.wait_obj = FI_WAIT_NONE;
+    rc = fi_cq_open(r->domain_, &cq_attr, &r->cq_, nullptr);
+  }
+  if (rc) return Status::FabricError(where + ": " + FiError("fi_cq_open", rc));
+  if (cq_attr.wait_obj == FI_WAIT_FD && fi_control(&r->cq_->fid, FI_GETWAIT, &r->wait_fd_) != 0)
+    r->wait_fd_ = -1;
+  // Never allow more operations in flight than the CQ can hold.
+  if (cq_attr.size > 0 && cq_attr.size < depth) depth = cq_attr.size;
+  r->info_.tx_depth = depth;
+
+  rc = fi_endpoint(r->domain_, const_cast<fi_info*>(info), &r->ep_, nullptr);
+  if (rc) return Status::FabricError(where + ": " + FiError("fi_endpoint", rc));
+  rc = fi_ep_bind(r->ep_, &r->av_->fid, 0);
+  if (rc) return Status::FabricError(where + ": " + FiError("fi_ep_bind(av)", rc));
+  rc = fi_ep_bind(r->ep_, &r->cq_->fid, FI_TRANSMIT | FI_RECV);
+  if (rc) return Status::FabricError(where + ": " + FiError("fi_ep_bind(cq)", rc));
+  rc = fi_enable(r->ep_);
+  if (rc) return Status::FabricError(where + ": " + FiError("fi_enable", rc));
+
+  char name[256];
+  size_t len = sizeof(name);
+  rc = fi_getname(&r->ep_->fid, name, &len);
+  if (rc) return Status::FabricError(where + ": " + FiError("fi_getname", rc));
+  r->address_.assign(name, len);
+
+  r->contexts_.reset(new OpContext[depth]);
+  r->free_.reserve(depth);
+  for (size_t i = 0; i < depth; ++i) r->free_.push_back(&r->contexts_[depth - 1 - i]);
+
+  KVF_LOG_INFO("opened {}: fabric {}, tx depth {}, max msg {}, mr_mode {:#x}{}", where,
+               r->info_.fabric, depth, max_msg, mr_mode,
+               r->wait_fd_ >= 0 ? ", waitable CQ" : ", polled CQ");
+  *out = std::move(r);
+  return Status::OK();
+}
+
+Rail::~Rail() {
+  CloseFid(ep_ ? &ep_->fid : nullptr);
+  // Queued and in-flight slices hold registrations alive: release them while
+  // the domain is still open.
+  pending_.clear();
+  contexts_.reset();
+  CloseFid(cq_ ? &cq_->fid : nullptr);
+  CloseFid(av_ ? &av_->fid : nullptr);
+  CloseFid(domain_ ? &domain_->fid : nullptr);
+  CloseFid(fabric_ ? &fabric_->fid : nullptr);
+}
+
+Status Rail::InsertPeer(const std::string& raw_address, fi_addr_t* out) {
+  fi_addr_t a = FI_ADDR_NOTAVAIL;
+  int rc = fi_av_insert(av_, raw_address.data(), 1, &a, 0, nullptr);
+  if (rc != 1 || a == FI_ADDR_NOTAVAIL)
+    return Status::FabricError("fi_av_insert on rail " + std::to_string(index_) + " (" +
+                               info_.domain + ") failed: " + (rc < 0 ? fi_strerror(-rc) : "address rejected"));
+  *out = a;
+  return Status::OK();
+}
+
+Status Rail::RemovePeer(fi_addr_t addr) {
+  int rc = fi_av_remove(av_, &addr, 1, 0);
+  if (rc) return Status::FabricError(FiError("fi_av_remove", rc));
+  return Status::OK();
+}
+
+Status Rail::RegisterMemory(void* addr, size_t len, std::unique_ptr<MemoryRegion>* out) {
+  auto mr = std::make_unique<MemoryRegion>();
+  const uint64_t access = FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+  // Without FI_MR_PROV_KEY the application chooses keys, unique per domain.
+  const uint64_t requested = prov_key_ ? 0 : next_key_.fetch_add(1);
+  int rc = fi_mr_reg(domain_, addr, len, access, 0, requested, 0, &mr->mr_, nullptr);
+  if (rc)
+    return Status::FabricError("fi_mr_reg of " + std::to_string(len) + " bytes on rail " +
+                               std::to_string(index_) + " (" + info_.domain + ") failed: " +
+                               fi_strerror(-rc) + "; check the locked-memory limit (ulimit -l)");
+  mr->desc_ = fi_mr_desc(mr->mr_);
+  mr->key_ = fi_mr_key(mr->mr_);
+  if (mr->key_ == FI_KEY_NOTAVAIL)
+    return Status::Unavailable("rail " + std::to_string(index_) + ": provider uses raw MR keys (FI_MR_RAW), not supported");
+  *out = std::move(mr);
+  return Status::OK();
+}
+
+void Rail::Enqueue(Slice* slices, size_t n) {
+  {
+    std::lock_guard<std::mutex> g(queue_mu_);
+    for (size_t i = 0; i < n; ++i) pending_.push_back(std::move(slices[i]));
+    queued_.fetch_add(static_cast<int64_t>(n));
+  }
+  KickPosting();
+  if (waker_) waker_();
+}
+
+void Rail::KickPosting() {
+  // Whoever holds post_mu_ re-checks the queue after releasing it, so a slice
+  // queued while another thread drains is never stranded.
+  while (queued_.load() > 0) {
+    {
+      std::lock_guard<std::mutex> g(queue_mu_);
+      if (free_.empty()) return;  // the progress thread posts when credits return
+    }
+    if (!post_mu_.try_lock()) return;
+    const int64_t before = queued_.load();
+    DrainLocked();
+    post_mu_.unlock();
+    if (queued_.load() >= before) return;  // no progress (EAGAIN): let the poller drive
+  }
+}
+
+int Rail::PostOne(OpContext* op) {
+  Slice& s = op->slice;
+  if (s.write) {
+    iovec iov{s.local, s.length};
+    void* desc = s.local_desc;
+    fi_rma_iov rma{s.remote_addr, s.length, s.remote_key};
+    fi_msg_rma msg{};
+    msg.msg_iov = &iov;
+    msg.desc = &desc;
+    msg.iov_count = 1;
+    msg.addr = s.dest;
+    msg.rma_iov = &rma;
+    msg.rma_iov_count = 1;
+    msg.context = &op->ctx;
+    return static_cast<int>(fi_writemsg(ep_, &msg, write_flags_));
+  }
+  return static_cast<int>(fi_read(ep_, s.local, s.length, s.local_desc, s.dest, s.remote_addr,
+                                  s.remote_key, &op->ctx));
+}
+
+void Rail::DrainLocked() {
+  // -FI_EAGAIN for one peer (connecting, or dead: tcp returns it forever) must
+  // not block the others: such a slice goes to the back of the queue.
+  int eagain_streak = 0;
+  int64_t budget = queued_.load();
+  while (budget-- > 0) {
+    OpContext* op = nullptr;
+    {
+      std::lock_guard<std::mutex> g(queue_mu_);
+      if (pending_.empty() || free_.empty()) return;
+      op = free_.back();
+      free_.pop_back();
+      op->slice = std::move(pending_.front());
+      pending_.pop_front();
+      queued_.fetch_sub(1);
+    }
+    if (op->slice.owner->Abandoned()) {
+      SliceOwner* owner = op->slice.owner;
+      ReleaseContext(op);
+      owner->OnSliceDone(0, Status::Timeout("dropped before posting"));
+      continue;
+    }
+    inflight_.fetch_add(1);
+    outstanding_bytes_.fetch_add(op->slice.length);
+    int rc = PostOne(op);
+    if (rc == 0) {
+      eagain_streak = 0;
+      continue;
+    }
+    inflight_.fetch_sub(1);
+    outstanding_bytes_.fetch_sub(op->slice.length);
+    if (rc == -FI_EAGAIN) {
+      {
+        std::lock_guard<std::mutex> g(queue_mu_);
+        pending_.push_back(std::move(op->slice));
+        op->slice = Slice();
+        free_.push_back(op);
+        queued_.fetch_add(1);
+      }
+      if (++eagain_streak >= 4) return;
+      continue;
+    }
+    SliceOwner* owner = op->slice.owner;
+    Status err = Status::FabricError(std::string(op->slice.write ? "fi_writemsg" : "fi_read") +
+                                     " on rail " + std::to_string(index_) + " (" + info_.domain +
+                                     ") failed: " + fi_strerror(-rc));
+    KVF_LOG_WARN("{}", err.message());
+    ReleaseContext(op);
+    owner->OnSliceDone(0, err);
+  }
+}
+
+void Rail::ReleaseContext(OpContext* op) {
+  op->slice.keepalive.reset();
+  std::lock_guard<std::mutex> g(queue_mu_);
+  free_.push_back(op);
+}
+
+void Rail::Finish(OpContext* op, const Status& error) {
+  SliceOwner* owner = op->slice.owner;
+  const size_t len = op->slice.length;
+  ReleaseContext(op);
+  outstanding_bytes_.fetch_sub(len);
+  inflight_.fetch_sub(1);
+  owner->OnSliceDone(error.ok() ? len : 0, error);
+}
+
+size_t Rail::Poll() {
+  fi_cq_data_entry entries[64];
+  size_t done = 0;
+  ssize_t n = fi_cq_read(cq_, entries, 64);
+  if (n > 0) {
+    for (ssize_t i = 0; i < n; ++i)
+      Finish(reinterpret_cast<OpContext*>(entries[i].op_context), Status::OK());
+    done = static_cast<size_t>(n);
+  } else if (n == -FI_EAVAIL) {
+    fi_cq_err_entry err{};
+    if (fi_cq_readerr(cq_, &err, 0) > 0) {
+      char buf[256] = {0};
+      const char* text = fi_cq_strerror(cq_, err.prov_errno, err.err_data, buf, sizeof(buf));
+      std::string msg = "operation on rail " + std::to_string(index_) + " (" + info_.provider + " " +
+                        info_.domain + ") failed: " + fi_strerror(err.err) + " (" +
+                        (text ? text : "") + ")";
+      if (err.op_context != nullptr) {
+        Finish(reinterpret_cast<OpContext*>(err.op_context), Status::FabricError(msg));
+      } else {
+        // shm reports a dead peer this way; the request deadline ends its work.
+        KVF_LOG_WARN("{} (no operation context; affected requests end at their deadline)", msg);
+      }
+      done = 1;
+    }
+  } else if (n < 0 && n != -FI_EAGAIN) {
+    KVF_LOG_ERROR("fi_cq_read on rail {} ({}) failed: {}", index_, info_.domain, fi_strerror(-n));
+  }
+  if (queued_.load(std::memory_order_relaxed) > 0) KickPosting();
+  return done;
+}
+
+bool Rail::TryWait() {
+  fid* fids[1] = {&cq_->fid};
+  return fi_trywait(fabric_, fids, 1) == FI_SUCCESS;
+}
+
+}  // namespace kvfabric::fabric

@@ -1,0 +1,124 @@
+// Rail: one NIC (libfabric domain) with ONE shared FI_EP_RDM endpoint serving
+// every peer. Peers are AV slots. Posting is serialized per rail (RDM
+// endpoints are not safe for concurrent fi_write/fi_read, even under
+// FI_THREAD_SAFE on EFA), paced by credits taken from the depths the provider
+// reports, with a pending queue instead of failures when out of credit.
+#pragma once
+
+#include <rdma/fabric.h>
+#include <rdma/fi_domain.h>
+
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "fabric/slice.h"
+#include "kvfabric/engine.h"
+#include "kvfabric/settings.h"
+
+namespace kvfabric::fabric {
+
+// One memory registration on one rail.
+class MemoryRegion {
+ public:
+  MemoryRegion() = default;
+  ~MemoryRegion();
+  MemoryRegion(const MemoryRegion&) = delete;
+  MemoryRegion& operator=(const MemoryRegion&) = delete;
+  void* desc() const { return desc_; }
+  uint64_t key() const { return key_; }
+
+ private:
+  friend class Rail;
+  fid_mr* mr_ = nullptr;
+  void* desc_ = nullptr;
+  uint64_t key_ = 0;
+};
+
+class Rail {
+ public:
+  // Opens fabric, domain, AV (FI_AV_TABLE), CQ and the shared endpoint of `info`.
+  static Status Open(const fi_info* info, const Settings& settings, size_t index,
+                     std::unique_ptr<Rail>* out);
+  ~Rail();
+  Rail(const Rail&) = delete;
+  Rail& operator=(const Rail&) = delete;
+
+  size_t index() const { return index_; }
+  const RailInfo& info() const { return info_; }
+  // The endpoint's raw address (fi_getname), published in the segment.
+  const std::string& address() const { return address_; }
+  // FI_MR_VIRT_ADDR: remote addresses are virtual addresses, else MR offsets.
+  bool virt_addr() const { return info_.virt_addr; }
+
+  // Address vector.
+  Status InsertPeer(const std::string& raw_address, fi_addr_t* out);
+  Status RemovePeer(fi_addr_t addr);
+
+  // Registers [addr, addr+len) for local and remote access.
+  Status RegisterMemory(void* addr, size_t len, std::unique_ptr<MemoryRegion>* out);
+
+  // Queues slices and posts as many as credits allow. Never fails: a slice
+  // that cannot be posted now stays queued; one the provider rejects is
+  // completed with the error.
+  void Enqueue(Slice* slices, size_t n);
+  // Reads the CQ, completes slices, returns their credits and posts queued
+  // slices. Called by the progress thread. Returns completions seen.
+  size_t Poll();
+  // Work in flight or queued: the progress thread keeps polling while true.
+  bool Busy() const { return inflight_.load(std::memory_order_relaxed) > 0 || queued_.load(std::memory_order_relaxed) > 0; }
+  uint64_t outstanding_bytes() const { return outstanding_bytes_.load(std::memory_order_relaxed); }
+
+  // CQ wait object (an fd for epoll), or -1 when the provider has none.
+  int wait_fd() const { return wait_fd_; }
+  // fi_trywait on the CQ: true when it is safe to block on wait_fd().
+  bool TryWait();
+  // Called after Enqueue so a sleeping progress thread wakes up.
+  void set_waker(std::function<void()> w) { waker_ = std::move(w); }
+
+ private:
+  struct OpContext {
+    fi_context2 ctx;  // first: the provider hands this pointer back in the CQ
+    Slice slice;
+  };
+
+  Rail() = default;
+  // Posts queued slices while credits last; caller holds post_mu_.
+  void DrainLocked();
+  int PostOne(OpContext* op);
+  void Finish(OpContext* op, const Status& error);
+  void ReleaseContext(OpContext* op);
+  void KickPosting();
+
+  size_t index_ = 0;
+  RailInfo info_;
+  std::string address_;
+  bool mr_local_ = false;
+  bool prov_key_ = false;
+  size_t mr_max_ = 0;
+  uint64_t write_flags_ = 0;
+  std::atomic<uint64_t> next_key_{1};
+
+  fid_fabric* fabric_ = nullptr;
+  fid_domain* domain_ = nullptr;
+  fid_av* av_ = nullptr;
+  fid_cq* cq_ = nullptr;
+  fid_ep* ep_ = nullptr;
+  int wait_fd_ = -1;
+
+  std::mutex post_mu_;   // held while calling fi_write/fi_read
+  std::mutex queue_mu_;  // guards pending_ and free_
+  std::deque<Slice> pending_;
+  std::vector<OpContext*> free_;  // credits: one free context = one credit
+  std::unique_ptr<OpContext[]> contexts_;
+  std::atomic<int64_t> inflight_{0};
+  std::atomic<int64_t> queued_{0};
+  std::atomic<uint64_t> outstanding_bytes_{0};
+  std::function<void()> waker_;
+};
+
+}  // namespace kvfabric::fabric

@@ -1,0 +1,41 @@
+// Slice: one fi_write or fi_read, the unit a rail posts and completes.
+#pragma once
+
+#include <rdma/fabric.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "kvfabric/status.h"
+
+namespace kvfabric::fabric {
+
+// Who is told when a slice ends (an engine task). Called from the progress
+// thread or from a posting thread; implementations must be thread-safe.
+class SliceOwner {
+ public:
+  virtual ~SliceOwner() = default;
+  // The slice finished: `bytes` moved, or `error` is set.
+  virtual void OnSliceDone(size_t bytes, const Status& error) = 0;
+  // True when the owner no longer wants the slice (timed out or already
+  // failed): a slice still queued is then dropped without posting, and
+  // OnSliceDone is called with `error` unchanged from the owner's view.
+  virtual bool Abandoned() = 0;
+};
+
+struct Slice {
+  SliceOwner* owner = nullptr;
+  bool write = true;
+  void* local = nullptr;
+  size_t length = 0;
+  void* local_desc = nullptr;  // fi_mr_desc of the local registration
+  fi_addr_t dest = FI_ADDR_UNSPEC;
+  uint64_t remote_addr = 0;    // virtual address or MR offset, as the peer rail wants
+  uint64_t remote_key = 0;
+  // Keeps the local registration alive until the provider is done with it,
+  // even if the user unregisters the buffer meanwhile.
+  std::shared_ptr<const void> keepalive;
+};
+
+}  // namespace kvfabric::fabric

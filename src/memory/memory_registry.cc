@@ -1,0 +1,136 @@
+#include "memory/memory_registry.h"
+
+#include <cstdio>
+#include <mutex>
+
+#include "common/log.h"
+
+namespace kvfabric::memory {
+
+namespace {
+std::string Hex(uintptr_t a) {
+  char b[32];
+  std::snprintf(b, sizeof(b), "%#lx", static_cast<unsigned long>(a));
+  return b;
+}
+}  // namespace
+
+const Chunk& Buffer::ChunkAt(uintptr_t a) const {
+  if (chunks.size() == 1) return chunks.front();
+  size_t lo = 0, hi = chunks.size();
+  while (hi - lo > 1) {
+    size_t mid = (lo + hi) / 2;
+    if (chunks[mid].addr <= a) lo = mid; else hi = mid;
+  }
+  return chunks[lo];
+}
+
+Status ParseLocation(const std::string& location, std::string* kind, int* index) {
+  std::string k = location;
+  int idx = 0;
+  auto colon = location.find(':');
+  if (colon != std::string::npos) {
+    k = location.substr(0, colon);
+    std::string n = location.substr(colon + 1);
+    char* end = nullptr;
+    long v = std::strtol(n.c_str(), &end, 10);
+    if (n.empty() || *end != '\0' || v < 0 || v > 4096)
+      return Status::InvalidArgument("location '" + location + "': expected cpu:N or cuda:N");
+    idx = static_cast<int>(v);
+  }
+  if (k != "cpu" && k != "cuda")
+    return Status::InvalidArgument("location '" + location + "': expected cpu:N or cuda:N");
+  *kind = k;
+  *index = idx;
+  return Status::OK();
+}
+
+Status MemoryRegistry::Register(void* addr, size_t length, const std::string& location) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
+  if (addr == nullptr || length == 0)
+    return Status::InvalidArgument("register: null address or zero length");
+  if (a + length < a) return Status::InvalidArgument("register: range wraps around the address space");
+  std::string kind;
+  int index = 0;
+  KVF_RETURN_IF_ERROR(ParseLocation(location, &kind, &index));
+  if (kind == "cuda")
+    return Status::Unavailable("register " + location + ": GPU memory support is not built into this engine yet");
+
+  auto overlap = [&]() -> std::shared_ptr<const Buffer> {
+    auto it = buffers_.upper_bound(a);
+    if (it != buffers_.end() && it->first < a + length) return it->second;
+    if (it != buffers_.begin()) {
+      --it;
+      if (it->first + it->second->length > a) return it->second;
+    }
+    return nullptr;
+  };
+  {
+    std::shared_lock<std::shared_mutex> g(mu_);
+    if (auto o = overlap())
+      return Status::InvalidArgument("register [" + Hex(a) + ", +" + std::to_string(length) +
+                                     ") overlaps registered buffer [" + Hex(o->addr) + ", +" +
+                                     std::to_string(o->length) + ")");
+  }
+
+  // Register outside the lock: it is slow on EFA and must not stall transfers.
+  auto buf = std::make_shared<Buffer>();
+  buf->addr = a;
+  buf->length = length;
+  buf->location = kind + ":" + std::to_string(index);
+  const size_t step = chunk_bytes_ == 0 ? length : chunk_bytes_;
+  for (size_t off = 0; off < length; off += step) {
+    Chunk c;
+    c.addr = a + off;
+    c.length = std::min(step, length - off);
+    c.regions.resize(rails_.size());
+    for (fabric::Rail* r : rails_)
+      KVF_RETURN_IF_ERROR(r->RegisterMemory(reinterpret_cast<void*>(c.addr), c.length,
+                                            &c.regions[r->index()]));
+    buf->chunks.push_back(std::move(c));
+  }
+
+  std::unique_lock<std::shared_mutex> g(mu_);
+  if (auto o = overlap())  // registered concurrently by another thread
+    return Status::InvalidArgument("register [" + Hex(a) + ", +" + std::to_string(length) +
+                                   ") overlaps registered buffer [" + Hex(o->addr) + ")");
+  buffers_[a] = std::move(buf);
+  ++version_;
+  KVF_LOG_DEBUG("registered [{}, +{}) {} on {} rail(s)", Hex(a), length, location, rails_.size());
+  return Status::OK();
+}
+
+Status MemoryRegistry::Unregister(void* addr) {
+  std::unique_lock<std::shared_mutex> g(mu_);
+  auto it = buffers_.find(reinterpret_cast<uintptr_t>(addr));
+  if (it == buffers_.end())
+    return Status::NotFound("unregister " + Hex(reinterpret_cast<uintptr_t>(addr)) +
+                            ": not the start of a registered buffer");
+  // Slices in flight hold a reference; the MRs close when the last one ends.
+  buffers_.erase(it);
+  ++version_;
+  return Status::OK();
+}
+
+std::shared_ptr<const Buffer> MemoryRegistry::Find(uintptr_t addr, size_t len) const {
+  std::shared_lock<std::shared_mutex> g(mu_);
+  auto it = buffers_.upper_bound(addr);
+  if (it == buffers_.begin()) return nullptr;
+  --it;
+  return it->second->Contains(addr, len) ? it->second : nullptr;
+}
+
+std::vector<std::shared_ptr<const Buffer>> MemoryRegistry::Snapshot() const {
+  std::shared_lock<std::shared_mutex> g(mu_);
+  std::vector<std::shared_ptr<const Buffer>> out;
+  out.reserve(buffers_.size());
+  for (const auto& [a, b] : buffers_) out.push_back(b);
+  return out;
+}
+
+uint64_t MemoryRegistry::version() const {
+  std::shared_lock<std::shared_mutex> g(mu_);
+  return version_;
+}
+
+}  // namespace kvfabric::memory

@@ -1,0 +1,64 @@
+// MemoryRegistry: the engine's registered buffers. Each buffer is registered
+// in chunks (KVF_MR_CHUNK_BYTES) on every rail that serves its location; a
+// transfer that crosses a chunk boundary is split there.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+#include "fabric/rail.h"
+#include "kvfabric/status.h"
+
+namespace kvfabric::memory {
+
+struct Chunk {
+  uintptr_t addr = 0;
+  size_t length = 0;
+  // Indexed by rail index; null where the chunk is not registered.
+  std::vector<std::unique_ptr<fabric::MemoryRegion>> regions;
+};
+
+struct Buffer {
+  uintptr_t addr = 0;
+  size_t length = 0;
+  std::string location;
+  std::vector<Chunk> chunks;
+
+  bool Contains(uintptr_t a, size_t len) const {
+    return a >= addr && len <= length && a - addr <= length - len;
+  }
+  // The chunk holding byte `a` (which must be inside the buffer).
+  const Chunk& ChunkAt(uintptr_t a) const;
+};
+
+// "cpu", "cpu:N" or "cuda:N"; anything else is an InvalidArgument.
+Status ParseLocation(const std::string& location, std::string* kind, int* index);
+
+class MemoryRegistry {
+ public:
+  MemoryRegistry(std::vector<fabric::Rail*> rails, size_t chunk_bytes)
+      : rails_(std::move(rails)), chunk_bytes_(chunk_bytes) {}
+
+  Status Register(void* addr, size_t length, const std::string& location);
+  // NotFound when `addr` is not the start of a registered buffer.
+  Status Unregister(void* addr);
+
+  // The buffer holding all of [addr, addr+len), or null.
+  std::shared_ptr<const Buffer> Find(uintptr_t addr, size_t len) const;
+  std::vector<std::shared_ptr<const Buffer>> Snapshot() const;
+  // Changes on every register/unregister; peers' cached descriptors compare it.
+  uint64_t version() const;
+
+ private:
+  std::vector<fabric::Rail*> rails_;
+  size_t chunk_bytes_;
+  mutable std::shared_mutex mu_;
+  std::map<uintptr_t, std::shared_ptr<const Buffer>> buffers_;  // by start address
+  uint64_t version_ = 0;
+};
+
+}  // namespace kvfabric::memory

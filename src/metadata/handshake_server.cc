@@ -1,0 +1,139 @@
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/log.h"
+#include "metadata/handshake.h"
+
+namespace kvfabric::metadata {
+
+Status HandshakeServer::Start(const Options& options, Handler handler,
+                             std::unique_ptr<HandshakeServer>* out) {
+  std::unique_ptr<HandshakeServer> s(new HandshakeServer());
+  s->options_ = options;
+  s->handler_ = std::move(handler);
+  std::string ip;
+  KVF_RETURN_IF_ERROR(ResolveIPv4(options.host, &ip));
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(options.port);
+  inet_pton(AF_INET, ip.c_str(), &sa.sin_addr);
+  s->listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (s->listen_fd_ < 0) return Status::NetworkError(std::string("socket: ") + std::strerror(errno));
+  int one = 1;
+  setsockopt(s->listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  const std::string where = options.host + ":" + std::to_string(options.port);
+  if (bind(s->listen_fd_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0)
+    return Status::NetworkError("handshake server cannot bind " + where + ": " + std::strerror(errno) +
+                                " (choose another port or a local address)");
+  if (listen(s->listen_fd_, 128) != 0)
+    return Status::NetworkError("listen on " + where + ": " + std::strerror(errno));
+  socklen_t len = sizeof(sa);
+  getsockname(s->listen_fd_, reinterpret_cast<sockaddr*>(&sa), &len);
+  s->port_ = ntohs(sa.sin_port);
+  s->stop_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  HandshakeServer* raw = s.get();
+  s->acceptor_ = std::thread([raw] { raw->AcceptLoop(); });
+  *out = std::move(s);
+  return Status::OK();
+}
+
+HandshakeServer::~HandshakeServer() {
+  stop_.store(true);
+  if (stop_fd_ >= 0) {
+    uint64_t one = 1;
+    ssize_t r = write(stop_fd_, &one, sizeof(one));
+    (void)r;
+  }
+  if (acceptor_.joinable()) acceptor_.join();
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto& c : connections_) shutdown(c.fd, SHUT_RDWR);
+  }
+  for (auto& c : connections_)
+    if (c.thread.joinable()) c.thread.join();
+  for (auto& c : connections_) close(c.fd);
+  if (listen_fd_ >= 0) close(listen_fd_);
+  if (stop_fd_ >= 0) close(stop_fd_);
+}
+
+void HandshakeServer::ReapLocked() {
+  for (auto it = connections_.begin(); it != connections_.end();) {
+    if (it->done.load()) {
+      it->thread.join();
+      close(it->fd);
+      it = connections_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void HandshakeServer::AcceptLoop() {
+  while (!stop_.load()) {
+    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
+    int rc = poll(fds, 2, 1000);
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      ReapLocked();
+    }
+    if (rc <= 0 || stop_.load()) continue;
+    if (!(fds[0].revents & POLLIN)) continue;
+    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) continue;
+    std::lock_guard<std::mutex> g(mu_);
+    if (connections_.size() >= options_.max_connections) {
+      KVF_LOG_WARN("handshake server on port {}: {} connections open, refusing one more "
+                   "(raise KVF_HANDSHAKE_MAX_CONNECTIONS if this is expected load)",
+                   port_, connections_.size());
+      close(fd);
+      continue;
+    }
+    connections_.emplace_back();
+    Connection* c = &connections_.back();
+    c->fd = fd;
+    c->thread = std::thread([this, c] { Serve(c); });
+  }
+}
+
+void HandshakeServer::Serve(Connection* c) {
+  while (!stop_.load()) {
+    Frame req;
+    // A client gets one timeout to send each request: idle or slow ones are dropped.
+    Status s = ReadFrame(c->fd, options_.max_frame, DeadlineIn(options_.timeout_ms), &req);
+    if (!s.ok()) {
+      if (s.code() == Status::Code::kProtocolError) {
+        KVF_LOG_WARN("handshake server on port {}: {}; closing the connection", port_, s.message());
+        std::string text = std::to_string(static_cast<int>(s.code())) + ":" + s.message();
+        WriteFrame(c->fd, kError, text, DeadlineIn(options_.timeout_ms));
+      }
+      break;
+    }
+    std::string reply;
+    Status hs;
+    if (req.type == kGetSegment || req.type == kNotify || req.type == kProbe) {
+      hs = handler_(req.type, req.payload, &reply);
+    } else {
+      hs = Status::ProtocolError("unknown handshake request type " + std::to_string(req.type));
+    }
+    Status ws;
+    if (hs.ok()) {
+      ws = WriteFrame(c->fd, kReply, reply, DeadlineIn(options_.timeout_ms));
+    } else {
+      std::string text = std::to_string(static_cast<int>(hs.code())) + ":" + hs.message();
+      ws = WriteFrame(c->fd, kError, text, DeadlineIn(options_.timeout_ms));
+      if (hs.code() == Status::Code::kProtocolError) break;
+    }
+    if (!ws.ok()) break;
+  }
+  shutdown(c->fd, SHUT_RDWR);
+  c->done.store(true);
+}
+
+}  // namespace kvfabric::metadata

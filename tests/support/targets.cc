@@ -1,0 +1,163 @@
+#include "tests/support/targets.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <sstream>
+#include <vector>
+
+#include "tests/support/pattern.h"
+
+#ifndef KVF_TEST_PEER_PATH
+#error "KVF_TEST_PEER_PATH must name the kvfabric-test-peer binary"
+#endif
+
+namespace kvfabric::testing {
+namespace {
+
+class ProcessTarget : public Target {
+ public:
+  ~ProcessTarget() override {
+    if (pid_ > 0) {
+      Send("quit");
+      close(in_);
+      for (int i = 0; i < 200 && waitpid(pid_, nullptr, WNOHANG) == 0; ++i) usleep(10000);
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (out_ >= 0) close(out_);
+  }
+
+  bool Start(const std::string& protocol, size_t size, const std::string& settings, std::string* error) {
+    int to_child[2], from_child[2];
+    if (pipe(to_child) != 0 || pipe(from_child) != 0) { *error = "pipe failed"; return false; }
+    std::vector<std::string> args = {KVF_TEST_PEER_PATH, protocol, std::to_string(size)};
+    std::istringstream ss(settings);
+    for (std::string w; ss >> w;) args.push_back(w);
+    pid_ = fork();
+    if (pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive a crashed test
+      dup2(to_child[0], 0);
+      dup2(from_child[1], 1);
+      close(to_child[1]);
+      close(from_child[0]);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    close(to_child[0]);
+    close(from_child[1]);
+    in_ = to_child[1];
+    out_ = from_child[0];
+    std::string line = ReadLine(20000);
+    std::istringstream ready(line);
+    std::string word;
+    ready >> word >> name >> addr >> this->size;
+    if (word != "READY") { *error = "test peer did not start: '" + line + "'"; return false; }
+    return true;
+  }
+
+  size_t Check(size_t off, size_t len, uint32_t seed) override {
+    std::string r = Command("check " + std::to_string(off) + " " + std::to_string(len) + " " + std::to_string(seed));
+    if (r.rfind("MISMATCH ", 0) != 0) return static_cast<size_t>(-1);
+    return std::strtoull(r.c_str() + 9, nullptr, 10);
+  }
+  void Fill(size_t off, size_t len, uint32_t seed) override {
+    Command("fill " + std::to_string(off) + " " + std::to_string(len) + " " + std::to_string(seed));
+  }
+  bool Kill() override {
+    if (pid_ <= 0) return false;
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+    return true;
+  }
+
+ private:
+  void Send(const std::string& cmd) {
+    std::string l = cmd + "\n";
+    ssize_t r = write(in_, l.data(), l.size());
+    (void)r;
+  }
+  std::string Command(const std::string& cmd) {
+    Send(cmd);
+    return ReadLine(60000);
+  }
+  std::string ReadLine(int timeout_ms) {
+    std::string line;
+    for (;;) {
+      pollfd p{out_, POLLIN, 0};
+      if (poll(&p, 1, timeout_ms) <= 0) return line + " <timeout>";
+      char c;
+      if (read(out_, &c, 1) != 1) return line + " <eof>";
+      if (c == '\n') return line;
+      line.push_back(c);
+    }
+  }
+  pid_t pid_ = -1;
+  int in_ = -1, out_ = -1;
+};
+
+class LocalTarget : public Target {
+ public:
+  ~LocalTarget() override {
+    if (owner_ != nullptr) owner_->UnregisterMemory(buf_);
+    own_engine_.reset();
+    std::free(buf_);
+  }
+  bool Start(const std::string& protocol, size_t size, Engine* engine, std::string* error) {
+    if (engine == nullptr) {
+      EngineConfig cfg;
+      cfg.protocol = protocol;
+      cfg.apply_environment = false;
+      cfg.settings.log_level = "warn";
+      Status s = Engine::Create(cfg, &own_engine_);
+      if (!s.ok()) { *error = s.ToString(); return false; }
+      engine = own_engine_.get();
+    }
+    owner_ = engine;
+    if (posix_memalign(&buf_, 4096, size) != 0) { *error = "out of memory"; return false; }
+    FillPattern(buf_, size, 0, 7);
+    Status s = engine->RegisterMemory(buf_, size);
+    if (!s.ok()) { *error = s.ToString(); return false; }
+    name = engine->name();
+    addr = reinterpret_cast<uintptr_t>(buf_);
+    this->size = size;
+    return true;
+  }
+  size_t Check(size_t off, size_t len, uint32_t seed) override {
+    return CheckPattern(static_cast<uint8_t*>(buf_) + off, len, off, seed);
+  }
+  void Fill(size_t off, size_t len, uint32_t seed) override {
+    FillPattern(static_cast<uint8_t*>(buf_) + off, len, off, seed);
+  }
+
+ private:
+  std::unique_ptr<Engine> own_engine_;
+  Engine* owner_ = nullptr;
+  void* buf_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<Target> StartProcessTarget(const std::string& protocol, size_t size,
+                                           const std::string& settings, std::string* error) {
+  auto t = std::make_unique<ProcessTarget>();
+  if (!t->Start(protocol, size, settings, error)) return nullptr;
+  return t;
+}
+
+std::unique_ptr<Target> StartLocalTarget(const std::string& protocol, size_t size, Engine* engine,
+                                         std::string* error) {
+  auto t = std::make_unique<LocalTarget>();
+  if (!t->Start(protocol, size, engine, error)) return nullptr;
+  return t;
+}
+
+}  // namespace kvfabric::testing

@@ -1,0 +1,67 @@
+// kvfabric-test-peer: a target process for the integration tests. It creates
+// an engine, registers one buffer, prints "READY <segment> <addr> <size>",
+// then answers commands on stdin, each about its OWN memory (so a test can
+// check what really landed in the target):
+//   crc OFF LEN        -> "CRC <fnv1a64>"
+//   check OFF LEN SEED -> "MISMATCH <index>" (LEN when all bytes match)
+//   fill OFF LEN SEED  -> "OK"
+//   quit               -> exits (EOF too)
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "kvfabric/engine.h"
+#include "tests/support/pattern.h"
+
+using namespace kvfabric;
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: %s PROTOCOL BUFFER_SIZE [SETTING=VALUE ...]\n", argv[0]);
+    return 2;
+  }
+  EngineConfig cfg;
+  cfg.protocol = argv[1];
+  cfg.apply_environment = false;
+  cfg.settings.log_level = "warn";
+  for (int i = 3; i < argc; ++i) {
+    std::string kv = argv[i];
+    auto eq = kv.find('=');
+    Status s = cfg.settings.Set(kv.substr(0, eq), kv.substr(eq + 1));
+    if (!s.ok()) { std::fprintf(stderr, "%s\n", s.ToString().c_str()); return 2; }
+  }
+  const size_t size = std::strtoull(argv[2], nullptr, 0);
+  std::unique_ptr<Engine> engine;
+  Status s = Engine::Create(cfg, &engine);
+  if (!s.ok()) { std::printf("ERROR %s\n", s.ToString().c_str()); return 1; }
+  void* buf = nullptr;
+  if (posix_memalign(&buf, 4096, size) != 0) return 1;
+  testing::FillPattern(buf, size, 0, 7);
+  s = engine->RegisterMemory(buf, size);
+  if (!s.ok()) { std::printf("ERROR %s\n", s.ToString().c_str()); return 1; }
+  std::printf("READY %s %llu %zu\n", engine->name().c_str(),
+              static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(buf)), size);
+  std::fflush(stdout);
+  auto* base = static_cast<uint8_t*>(buf);
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    std::istringstream in(line);
+    std::string cmd;
+    size_t off = 0, len = 0;
+    uint32_t seed = 0;
+    in >> cmd >> off >> len >> seed;
+    if (cmd == "quit") break;
+    if (off > size || len > size - off) { std::printf("ERROR range\n"); std::fflush(stdout); continue; }
+    if (cmd == "crc") std::printf("CRC %llu\n", static_cast<unsigned long long>(testing::Checksum(base + off, len)));
+    else if (cmd == "check") std::printf("MISMATCH %zu\n", testing::CheckPattern(base + off, len, off, seed));
+    else if (cmd == "fill") { testing::FillPattern(base + off, len, off, seed); std::printf("OK\n"); }
+    else std::printf("ERROR unknown command\n");
+    std::fflush(stdout);
+  }
+  engine.reset();
+  std::free(buf);
+  return 0;
+}
