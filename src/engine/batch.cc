@@ -65,7 +65,9 @@ TransferStatus Task::Snapshot() {
 }
 
 Batch::Batch(BatchId id, size_t capacity)
-    : id_(id), capacity_(capacity), tasks_(new Task[capacity]) {}
+    : id_(id), capacity_(capacity), tasks_(new Task[capacity]) {
+  for (size_t i = 0; i < capacity; ++i) tasks_[i].Bind(this);
+}
 
 bool Batch::Reserve(size_t n, size_t* first) {
   std::lock_guard<std::mutex> g(reserve_mu_);

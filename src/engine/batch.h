@@ -22,6 +22,9 @@ class Batch;
 
 class Task final : public fabric::SliceOwner {
  public:
+  // Tasks belong to their batch from its construction; until Start they are
+  // pending with no deadline (reserved by a Submit still being posted).
+  void Bind(Batch* batch) { batch_ = batch; }
   // Arms the task before its slices are queued. `what` names the request in
   // error messages (e.g. "WRITE of 1048576 bytes to 10.0.0.2:15000").
   void Start(Batch* batch, uint32_t slices, Clock::time_point deadline, int64_t timeout_ms,
@@ -44,7 +47,7 @@ class Task final : public fabric::SliceOwner {
   std::atomic<int> state_{static_cast<int>(TaskState::kPending)};
   std::atomic<uint32_t> slices_left_{0};
   std::atomic<uint64_t> bytes_{0};
-  Clock::time_point deadline_{};
+  Clock::time_point deadline_ = Clock::time_point::max();
   int64_t timeout_ms_ = 0;
   std::mutex mu_;
   Status error_;

@@ -1,5 +1,7 @@
 #include "engine/peer.h"
 
+#include "common/host.h"
+
 namespace kvfabric::engine {
 
 std::vector<int> PairRails(const std::vector<RailInfo>& local, const metadata::SegmentDesc& remote) {
@@ -56,7 +58,8 @@ Status Peer::Resolve(fabric::Rail* rail, fi_addr_t* out) {
     return Status::Unavailable("segment " + name_ + " has no rail reachable from local rail " +
                                std::to_string(i) + " (" + rail->info().provider + ")");
   if (av_[i] == FI_ADDR_NOTAVAIL) {
-    KVF_RETURN_IF_ERROR(rail->InsertPeer(desc_->rails[pairs_[i]].address, &av_[i]));
+    const int64_t pid = desc_->host_id == host::BootId() ? desc_->pid : 0;
+    KVF_RETURN_IF_ERROR(rail->InsertPeer(desc_->rails[pairs_[i]].address, pid, &av_[i]));
   }
   *out = av_[i];
   return Status::OK();

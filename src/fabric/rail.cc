@@ -6,6 +6,10 @@
 #include <rdma/fi_rma.h>
 #include <sys/uio.h>
 
+#include <signal.h>
+
+#include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "common/log.h"
@@ -36,6 +40,7 @@ Status Rail::Open(const fi_info* info, const Settings& settings, size_t index,
                             r->info_.domain + ")";
   const uint64_t mr_mode = info->domain_attr->mr_mode;
   r->info_.virt_addr = (mr_mode & FI_MR_VIRT_ADDR) != 0;
+  r->watch_pids_ = r->info_.provider == "shm";
   r->mr_local_ = (mr_mode & FI_MR_LOCAL) != 0;
   r->prov_key_ = (mr_mode & FI_MR_PROV_KEY) != 0;
   if (mr_mode & FI_MR_ENDPOINT)
@@ -123,14 +128,31 @@ Rail::~Rail() {
   CloseFid(fabric_ ? &fabric_->fid : nullptr);
 }
 
-Status Rail::InsertPeer(const std::string& raw_address, fi_addr_t* out) {
+Status Rail::InsertPeer(const std::string& raw_address, int64_t pid, fi_addr_t* out) {
   fi_addr_t a = FI_ADDR_NOTAVAIL;
   int rc = fi_av_insert(av_, raw_address.data(), 1, &a, 0, nullptr);
   if (rc != 1 || a == FI_ADDR_NOTAVAIL)
     return Status::FabricError("fi_av_insert on rail " + std::to_string(index_) + " (" +
                                info_.domain + ") failed: " + (rc < 0 ? fi_strerror(-rc) : "address rejected"));
+  if (watch_pids_ && pid > 0 && a < (1u << 20)) {
+    std::lock_guard<std::mutex> g(post_mu_);
+    if (peer_pids_.size() <= a) peer_pids_.resize(a + 1);
+    peer_pids_[a] = PeerProcess{pid, false, 0};
+  }
   *out = a;
   return Status::OK();
+}
+
+bool Rail::PeerAlive(fi_addr_t dest) {
+  if (!watch_pids_ || dest >= peer_pids_.size() || peer_pids_[dest].pid == 0) return true;
+  PeerProcess& p = peer_pids_[dest];
+  if (p.dead) return false;
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch()).count();
+  if (now - p.checked_ns < 1000000) return true;  // at most one check per ms
+  p.checked_ns = now;
+  if (kill(static_cast<pid_t>(p.pid), 0) != 0 && errno == ESRCH) p.dead = true;
+  return !p.dead;
 }
 
 Status Rail::RemovePeer(fi_addr_t addr) {
@@ -223,6 +245,13 @@ void Rail::DrainLocked() {
       SliceOwner* owner = op->slice.owner;
       ReleaseContext(op);
       owner->OnSliceDone(0, Status::Timeout("dropped before posting"));
+      continue;
+    }
+    if (!PeerAlive(op->slice.dest)) {
+      SliceOwner* owner = op->slice.owner;
+      ReleaseContext(op);
+      owner->OnSliceDone(0, Status::NetworkError("peer process " + std::to_string(peer_pids_[op->slice.dest].pid) +
+                                                 " on this host has exited"));
       continue;
     }
     inflight_.fetch_add(1);

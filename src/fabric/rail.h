@@ -55,8 +55,10 @@ class Rail {
   // FI_MR_VIRT_ADDR: remote addresses are virtual addresses, else MR offsets.
   bool virt_addr() const { return info_.virt_addr; }
 
-  // Address vector.
-  Status InsertPeer(const std::string& raw_address, fi_addr_t* out);
+  // Address vector. `pid` is the peer process when it is on this host (0
+  // otherwise): on shm the rail checks it is alive before posting, because
+  // libfabric's shm provider spins forever posting into a dead peer's region.
+  Status InsertPeer(const std::string& raw_address, int64_t pid, fi_addr_t* out);
   Status RemovePeer(fi_addr_t addr);
 
   // Registers [addr, addr+len) for local and remote access.
@@ -93,6 +95,8 @@ class Rail {
   void Finish(OpContext* op, const Status& error);
   void ReleaseContext(OpContext* op);
   void KickPosting();
+  // False when `dest` is a same-host peer whose process has exited.
+  bool PeerAlive(fi_addr_t dest);
 
   size_t index_ = 0;
   RailInfo info_;
@@ -119,6 +123,16 @@ class Rail {
   std::atomic<int64_t> queued_{0};
   std::atomic<uint64_t> outstanding_bytes_{0};
   std::function<void()> waker_;
+
+  // Same-host peers of an shm rail, by AV slot (FI_AV_TABLE slots are small
+  // integers). Guarded by post_mu_ except on insertion (also under it).
+  struct PeerProcess {
+    int64_t pid = 0;
+    bool dead = false;
+    int64_t checked_ns = 0;
+  };
+  bool watch_pids_ = false;
+  std::vector<PeerProcess> peer_pids_;
 };
 
 }  // namespace kvfabric::fabric

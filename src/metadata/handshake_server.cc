@@ -77,24 +77,20 @@ void HandshakeServer::ReapLocked() {
 
 void HandshakeServer::AcceptLoop() {
   while (!stop_.load()) {
-    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
-    int rc = poll(fds, 2, 1000);
+    bool full;
     {
       std::lock_guard<std::mutex> g(mu_);
       ReapLocked();
+      full = connections_.size() >= options_.max_connections;
     }
-    if (rc <= 0 || stop_.load()) continue;
-    if (!(fds[0].revents & POLLIN)) continue;
+    // At the limit, stop accepting: further clients wait in the listen
+    // backlog (bounded by their own timeout) instead of being refused.
+    pollfd fds[2] = {{stop_fd_, POLLIN, 0}, {listen_fd_, POLLIN, 0}};
+    int rc = poll(fds, full ? 1 : 2, full ? 20 : 1000);
+    if (rc <= 0 || stop_.load() || full || !(fds[1].revents & POLLIN)) continue;
     int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) continue;
     std::lock_guard<std::mutex> g(mu_);
-    if (connections_.size() >= options_.max_connections) {
-      KVF_LOG_WARN("handshake server on port {}: {} connections open, refusing one more "
-                   "(raise KVF_HANDSHAKE_MAX_CONNECTIONS if this is expected load)",
-                   port_, connections_.size());
-      close(fd);
-      continue;
-    }
     connections_.emplace_back();
     Connection* c = &connections_.back();
     c->fd = fd;

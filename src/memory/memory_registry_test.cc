@@ -1,0 +1,88 @@
+#include "memory/memory_registry.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "fabric/fabric_info.h"
+
+namespace kvfabric::memory {
+namespace {
+
+class MemoryRegistryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fabric::InfoList infos;
+    ASSERT_TRUE(fabric::InfoList::Query("tcp;ofi_rxm", &infos).ok());
+    std::vector<fi_info*> chosen;
+    ASSERT_TRUE(fabric::SelectDomains(infos, "", "127.0.0.1", &chosen).ok());
+    Settings s;
+    ASSERT_TRUE(fabric::Rail::Open(chosen.front(), s, 0, &rail_).ok());
+    buf_.resize(64 * 1024);
+  }
+  uintptr_t at(size_t off) { return reinterpret_cast<uintptr_t>(buf_.data()) + off; }
+  std::unique_ptr<fabric::Rail> rail_;
+  std::vector<uint8_t> buf_;
+};
+
+TEST_F(MemoryRegistryTest, RegisterFindUnregister) {
+  MemoryRegistry reg({rail_.get()}, 0);
+  ASSERT_TRUE(reg.Register(buf_.data(), 16384, "cpu:0").ok());
+  auto b = reg.Find(at(100), 1000);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->chunks.size(), 1u);
+  ASSERT_NE(b->chunks[0].regions[0], nullptr);
+  EXPECT_EQ(reg.Find(at(16383), 2), nullptr);
+  EXPECT_EQ(reg.Find(at(16384), 1), nullptr);
+  // Overlaps are refused: inside, straddling the start, straddling the end.
+  EXPECT_EQ(reg.Register(buf_.data() + 100, 10, "cpu:0").code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(reg.Register(buf_.data() + 16000, 1000, "cpu:0").code(), Status::Code::kInvalidArgument);
+  ASSERT_TRUE(reg.Register(buf_.data() + 16384, 100, "cpu").ok());  // adjacent is fine
+  const uint64_t v = reg.version();
+  EXPECT_EQ(reg.Unregister(buf_.data() + 1).code(), Status::Code::kNotFound);
+  EXPECT_EQ(reg.version(), v);
+  ASSERT_TRUE(reg.Unregister(buf_.data()).ok());
+  EXPECT_EQ(reg.Find(at(0), 1), nullptr);
+  EXPECT_GT(reg.version(), v);
+  EXPECT_EQ(reg.Snapshot().size(), 1u);
+}
+
+TEST_F(MemoryRegistryTest, BadArgumentsChangeNothing) {
+  MemoryRegistry reg({rail_.get()}, 0);
+  EXPECT_EQ(reg.Register(nullptr, 10, "cpu:0").code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(reg.Register(buf_.data(), 0, "cpu:0").code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(reg.Register(buf_.data(), 10, "gpu:0").code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(reg.Register(buf_.data(), 10, "cpu:x").code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(reg.Register(buf_.data(), 10, "cuda:0").code(), Status::Code::kUnavailable);
+  EXPECT_TRUE(reg.Snapshot().empty());
+  EXPECT_EQ(reg.version(), 0u);
+}
+
+TEST_F(MemoryRegistryTest, LargeBuffersAreChunked) {
+  MemoryRegistry reg({rail_.get()}, 4096);
+  ASSERT_TRUE(reg.Register(buf_.data(), 3 * 4096 + 10, "cpu:0").ok());
+  auto b = reg.Find(at(0), 3 * 4096 + 10);
+  ASSERT_NE(b, nullptr);
+  ASSERT_EQ(b->chunks.size(), 4u);
+  EXPECT_EQ(b->chunks[3].length, 10u);
+  EXPECT_EQ(&b->ChunkAt(at(4095)), &b->chunks[0]);
+  EXPECT_EQ(&b->ChunkAt(at(4096)), &b->chunks[1]);
+  EXPECT_EQ(&b->ChunkAt(at(3 * 4096 + 9)), &b->chunks[3]);
+  // Each chunk has its own registration and key.
+  EXPECT_NE(b->chunks[0].regions[0]->key(), b->chunks[1].regions[0]->key());
+}
+
+TEST(LocationTest, Parse) {
+  std::string k;
+  int i;
+  ASSERT_TRUE(ParseLocation("cpu:3", &k, &i).ok());
+  EXPECT_EQ(k, "cpu");
+  EXPECT_EQ(i, 3);
+  ASSERT_TRUE(ParseLocation("cuda:1", &k, &i).ok());
+  EXPECT_FALSE(ParseLocation("cpu:", &k, &i).ok());
+  EXPECT_FALSE(ParseLocation("cpu:-1", &k, &i).ok());
+  EXPECT_FALSE(ParseLocation("", &k, &i).ok());
+}
+
+}  // namespace
+}  // namespace kvfabric::memory

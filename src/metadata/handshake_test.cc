@@ -1,0 +1,150 @@
+#include "metadata/handshake.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+namespace kvfabric::metadata {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class HandshakeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    HandshakeServer::Options o;
+    o.timeout_ms = 500;
+    o.max_frame = 4096;
+    o.max_connections = 4;
+    ASSERT_TRUE(HandshakeServer::Start(o, [this](uint16_t type, const std::string& p, std::string* r) {
+      ++requests_;
+      if (type == kNotify && p == "fail") return Status::NotFound("no such thing");
+      *r = "reply:" + std::to_string(type) + ":" + p;
+      return Status::OK();
+    }, &server_).ok());
+    addr_ = "127.0.0.1:" + std::to_string(server_->port());
+  }
+  int RawConnect() {
+    int fd = -1;
+    EXPECT_TRUE(ConnectTcp("127.0.0.1", server_->port(), DeadlineIn(1000), &fd).ok());
+    return fd;
+  }
+  std::unique_ptr<HandshakeServer> server_;
+  std::string addr_;
+  std::atomic<int> requests_{0};
+};
+
+TEST_F(HandshakeTest, RequestsAndErrors) {
+  std::string r;
+  ASSERT_TRUE(HandshakeCall(addr_, kProbe, "", {}, &r).ok());
+  EXPECT_EQ(r, "reply:3:");
+  ASSERT_TRUE(HandshakeCall(addr_, kNotify, "hello", {}, &r).ok());
+  EXPECT_EQ(r, "reply:2:hello");
+  Status s = HandshakeCall(addr_, kNotify, "fail", {}, &r);
+  EXPECT_EQ(s.code(), Status::Code::kNotFound);
+  EXPECT_NE(s.message().find("no such thing"), std::string::npos);
+  EXPECT_EQ(HandshakeCall(addr_, 77, "", {}, &r).code(), Status::Code::kProtocolError);
+}
+
+TEST_F(HandshakeTest, ManyClientsAtOnce) {
+  std::vector<std::thread> ts;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 32; ++i)
+    ts.emplace_back([&, i] {
+      std::string r;
+      if (HandshakeCall(addr_, kNotify, std::to_string(i), {}, &r).ok() && r == "reply:2:" + std::to_string(i)) ++ok;
+    });
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(ok.load(), 32);
+}
+
+TEST_F(HandshakeTest, OversizedFrameIsRefused) {
+  std::string r;
+  Status s = HandshakeCall(addr_, kNotify, std::string(8192, 'x'), {}, &r);
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(requests_.load(), 0);
+  ASSERT_TRUE(HandshakeCall(addr_, kProbe, "", {}, &r).ok());  // server still serves
+}
+
+TEST_F(HandshakeTest, GarbageIsRefusedAndTheServerSurvives) {
+  int fd = RawConnect();
+  const char junk[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_GT(write(fd, junk, sizeof(junk)), 0);
+  Frame f;
+  Status s = ReadFrame(fd, 4096, DeadlineIn(2000), &f);
+  if (s.ok()) EXPECT_EQ(f.type, kError);
+  close(fd);
+  std::string r;
+  EXPECT_TRUE(HandshakeCall(addr_, kProbe, "", {}, &r).ok());
+}
+
+TEST_F(HandshakeTest, SlowClientIsDropped) {
+  int fd = RawConnect();
+  const char half[6] = {'K', 'V', 'F', '1', 0, 3};  // a header cut short, then silence
+  ASSERT_EQ(write(fd, half, sizeof(half)), 6);
+  auto t0 = Clock::now();
+  char c;
+  ssize_t n = read(fd, &c, 1);  // the server closes after its 500 ms timeout
+  EXPECT_LE(n, 0);
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(3));
+  close(fd);
+}
+
+TEST_F(HandshakeTest, ConnectionLimit) {
+  std::vector<int> fds;
+  for (int i = 0; i < 4; ++i) fds.push_back(RawConnect());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::string r;
+  EXPECT_FALSE(HandshakeCall(addr_, kProbe, "", {200, 4096}, &r).ok());
+  // Once a slot frees, a waiting client is served (it queues, it is not refused).
+  std::thread closer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    close(fds[0]);
+  });
+  EXPECT_TRUE(HandshakeCall(addr_, kProbe, "", {3000, 4096}, &r).ok());
+  closer.join();
+  for (size_t i = 1; i < fds.size(); ++i) close(fds[i]);
+}
+
+TEST(HandshakeClientTest, UnreachableAndSilentServers) {
+  std::string r;
+  auto t0 = Clock::now();
+  Status s = HandshakeCall("127.0.0.1:1", kProbe, "", {500, 4096}, &r);
+  EXPECT_EQ(s.code(), Status::Code::kNetworkError) << s.ToString();
+  // A server that accepts but never answers: a Timeout within the budget.
+  int lfd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+  ASSERT_EQ(bind(lfd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+  ASSERT_EQ(listen(lfd, 4), 0);
+  socklen_t len = sizeof(sa);
+  getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &len);
+  t0 = Clock::now();
+  s = HandshakeCall("127.0.0.1:" + std::to_string(ntohs(sa.sin_port)), kGetSegment, "", {300, 4096}, &r);
+  EXPECT_EQ(s.code(), Status::Code::kTimeout) << s.ToString();
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(2));
+  close(lfd);
+  EXPECT_EQ(HandshakeCall("nonsense", kProbe, "", {}, &r).code(), Status::Code::kInvalidArgument);
+}
+
+TEST(FrameTest, ParseHostPort) {
+  std::string h;
+  uint16_t p;
+  ASSERT_TRUE(ParseHostPort("a.b:80", &h, &p).ok());
+  EXPECT_EQ(h, "a.b");
+  EXPECT_EQ(p, 80);
+  EXPECT_FALSE(ParseHostPort(":80", &h, &p).ok());
+  EXPECT_FALSE(ParseHostPort("a:", &h, &p).ok());
+  EXPECT_FALSE(ParseHostPort("a:99999", &h, &p).ok());
+  EXPECT_FALSE(ParseHostPort("a:8x", &h, &p).ok());
+}
+
+}  // namespace
+}  // namespace kvfabric::metadata
