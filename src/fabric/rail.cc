@@ -40,7 +40,7 @@ Status Rail::Open(const fi_info* info, const Settings& settings, size_t index,
                             r->info_.domain + ")";
   const uint64_t mr_mode = info->domain_attr->mr_mode;
   r->info_.virt_addr = (mr_mode & FI_MR_VIRT_ADDR) != 0;
-  r->watch_pids_ = r->info_.provider == "shm";
+  r->per_peer_ep_ = r->info_.provider == "shm";
   r->mr_local_ = (mr_mode & FI_MR_LOCAL) != 0;
   r->prov_key_ = (mr_mode & FI_MR_PROV_KEY) != 0;
   if (mr_mode & FI_MR_ENDPOINT)
@@ -105,6 +105,7 @@ Status Rail::Open(const fi_info* info, const Settings& settings, size_t index,
   if (rc) return Status::FabricError(where + ": " + FiError("fi_getname", rc));
   r->address_.assign(name, len);
 
+  r->info_copy_ = fi_dupinfo(info);
   r->contexts_.reset(new OpContext[depth]);
   r->free_.reserve(depth);
   for (size_t i = 0; i < depth; ++i) r->free_.push_back(&r->contexts_[depth - 1 - i]);
@@ -120,8 +121,11 @@ Rail::~Rail() {
   CloseFid(ep_ ? &ep_->fid : nullptr);
   // Queued and in-flight slices hold registrations alive: release them while
   // the domain is still open.
+  for (auto& p : peers_)
+    if (p->ep != nullptr) fi_close(&p->ep->fid);
   pending_.clear();
   contexts_.reset();
+  if (info_copy_ != nullptr) fi_freeinfo(const_cast<fi_info*>(info_copy_));
   CloseFid(cq_ ? &cq_->fid : nullptr);
   CloseFid(av_ ? &av_->fid : nullptr);
   CloseFid(domain_ ? &domain_->fid : nullptr);
@@ -129,30 +133,70 @@ Rail::~Rail() {
 }
 
 Status Rail::InsertPeer(const std::string& raw_address, int64_t pid, fi_addr_t* out) {
+  std::lock_guard<std::mutex> g(post_mu_);
   fi_addr_t a = FI_ADDR_NOTAVAIL;
   int rc = fi_av_insert(av_, raw_address.data(), 1, &a, 0, nullptr);
-  if (rc != 1 || a == FI_ADDR_NOTAVAIL)
+  if (rc != 1 || a == FI_ADDR_NOTAVAIL || a >= (1u << 24))
     return Status::FabricError("fi_av_insert on rail " + std::to_string(index_) + " (" +
                                info_.domain + ") failed: " + (rc < 0 ? fi_strerror(-rc) : "address rejected"));
-  if (watch_pids_ && pid > 0 && a < (1u << 20)) {
-    std::lock_guard<std::mutex> g(post_mu_);
-    if (peer_pids_.size() <= a) peer_pids_.resize(a + 1);
-    peer_pids_[a] = PeerProcess{pid, false, 0};
+  while (peers_.size() <= a) peers_.push_back(std::make_unique<RemotePeer>());
+  RemotePeer* p = peers_[a].get();
+  if (per_peer_ep_ && p->ep == nullptr) {
+    std::lock_guard<std::mutex> cq_guard(cq_mu_);
+    p->pid = pid;
+    fid_ep* ep = nullptr;
+    rc = fi_endpoint(domain_, const_cast<fi_info*>(info_copy_), &ep, nullptr);
+    if (rc == 0) rc = fi_ep_bind(ep, &av_->fid, 0);
+    if (rc == 0) rc = fi_ep_bind(ep, &cq_->fid, FI_TRANSMIT | FI_RECV);
+    if (rc == 0) rc = fi_enable(ep);
+    if (rc != 0) {
+      if (ep != nullptr) fi_close(&ep->fid);
+      return Status::FabricError("rail " + std::to_string(index_) + ": opening a transmit endpoint for a peer failed: " +
+                                 fi_strerror(-rc));
+    }
+    p->ep = ep;
   }
   *out = a;
   return Status::OK();
 }
 
-bool Rail::PeerAlive(fi_addr_t dest) {
-  if (!watch_pids_ || dest >= peer_pids_.size() || peer_pids_[dest].pid == 0) return true;
-  PeerProcess& p = peer_pids_[dest];
-  if (p.dead) return false;
+bool Rail::PeerAlive(RemotePeer* p) {
+  if (p == nullptr || p->pid == 0) return true;
+  if (p->dead) return false;
   const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
                           std::chrono::steady_clock::now().time_since_epoch()).count();
-  if (now - p.checked_ns < 1000000) return true;  // at most one check per ms
-  p.checked_ns = now;
-  if (kill(static_cast<pid_t>(p.pid), 0) != 0 && errno == ESRCH) p.dead = true;
-  return !p.dead;
+  if (now - p->checked_ns < 1000000) return true;  // at most one check per ms
+  p->checked_ns = now;
+  if (kill(static_cast<pid_t>(p->pid), 0) != 0 && errno == ESRCH) {
+    p->dead = true;
+    dead_found_.store(true);
+    KVF_LOG_WARN("rail {} ({}): peer process {} on this host has exited; failing its operations",
+                 index_, info_.domain, p->pid);
+  }
+  return !p->dead;
+}
+
+void Rail::ReapDeadPeers() {
+  std::lock_guard<std::mutex> g(post_mu_);
+  bool any = false;
+  for (auto& p : peers_) {
+    if (!p->dead || p->cleaned) continue;
+    // After the close the provider never touches this endpoint's operations again.
+    if (p->ep != nullptr) fi_close(&p->ep->fid);
+    p->ep = nullptr;
+    p->cleaned = true;
+    any = true;
+  }
+  if (!any) return;
+  while (ReadCompletions() > 0) {
+  }
+  const size_t depth = info_.tx_depth;
+  for (size_t i = 0; i < depth; ++i) {
+    OpContext* op = &contexts_[i];
+    if (op->peer != nullptr && op->peer->dead && op->peer->cleaned)
+      Finish(op, Status::NetworkError("peer process " + std::to_string(op->peer->pid) +
+                                      " on this host exited with this operation in flight"));
+  }
 }
 
 Status Rail::RemovePeer(fi_addr_t addr) {
@@ -207,6 +251,7 @@ void Rail::KickPosting() {
 
 int Rail::PostOne(OpContext* op) {
   Slice& s = op->slice;
+  fid_ep* ep = op->peer != nullptr && op->peer->ep != nullptr ? op->peer->ep : ep_;
   if (s.write) {
     iovec iov{s.local, s.length};
     void* desc = s.local_desc;
@@ -219,9 +264,9 @@ int Rail::PostOne(OpContext* op) {
     msg.rma_iov = &rma;
     msg.rma_iov_count = 1;
     msg.context = &op->ctx;
-    return static_cast<int>(fi_writemsg(ep_, &msg, write_flags_));
+    return static_cast<int>(fi_writemsg(ep, &msg, write_flags_));
   }
-  return static_cast<int>(fi_read(ep_, s.local, s.length, s.local_desc, s.dest, s.remote_addr,
+  return static_cast<int>(fi_read(ep, s.local, s.length, s.local_desc, s.dest, s.remote_addr,
                                   s.remote_key, &op->ctx));
 }
 
@@ -247,13 +292,16 @@ void Rail::DrainLocked() {
       owner->OnSliceDone(0, Status::Timeout("dropped before posting"));
       continue;
     }
-    if (!PeerAlive(op->slice.dest)) {
+    RemotePeer* peer = PeerAt(op->slice.dest);
+    if (!PeerAlive(peer)) {
       SliceOwner* owner = op->slice.owner;
       ReleaseContext(op);
-      owner->OnSliceDone(0, Status::NetworkError("peer process " + std::to_string(peer_pids_[op->slice.dest].pid) +
+      owner->OnSliceDone(0, Status::NetworkError("peer process " + std::to_string(peer->pid) +
                                                  " on this host has exited"));
       continue;
     }
+    op->peer = peer;
+    if (peer != nullptr) peer->inflight.fetch_add(1);
     inflight_.fetch_add(1);
     outstanding_bytes_.fetch_add(op->slice.length);
     int rc = PostOne(op);
@@ -263,6 +311,8 @@ void Rail::DrainLocked() {
     }
     inflight_.fetch_sub(1);
     outstanding_bytes_.fetch_sub(op->slice.length);
+    if (peer != nullptr) peer->inflight.fetch_sub(1);
+    op->peer = nullptr;
     if (rc == -FI_EAGAIN) {
       {
         std::lock_guard<std::mutex> g(queue_mu_);
@@ -286,6 +336,7 @@ void Rail::DrainLocked() {
 
 void Rail::ReleaseContext(OpContext* op) {
   op->slice.keepalive.reset();
+  op->slice.owner = nullptr;
   std::lock_guard<std::mutex> g(queue_mu_);
   free_.push_back(op);
 }
@@ -293,39 +344,63 @@ void Rail::ReleaseContext(OpContext* op) {
 void Rail::Finish(OpContext* op, const Status& error) {
   SliceOwner* owner = op->slice.owner;
   const size_t len = op->slice.length;
+  if (op->peer != nullptr) op->peer->inflight.fetch_sub(1);
+  op->peer = nullptr;
   ReleaseContext(op);
   outstanding_bytes_.fetch_sub(len);
   inflight_.fetch_sub(1);
   owner->OnSliceDone(error.ok() ? len : 0, error);
 }
 
-size_t Rail::Poll() {
+size_t Rail::ReadCompletions() {
   fi_cq_data_entry entries[64];
-  size_t done = 0;
+  std::unique_lock<std::mutex> g(cq_mu_);
   ssize_t n = fi_cq_read(cq_, entries, 64);
+  if (n == -FI_EAGAIN) return 0;
+  g.unlock();
   if (n > 0) {
     for (ssize_t i = 0; i < n; ++i)
       Finish(reinterpret_cast<OpContext*>(entries[i].op_context), Status::OK());
-    done = static_cast<size_t>(n);
-  } else if (n == -FI_EAVAIL) {
-    fi_cq_err_entry err{};
-    if (fi_cq_readerr(cq_, &err, 0) > 0) {
-      char buf[256] = {0};
-      const char* text = fi_cq_strerror(cq_, err.prov_errno, err.err_data, buf, sizeof(buf));
-      std::string msg = "operation on rail " + std::to_string(index_) + " (" + info_.provider + " " +
-                        info_.domain + ") failed: " + fi_strerror(err.err) + " (" +
-                        (text ? text : "") + ")";
-      if (err.op_context != nullptr) {
-        Finish(reinterpret_cast<OpContext*>(err.op_context), Status::FabricError(msg));
-      } else {
-        // shm reports a dead peer this way; the request deadline ends its work.
-        KVF_LOG_WARN("{} (no operation context; affected requests end at their deadline)", msg);
-      }
-      done = 1;
-    }
-  } else if (n < 0 && n != -FI_EAGAIN) {
-    KVF_LOG_ERROR("fi_cq_read on rail {} ({}) failed: {}", index_, info_.domain, fi_strerror(-n));
+    return static_cast<size_t>(n);
   }
+  if (n == -FI_EAVAIL) {
+    fi_cq_err_entry err{};
+    g.lock();
+    ssize_t got = fi_cq_readerr(cq_, &err, 0);
+    g.unlock();
+    if (got <= 0) return 0;
+    char buf[256] = {0};
+    const char* text = fi_cq_strerror(cq_, err.prov_errno, err.err_data, buf, sizeof(buf));
+    std::string msg = "operation on rail " + std::to_string(index_) + " (" + info_.provider + " " +
+                      info_.domain + ") failed: " + fi_strerror(err.err) + " (" + (text ? text : "") + ")";
+    if (err.op_context != nullptr) {
+      Finish(reinterpret_cast<OpContext*>(err.op_context), Status::FabricError(msg));
+    } else {
+      // shm reports a dead peer this way; the liveness check or the request
+      // deadline ends the affected work.
+      KVF_LOG_DEBUG("{} (no operation context)", msg);
+    }
+    return 1;
+  }
+  if (n < 0 && n != -FI_EAGAIN)
+    KVF_LOG_ERROR("fi_cq_read on rail {} ({}) failed: {}", index_, info_.domain, fi_strerror(-n));
+  return 0;
+}
+
+size_t Rail::Poll() {
+  size_t done = ReadCompletions();
+  if (per_peer_ep_ && done == 0 && inflight_.load(std::memory_order_relaxed) > 0) {
+    // Nothing completes: every 100 ms, check the processes of busy peers.
+    const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::steady_clock::now().time_since_epoch()).count();
+    if (now - last_liveness_ns_ > 100000000) {
+      last_liveness_ns_ = now;
+      std::lock_guard<std::mutex> g(post_mu_);
+      for (auto& p : peers_)
+        if (p->inflight.load() > 0) PeerAlive(p.get());
+    }
+  }
+  if (dead_found_.exchange(false)) ReapDeadPeers();
   if (queued_.load(std::memory_order_relaxed) > 0) KickPosting();
   return done;
 }

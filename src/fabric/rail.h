@@ -83,9 +83,23 @@ class Rail {
   void set_waker(std::function<void()> w) { waker_ = std::move(w); }
 
  private:
+  // A peer as this rail knows it, by AV slot (FI_AV_TABLE slots are small
+  // integers). Pointers are stable: operations keep one while in flight.
+  struct RemotePeer {
+    // shm only: this peer's own transmit endpoint. shm completes operations
+    // strictly in order per endpoint, so one dead peer would wedge a shared
+    // endpoint for everyone; with its own, only its endpoint is lost.
+    fid_ep* ep = nullptr;
+    int64_t pid = 0;  // same-host peer process (shm), 0 if unknown
+    bool dead = false;
+    bool cleaned = false;
+    int64_t checked_ns = 0;
+    std::atomic<int64_t> inflight{0};
+  };
   struct OpContext {
     fi_context2 ctx;  // first: the provider hands this pointer back in the CQ
     Slice slice;
+    RemotePeer* peer = nullptr;  // set while posted
   };
 
   Rail() = default;
@@ -96,7 +110,14 @@ class Rail {
   void ReleaseContext(OpContext* op);
   void KickPosting();
   // False when `dest` is a same-host peer whose process has exited.
-  bool PeerAlive(fi_addr_t dest);
+  bool PeerAlive(RemotePeer* p);
+  // Reads up to 64 completions and finishes their slices.
+  size_t ReadCompletions();
+  // Progress thread only: closes the endpoints of dead peers, drains the CQ,
+  // then fails (and takes back the credits of) their operations that can no
+  // longer complete.
+  void ReapDeadPeers();
+  RemotePeer* PeerAt(fi_addr_t dest) { return dest < peers_.size() ? peers_[dest].get() : nullptr; }
 
   size_t index_ = 0;
   RailInfo info_;
@@ -115,6 +136,10 @@ class Rail {
   int wait_fd_ = -1;
 
   std::mutex post_mu_;   // held while calling fi_write/fi_read
+  // Held around fi_cq_read and while a per-peer endpoint is bound and enabled:
+  // reading the CQ progresses every bound endpoint, and shm crashes on one not
+  // yet enabled. Lock order: post_mu_, then cq_mu_.
+  std::mutex cq_mu_;
   std::mutex queue_mu_;  // guards pending_ and free_
   std::deque<Slice> pending_;
   std::vector<OpContext*> free_;  // credits: one free context = one credit
@@ -124,15 +149,11 @@ class Rail {
   std::atomic<uint64_t> outstanding_bytes_{0};
   std::function<void()> waker_;
 
-  // Same-host peers of an shm rail, by AV slot (FI_AV_TABLE slots are small
-  // integers). Guarded by post_mu_ except on insertion (also under it).
-  struct PeerProcess {
-    int64_t pid = 0;
-    bool dead = false;
-    int64_t checked_ns = 0;
-  };
-  bool watch_pids_ = false;
-  std::vector<PeerProcess> peer_pids_;
+  const fi_info* info_copy_ = nullptr;  // for per-peer endpoints (shm)
+  bool per_peer_ep_ = false;
+  std::vector<std::unique_ptr<RemotePeer>> peers_;  // by AV slot; guarded by post_mu_
+  std::atomic<bool> dead_found_{false};
+  int64_t last_liveness_ns_ = 0;
 };
 
 }  // namespace kvfabric::fabric
