@@ -89,15 +89,17 @@ def main():
     ap.add_argument("--protocols", default="tcp,shm")
     ap.add_argument("--ops", default="write,read")
     ap.add_argument("--block", type=int, default=1 << 20)
-    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--queue_depth", type=int, default=16, help="bare tool's operations in flight")
+    ap.add_argument("--queue_depth", type=int, default=0, help="bare tool operations in flight (default: threads x batch, as the engine)")
     ap.add_argument("--buffer", type=int, default=1 << 28)
     ap.add_argument("--duration", type=float, default=3)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--verify", action="store_true", help="engine runs check every byte")
     ap.add_argument("--json_out", help="write all samples and medians here")
     a = ap.parse_args()
+    if a.queue_depth <= 0:
+        a.queue_depth = a.threads * a.batch
 
     results = []
     print("block %d B, engine batch %d x threads %d, bare queue depth %d, %d x %g s runs, medians"
