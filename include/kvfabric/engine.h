@@ -65,6 +65,7 @@ struct RailInfo {
   size_t tx_depth = 0;   // credits in use
   size_t max_msg_size = 0;
   bool virt_addr = false;  // remote addresses are virtual addresses (else MR offsets)
+  uint64_t completed_bytes = 0;  // bytes this rail moved successfully so far
 };
 
 struct EngineConfig {
@@ -92,6 +93,7 @@ class Engine {
   // The name peers pass to OpenSegment: "host:port".
   const std::string& name() const;
   const Settings& settings() const;
+  // The rails with their counters as of now.
   std::vector<RailInfo> rails() const;
 
   // Memory. Registration covers every rail that serves `location`.

@@ -9,6 +9,17 @@ namespace {
 
 Clock::time_point In(int ms) { return Clock::now() + std::chrono::milliseconds(ms); }
 
+// Reserves the one task of a one-task batch and starts it with `slices`
+// slices and a deadline `ms` from now.
+Task& StartOnlyTask(Batch& b, uint32_t slices, int ms, const char* what) {
+  size_t first;
+  EXPECT_TRUE(b.Reserve(1, &first));
+  Task& t = b.task(first);
+  b.outstanding_slices() += slices;
+  t.Start(&b, slices, In(ms), ms, what);
+  return t;
+}
+
 TEST(BatchTest, TaskCompletesWhenAllSlicesDo) {
   Batch b(1, 4);
   size_t first;
@@ -35,11 +46,7 @@ TEST(BatchTest, TaskCompletesWhenAllSlicesDo) {
 
 TEST(BatchTest, FirstFailedSliceFailsTheTask) {
   Batch b(1, 1);
-  size_t first;
-  ASSERT_TRUE(b.Reserve(1, &first));
-  Task& t = b.task(0);
-  b.outstanding_slices() += 2;
-  t.Start(&b, 2, In(10000), 10000, "READ from peer");
+  Task& t = StartOnlyTask(b, 2, 10000, "READ from peer");
   t.OnSliceDone(0, Status::FabricError("EPIPE"));
   TransferStatus s = t.Snapshot();
   EXPECT_EQ(s.state, TaskState::kFailed);  // before its other slice returns
@@ -52,10 +59,7 @@ TEST(BatchTest, FirstFailedSliceFailsTheTask) {
 
 TEST(BatchTest, DeadlineTurnsPendingIntoTimeout) {
   Batch b(1, 1);
-  size_t first;
-  ASSERT_TRUE(b.Reserve(1, &first));
-  Task& t = b.task(0);
-  t.Start(&b, 1, In(50), 50, "WRITE to dead peer");
+  Task& t = StartOnlyTask(b, 1, 50, "WRITE to dead peer");
   auto t0 = Clock::now();
   b.Wait(In(5000));
   EXPECT_LT(Clock::now() - t0, std::chrono::seconds(1));
@@ -69,10 +73,7 @@ TEST(BatchTest, DeadlineTurnsPendingIntoTimeout) {
 
 TEST(BatchTest, WaitWakesOnCompletion) {
   Batch b(1, 1);
-  size_t first;
-  ASSERT_TRUE(b.Reserve(1, &first));
-  Task& t = b.task(0);
-  t.Start(&b, 1, In(60000), 60000, "x");
+  Task& t = StartOnlyTask(b, 1, 60000, "x");
   std::thread th([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
     t.OnSliceDone(1, Status::OK());

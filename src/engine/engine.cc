@@ -381,7 +381,14 @@ Status Engine::Create(const EngineConfig& config, std::unique_ptr<Engine>* out) 
 
 const std::string& Engine::name() const { return impl_->name; }
 const Settings& Engine::settings() const { return impl_->settings; }
-std::vector<RailInfo> Engine::rails() const { return impl_->rail_infos; }
+std::vector<RailInfo> Engine::rails() const {
+  std::vector<RailInfo> out;
+  for (const auto& r : impl_->rails) {
+    out.push_back(r->info());
+    out.back().completed_bytes = r->completed_bytes();
+  }
+  return out;
+}
 
 Status Engine::RegisterMemory(void* addr, size_t length, const std::string& location) {
   return impl_->registry->Register(addr, length, location);

@@ -348,6 +348,7 @@ void Rail::Finish(OpContext* op, const Status& error) {
   op->peer = nullptr;
   ReleaseContext(op);
   outstanding_bytes_.fetch_sub(len);
+  if (error.ok()) completed_bytes_.fetch_add(len, std::memory_order_relaxed);
   inflight_.fetch_sub(1);
   owner->OnSliceDone(error.ok() ? len : 0, error);
 }

@@ -74,6 +74,7 @@ class Rail {
   // Work in flight or queued: the progress thread keeps polling while true.
   bool Busy() const { return inflight_.load(std::memory_order_relaxed) > 0 || queued_.load(std::memory_order_relaxed) > 0; }
   uint64_t outstanding_bytes() const { return outstanding_bytes_.load(std::memory_order_relaxed); }
+  uint64_t completed_bytes() const { return completed_bytes_.load(std::memory_order_relaxed); }
 
   // CQ wait object (an fd for epoll), or -1 when the provider has none.
   int wait_fd() const { return wait_fd_; }
@@ -147,6 +148,7 @@ class Rail {
   std::atomic<int64_t> inflight_{0};
   std::atomic<int64_t> queued_{0};
   std::atomic<uint64_t> outstanding_bytes_{0};
+  std::atomic<uint64_t> completed_bytes_{0};
   std::function<void()> waker_;
 
   const fi_info* info_copy_ = nullptr;  // for per-peer endpoints (shm)

@@ -91,9 +91,35 @@ TEST_P(TransportTest, InstallTransport) {
   Start();
   auto rails = engine_->rails();
   ASSERT_FALSE(rails.empty());
-  const std::string want = std::string(GetParam().protocol) == "tcp" ? "tcp;ofi_rxm" : GetParam().protocol;
+  const std::string proto = GetParam().protocol;
+  // auto: EFA when present, else tcp; plus shm for same-host peers.
+  std::string want = proto == "shm" ? "shm" : "tcp;ofi_rxm";
+  if (proto == "auto" && rails.front().provider == "efa") want = "efa";  // on an EFA host
   EXPECT_EQ(rails.front().provider, want);
   EXPECT_GT(rails.front().tx_depth, 0u);
+  if (proto == "auto") {
+    ASSERT_EQ(rails.size(), 2u);
+    EXPECT_EQ(rails.back().provider, "shm");
+  } else {
+    EXPECT_EQ(rails.size(), 1u);  // an explicitly named protocol is used as named
+  }
+}
+
+// Bytes to a peer travel on the rail the protocol says: under auto, a peer on
+// this host is reached through shm and the tcp rail stays idle.
+TEST_P(TransportTest, TrafficTakesTheExpectedRail) {
+  Start();
+  ASSERT_TRUE(WritePattern(0, 0, 4 * MiB, 5).ok());
+  auto rails = engine_->rails();
+  const std::string proto = GetParam().protocol;
+  if (GetParam().where == Where::kSelf) {
+    for (const auto& r : rails) EXPECT_EQ(r.completed_bytes, 0u) << "a local copy went through " << r.provider;
+  } else if (proto == "auto") {
+    EXPECT_EQ(rails.front().completed_bytes, 0u);
+    EXPECT_EQ(rails.back().completed_bytes, 4 * MiB);
+  } else {
+    EXPECT_EQ(rails.front().completed_bytes, 4 * MiB);
+  }
 }
 
 TEST_P(TransportTest, LoopbackWrite) {
@@ -408,6 +434,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Mode{"tcp", "tcp", Where::kProcess}, Mode{"shm", "shm", Where::kProcess},
                       Mode{"tcp_in_process", "tcp", Where::kInProcess},
                       Mode{"shm_in_process", "shm", Where::kInProcess},
+                      Mode{"auto", "auto", Where::kProcess},
                       Mode{"own_segment", "tcp", Where::kSelf}),
     [](const ::testing::TestParamInfo<Mode>& i) { return std::string(i.param.name); });
 
