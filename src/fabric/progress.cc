@@ -1,10 +1,12 @@
 #include "fabric/progress.h"
 
 #include <sched.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "common/log.h"
@@ -82,6 +84,7 @@ void Progress::Run(Worker* w) {
   using Clock = std::chrono::steady_clock;
   auto last_work = Clock::now();
   const auto spin = std::chrono::microseconds(spin_us_);
+  int64_t backoff_us = 0;
   while (!stop_.load(std::memory_order_relaxed)) {
     size_t done = 0;
     bool busy = false;
@@ -95,19 +98,22 @@ void Progress::Run(Worker* w) {
     // shm its progress call does the copies: a poll that took real time did
     // work, so keep polling instead of sleeping (measured: the sleeping
     // target held shm writes to ~70% of the bare fabric).
-    if (done > 0 || now - polled > std::chrono::microseconds(3)) last_work = now;
+    if (done > 0 || now - polled > std::chrono::microseconds(3)) {
+      last_work = now;
+      backoff_us = 0;
+    }
     if (done > 0 || now - last_work < spin) continue;
     if (busy && !w->all_waitable) {
       // shm has no wait object: keep polling, but let the other process run.
       sched_yield();
       continue;
     }
-    // Block until a CQ fd or a wake-up fires. Busy rails wait at most 1 ms so
-    // progress that raises no fd event (sends draining) still advances.
-    // Idle with wait fds, incoming traffic wakes us: block long. Without them
-    // (shm) sleep at most idle_us so a passive target still polls.
-    int timeout_ms = w->all_waitable ? 100 : static_cast<int>((idle_us_ + 999) / 1000);
-    if (busy) timeout_ms = 1;
+    // Block until a CQ fd or a wake-up fires. Idle with wait fds, incoming
+    // traffic wakes us: block long (busy rails wait at most 1 ms so progress
+    // that raises no fd event, like sends draining, still advances).
+    // Without wait fds (shm) sleep in growing steps, 10 us doubling up to
+    // idle_us: a passive target polls often right after traffic (between an
+    // initiator's batches) and rarely when it has been idle a while.
     bool can_block = true;
     if (w->all_waitable)
       for (Rail* r : w->rails) can_block = can_block && r->TryWait();
@@ -117,10 +123,16 @@ void Progress::Run(Worker* w) {
     bool queued = false;
     for (Rail* r : w->rails) queued = queued || r->Busy();
     if (!queued || busy) {
-      // Without CQ fds (shm) only the wake fd is in the set: this is a bounded
-      // sleep, so a passive target still polls every idle_us.
-      epoll_event evs[8];
-      epoll_wait(w->epfd, evs, 8, timeout_ms);
+      if (w->all_waitable) {
+        epoll_event evs[8];
+        epoll_wait(w->epfd, evs, 8, busy ? 1 : 100);
+        backoff_us = 0;
+      } else {
+        backoff_us = std::min<int64_t>(idle_us_, backoff_us == 0 ? 10 : backoff_us * 2);
+        pollfd p{w->wakefd, POLLIN, 0};
+        timespec ts{static_cast<time_t>(backoff_us / 1000000), static_cast<long>(backoff_us % 1000000) * 1000};
+        ppoll(&p, 1, &ts, nullptr);
+      }
     }
     w->sleeping.store(false, std::memory_order_release);
     uint64_t drain;

@@ -60,19 +60,23 @@ def bare(a, proto, op):
     try:
         return run_initiator([tool, "--mode=initiator", "--protocol=" + proto, "--target=" + addr,
                               "--operation=" + op, "--block_size=%d" % a.block, "--queue_depth=%d" % a.queue_depth,
-                              "--duration=%g" % a.duration, "--json"])
+                              "--duration=%g" % a.duration, "--json"]
+                             + (["--transmit_complete"] if a.transmit_complete else []))
     finally:
         stop(t)
 
 
 def engine(a, proto, op):
     tool = os.path.join(a.build, "tools", "kvfabric-bench")
-    t, seg = start_target([tool, "--mode=target", "--protocol=" + proto, "--buffer_size=%d" % a.buffer],
+    sets = []
+    for kv in a.engine_set + (["KVF_WRITE_COMPLETION=transmit"] if a.transmit_complete else []):
+        sets += ["--set", kv]
+    t, seg = start_target([tool, "--mode=target", "--protocol=" + proto, "--buffer_size=%d" % a.buffer] + sets,
                           r"--segment_id=(\S+)")
     try:
         cmd = [tool, "--mode=initiator", "--protocol=" + proto, "--segment_id=" + seg, "--operation=" + op,
                "--block_size=%d" % a.block, "--batch_size=%d" % a.batch, "--threads=%d" % a.threads,
-               "--duration=%g" % a.duration, "--json"]
+               "--duration=%g" % a.duration, "--json"] + sets
         if a.verify:
             cmd.append("--verify")
         r = run_initiator(cmd)
@@ -97,6 +101,11 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--verify", action="store_true", help="engine runs check every byte")
     ap.add_argument("--json_out", help="write all samples and medians here")
+    ap.add_argument("--engine_set", action="append", default=[], metavar="KVF_NAME=value",
+                    help="a setting for both engine processes (repeatable)")
+    ap.add_argument("--transmit_complete", action="store_true",
+                    help="writes complete when the source is reusable, not when delivered, on both "
+                         "tools (no visibility guarantee: for measuring what delivery costs)")
     a = ap.parse_args()
     if a.queue_depth <= 0:
         a.queue_depth = a.threads * a.batch
