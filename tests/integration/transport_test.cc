@@ -397,7 +397,10 @@ TEST_P(PeerFailureTest, PeerKilledMidBatch) {
   ASSERT_TRUE(engine_->AllocateBatch(256, &b).ok());
   std::vector<TransferRequest> reqs;
   for (size_t i = 0; i < 256; ++i) reqs.push_back(Req(i % 2 ? OpCode::kRead : OpCode::kWrite, (i % 64) * MiB, (i % 64) * MiB, MiB));
+  // Frozen first, so the batch is surely in flight (not finished) at the kill.
+  ASSERT_TRUE(target_->Freeze());
   ASSERT_TRUE(engine_->Submit(b, reqs).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
   ASSERT_TRUE(target_->Kill());
   auto t0 = std::chrono::steady_clock::now();
   TransferStatus agg;

@@ -71,6 +71,7 @@ class ProcessTarget : public Target {
   void Fill(size_t off, size_t len, uint32_t seed) override {
     Command("fill " + std::to_string(off) + " " + std::to_string(len) + " " + std::to_string(seed));
   }
+  bool Freeze() override { return pid_ > 0 && kill(pid_, SIGSTOP) == 0; }
   bool Kill() override {
     if (pid_ <= 0) return false;
     kill(pid_, SIGKILL);

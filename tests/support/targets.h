@@ -22,7 +22,8 @@ class Target {
   // `seed` (positions counted from the buffer start), or len.
   virtual size_t Check(size_t off, size_t len, uint32_t seed) = 0;
   virtual void Fill(size_t off, size_t len, uint32_t seed) = 0;
-  virtual bool Kill() { return false; }  // only a process can be killed
+  virtual bool Kill() { return false; }    // only a process can be killed
+  virtual bool Freeze() { return false; }  // SIGSTOP: it serves nothing until killed
 };
 
 // Starts kvfabric-test-peer; `settings` are "name=value" words passed on.
