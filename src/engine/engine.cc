@@ -6,9 +6,7 @@
 #include <atomic>
 #include <cstring>
 #include <deque>
-#include <map>
 #include <random>
-#include <shared_mutex>
 #include <unordered_map>
 
 #include "common/host.h"

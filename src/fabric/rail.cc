@@ -199,12 +199,6 @@ void Rail::ReapDeadPeers() {
   }
 }
 
-Status Rail::RemovePeer(fi_addr_t addr) {
-  int rc = fi_av_remove(av_, &addr, 1, 0);
-  if (rc) return Status::FabricError(FiError("fi_av_remove", rc));
-  return Status::OK();
-}
-
 Status Rail::RegisterMemory(void* addr, size_t len, std::unique_ptr<MemoryRegion>* out) {
   auto mr = std::make_unique<MemoryRegion>();
   const uint64_t access = FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;

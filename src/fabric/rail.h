@@ -59,7 +59,6 @@ class Rail {
   // otherwise): on shm the rail checks it is alive before posting, because
   // libfabric's shm provider spins forever posting into a dead peer's region.
   Status InsertPeer(const std::string& raw_address, int64_t pid, fi_addr_t* out);
-  Status RemovePeer(fi_addr_t addr);
 
   // Registers [addr, addr+len) for local and remote access.
   Status RegisterMemory(void* addr, size_t len, std::unique_ptr<MemoryRegion>* out);
