@@ -41,6 +41,9 @@ Status Rail::Open(const fi_info* info, const Settings& settings, size_t index,
   const uint64_t mr_mode = info->domain_attr->mr_mode;
   r->info_.virt_addr = (mr_mode & FI_MR_VIRT_ADDR) != 0;
   r->per_peer_ep_ = r->info_.provider == "shm";
+  if (settings.post_mode != "direct" && settings.post_mode != "progress")
+    return Status::InvalidArgument("KVF_POST_MODE='" + settings.post_mode + "': use 'direct' or 'progress'");
+  r->post_from_progress_ = settings.post_mode == "progress";
   r->mr_local_ = (mr_mode & FI_MR_LOCAL) != 0;
   r->prov_key_ = (mr_mode & FI_MR_PROV_KEY) != 0;
   if (mr_mode & FI_MR_ENDPOINT)
@@ -223,7 +226,7 @@ void Rail::Enqueue(Slice* slices, size_t n) {
     for (size_t i = 0; i < n; ++i) pending_.push_back(std::move(slices[i]));
     queued_.fetch_add(static_cast<int64_t>(n));
   }
-  KickPosting();
+  if (!post_from_progress_) KickPosting();
   if (waker_) waker_();
 }
 

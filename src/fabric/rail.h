@@ -126,6 +126,7 @@ class Rail {
   bool prov_key_ = false;
   size_t mr_max_ = 0;
   uint64_t write_flags_ = 0;
+  bool post_from_progress_ = false;
   std::atomic<uint64_t> next_key_{1};
 
   fid_fabric* fabric_ = nullptr;

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -27,6 +28,7 @@ struct Mode {
   const char* name;
   const char* protocol;
   Where where;
+  const char* settings = "";  // "NAME=value ..." for initiator and target alike
 };
 
 constexpr size_t KiB = 1024, MiB = 1024 * KiB;
@@ -40,6 +42,9 @@ class TransportTest : public ::testing::TestWithParam<Mode> {
     cfg_.apply_environment = false;
     cfg_.settings.log_level = "error";
     cfg_.settings.transfer_timeout_ms = 20000;
+    std::istringstream words(GetParam().settings);
+    for (std::string kv; words >> kv;)
+      ASSERT_TRUE(cfg_.settings.Set(kv.substr(0, kv.find('=')), kv.substr(kv.find('=') + 1)).ok()) << kv;
   }
   void TearDown() override {
     target_.reset();
@@ -56,7 +61,8 @@ class TransportTest : public ::testing::TestWithParam<Mode> {
     std::string err;
     switch (GetParam().where) {
       case Where::kProcess:
-        target_ = testing::StartProcessTarget(GetParam().protocol, target_size, peer_settings, &err);
+        target_ = testing::StartProcessTarget(GetParam().protocol, target_size,
+                                              peer_settings + " " + GetParam().settings, &err);
         break;
       case Where::kInProcess:
         target_ = testing::StartLocalTarget(GetParam().protocol, target_size, nullptr, &err);
@@ -438,6 +444,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Mode{"tcp_in_process", "tcp", Where::kInProcess},
                       Mode{"shm_in_process", "shm", Where::kInProcess},
                       Mode{"auto", "auto", Where::kProcess},
+                      Mode{"tcp_posted_by_progress", "tcp", Where::kProcess, "KVF_POST_MODE=progress"},
                       Mode{"own_segment", "tcp", Where::kSelf}),
     [](const ::testing::TestParamInfo<Mode>& i) { return std::string(i.param.name); });
 
