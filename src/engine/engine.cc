@@ -177,7 +177,7 @@ struct Engine::Impl {
   Status InstallDesc(Peer* peer, std::shared_ptr<const metadata::SegmentDesc> d) {
     peer->SetDesc(std::move(d), rail_infos);
     ChooseRails(peer);
-    if (peer->usable_rails().empty())
+    if (peer->usable_rails()->empty())
       return Status::Unavailable("segment " + peer->name() + " shares no provider with this engine (" +
                                  rail_infos.front().provider + "); start both sides with the same --protocol");
     return Status::OK();
@@ -261,7 +261,7 @@ struct Engine::Impl {
   // chunk boundaries on both sides) and queues them.
   Status Post(Batch* batch, engine::Task* task, const Plan& p, std::vector<fabric::Slice>* scratch) {
     const TransferRequest& r = *p.req;
-    fabric::Rail* rail = PickRail(p.peer->usable_rails());
+    fabric::Rail* rail = PickRail(*p.peer->usable_rails());
     fi_addr_t dest;
     KVF_RETURN_IF_ERROR(p.peer->Resolve(rail, &dest));
     const int peer_rail = p.peer->PeerRail(rail->index());
@@ -475,7 +475,8 @@ Status Engine::Warmup(const std::string& name) {
   if (h == kSelfHandle) return Status::OK();
   auto peer = impl_->FindPeer(h);
   if (!peer) return Status::NotFound("warmup " + name + ": segment closed concurrently");
-  for (size_t r : peer->usable_rails()) {
+  const auto usable = peer->usable_rails();  // keeps the list alive through the loop
+  for (size_t r : *usable) {
     fi_addr_t a;
     KVF_RETURN_IF_ERROR(peer->Resolve(impl_->rails[r].get(), &a).Annotate("warmup " + name));
   }

@@ -36,14 +36,14 @@ void Peer::SetDesc(std::shared_ptr<const metadata::SegmentDesc> desc, const std:
   desc_ = std::move(desc);
 }
 
-std::vector<size_t> Peer::usable_rails() const {
+std::shared_ptr<const std::vector<size_t>> Peer::usable_rails() const {
   std::lock_guard<std::mutex> g(mu_);
   return usable_;
 }
 
 void Peer::set_usable_rails(std::vector<size_t> rails) {
   std::lock_guard<std::mutex> g(mu_);
-  usable_ = std::move(rails);
+  usable_ = std::make_shared<const std::vector<size_t>>(std::move(rails));
 }
 
 int Peer::PeerRail(size_t rail) const {

@@ -33,8 +33,9 @@ class Peer {
   // an unchanged peer (same epoch) are kept.
   void SetDesc(std::shared_ptr<const metadata::SegmentDesc> desc, const std::vector<RailInfo>& local);
 
-  // Local rails usable for this peer, in preference order (filled by the engine).
-  std::vector<size_t> usable_rails() const;
+  // Local rails usable for this peer, in preference order (filled by the
+  // engine). Shared and immutable: the submit path takes no copy.
+  std::shared_ptr<const std::vector<size_t>> usable_rails() const;
   void set_usable_rails(std::vector<size_t> rails);
 
   // The peer rail paired with local rail `rail`, or -1.
@@ -49,7 +50,7 @@ class Peer {
   std::shared_ptr<const metadata::SegmentDesc> desc_;
   std::vector<int> pairs_;
   std::vector<fi_addr_t> av_;
-  std::vector<size_t> usable_;
+  std::shared_ptr<const std::vector<size_t>> usable_ = std::make_shared<const std::vector<size_t>>();
 };
 
 }  // namespace kvfabric::engine
