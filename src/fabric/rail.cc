@@ -21,6 +21,11 @@ std::string FiError(const char* call, int rc) {
   return std::string(call) + " failed: " + fi_strerror(-rc) + " (" + std::to_string(rc) + ")";
 }
 
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 void CloseFid(fid* f) {
   if (f != nullptr) fi_close(f);
 }
@@ -44,7 +49,7 @@ Status Rail::Open(const fi_info* info, const Settings& settings, size_t index,
   if (settings.post_mode != "direct" && settings.post_mode != "progress")
     return Status::InvalidArgument("KVF_POST_MODE='" + settings.post_mode + "': use 'direct' or 'progress'");
   r->post_from_progress_ = settings.post_mode == "progress";
-  r->mr_local_ = (mr_mode & FI_MR_LOCAL) != 0;
+  // FI_MR_LOCAL needs no flag: every post passes the local MR descriptor.
   r->prov_key_ = (mr_mode & FI_MR_PROV_KEY) != 0;
   if (mr_mode & FI_MR_ENDPOINT)
     return Status::Unavailable(where + ": provider requires FI_MR_ENDPOINT, which kvfabric does not offer");
@@ -166,8 +171,7 @@ Status Rail::InsertPeer(const std::string& raw_address, int64_t pid, fi_addr_t* 
 bool Rail::PeerAlive(RemotePeer* p) {
   if (p == nullptr || p->pid == 0) return true;
   if (p->dead) return false;
-  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                          std::chrono::steady_clock::now().time_since_epoch()).count();
+  const int64_t now = NowNs();
   if (now - p->checked_ns < 1000000) return true;  // at most one check per ms
   p->checked_ns = now;
   if (kill(static_cast<pid_t>(p->pid), 0) != 0 && errno == ESRCH) {
@@ -284,17 +288,12 @@ void Rail::DrainLocked() {
       queued_.fetch_sub(1);
     }
     if (op->slice.owner->Abandoned()) {
-      SliceOwner* owner = op->slice.owner;
-      ReleaseContext(op);
-      owner->OnSliceDone(0, Status::Timeout("dropped before posting"));
+      FailUnposted(op, Status::Timeout("dropped before posting"));
       continue;
     }
     RemotePeer* peer = PeerAt(op->slice.dest);
     if (!PeerAlive(peer)) {
-      SliceOwner* owner = op->slice.owner;
-      ReleaseContext(op);
-      owner->OnSliceDone(0, Status::NetworkError("peer process " + std::to_string(peer->pid) +
-                                                 " on this host has exited"));
+      FailUnposted(op, Status::NetworkError("peer process " + std::to_string(peer->pid) + " on this host has exited"));
       continue;
     }
     op->peer = peer;
@@ -321,14 +320,18 @@ void Rail::DrainLocked() {
       if (++eagain_streak >= 4) return;
       continue;
     }
-    SliceOwner* owner = op->slice.owner;
     Status err = Status::FabricError(std::string(op->slice.write ? "fi_writemsg" : "fi_read") +
                                      " on rail " + std::to_string(index_) + " (" + info_.domain +
                                      ") failed: " + fi_strerror(-rc));
     KVF_LOG_WARN("{}", err.message());
-    ReleaseContext(op);
-    owner->OnSliceDone(0, err);
+    FailUnposted(op, err);
   }
+}
+
+void Rail::FailUnposted(OpContext* op, const Status& error) {
+  SliceOwner* owner = op->slice.owner;
+  ReleaseContext(op);
+  owner->OnSliceDone(0, error);
 }
 
 void Rail::ReleaseContext(OpContext* op) {
@@ -389,8 +392,7 @@ size_t Rail::Poll() {
   size_t done = ReadCompletions();
   if (per_peer_ep_ && done == 0 && inflight_.load(std::memory_order_relaxed) > 0) {
     // Nothing completes: every 100 ms, check the processes of busy peers.
-    const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                            std::chrono::steady_clock::now().time_since_epoch()).count();
+    const int64_t now = NowNs();
     if (now - last_liveness_ns_ > 100000000) {
       last_liveness_ns_ = now;
       std::lock_guard<std::mutex> g(post_mu_);

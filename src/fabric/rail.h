@@ -108,6 +108,8 @@ class Rail {
   int PostOne(OpContext* op);
   void Finish(OpContext* op, const Status& error);
   void ReleaseContext(OpContext* op);
+  // Ends a slice that never reached the provider (context back in the pool).
+  void FailUnposted(OpContext* op, const Status& error);
   void KickPosting();
   // False when `dest` is a same-host peer whose process has exited.
   bool PeerAlive(RemotePeer* p);
@@ -122,9 +124,7 @@ class Rail {
   size_t index_ = 0;
   RailInfo info_;
   std::string address_;
-  bool mr_local_ = false;
   bool prov_key_ = false;
-  size_t mr_max_ = 0;
   uint64_t write_flags_ = 0;
   bool post_from_progress_ = false;
   std::atomic<uint64_t> next_key_{1};
