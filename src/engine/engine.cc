@@ -9,6 +9,7 @@
 #include <random>
 #include <unordered_map>
 
+#include "common/hex.h"
 #include "common/host.h"
 #include "common/log.h"
 #include "engine/batch.h"
@@ -39,12 +40,6 @@ const char* TaskStateName(TaskState s) {
 namespace {
 
 constexpr SegmentHandle kSelfHandle = 0;
-
-std::string Hex(uint64_t a) {
-  char b[32];
-  std::snprintf(b, sizeof(b), "%#lx", static_cast<unsigned long>(a));
-  return b;
-}
 
 bool IsP2p(const std::string& m) {
   std::string l = m;
@@ -218,11 +213,11 @@ struct Engine::Impl {
     const auto local = reinterpret_cast<uintptr_t>(r.local);
     plan->local = registry->Find(local, r.length);
     if (!plan->local)
-      return Status::OutOfRange(where + ": local range [" + Hex(local) + ", +" + std::to_string(r.length) +
+      return Status::OutOfRange(where + ": local range [" + hex::Address(local) + ", +" + std::to_string(r.length) +
                                 ") is not inside a registered buffer; register it first");
     if (r.target == kSelfHandle) {
       if (!registry->Find(r.remote_addr, r.length))
-        return Status::OutOfRange(where + ": target range [" + Hex(r.remote_addr) + ", +" +
+        return Status::OutOfRange(where + ": target range [" + hex::Address(r.remote_addr) + ", +" +
                                   std::to_string(r.length) + ") is outside this engine's registered buffers");
       return Status::OK();
     }
@@ -241,7 +236,7 @@ struct Engine::Impl {
       plan->remote = plan->desc->FindBuffer(r.remote_addr, r.length);
     }
     if (plan->remote == nullptr)
-      return Status::OutOfRange(where + ": remote range [" + Hex(r.remote_addr) + ", +" +
+      return Status::OutOfRange(where + ": remote range [" + hex::Address(r.remote_addr) + ", +" +
                                 std::to_string(r.length) + ") is outside the buffers segment " +
                                 plan->peer->name() + " registered");
     return Status::OK();

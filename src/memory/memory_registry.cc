@@ -1,19 +1,13 @@
 #include "memory/memory_registry.h"
 
-#include <cstdio>
 #include <mutex>
 
+#include "common/hex.h"
 #include "common/log.h"
 
 namespace kvfabric::memory {
 
-namespace {
-std::string Hex(uintptr_t a) {
-  char b[32];
-  std::snprintf(b, sizeof(b), "%#lx", static_cast<unsigned long>(a));
-  return b;
-}
-}  // namespace
+using hex::Address;
 
 const Chunk& Buffer::ChunkAt(uintptr_t a) const {
   if (chunks.size() == 1) return chunks.front();
@@ -68,8 +62,8 @@ Status MemoryRegistry::Register(void* addr, size_t length, const std::string& lo
   {
     std::shared_lock<std::shared_mutex> g(mu_);
     if (auto o = overlap())
-      return Status::InvalidArgument("register [" + Hex(a) + ", +" + std::to_string(length) +
-                                     ") overlaps registered buffer [" + Hex(o->addr) + ", +" +
+      return Status::InvalidArgument("register [" + Address(a) + ", +" + std::to_string(length) +
+                                     ") overlaps registered buffer [" + Address(o->addr) + ", +" +
                                      std::to_string(o->length) + ")");
   }
 
@@ -92,11 +86,11 @@ Status MemoryRegistry::Register(void* addr, size_t length, const std::string& lo
 
   std::unique_lock<std::shared_mutex> g(mu_);
   if (auto o = overlap())  // registered concurrently by another thread
-    return Status::InvalidArgument("register [" + Hex(a) + ", +" + std::to_string(length) +
-                                   ") overlaps registered buffer [" + Hex(o->addr) + ")");
+    return Status::InvalidArgument("register [" + Address(a) + ", +" + std::to_string(length) +
+                                   ") overlaps registered buffer [" + Address(o->addr) + ")");
   buffers_[a] = std::move(buf);
   ++version_;
-  KVF_LOG_DEBUG("registered [{}, +{}) {} on {} rail(s)", Hex(a), length, location, rails_.size());
+  KVF_LOG_DEBUG("registered [{}, +{}) {} on {} rail(s)", Address(a), length, location, rails_.size());
   return Status::OK();
 }
 
@@ -104,7 +98,7 @@ Status MemoryRegistry::Unregister(void* addr) {
   std::unique_lock<std::shared_mutex> g(mu_);
   auto it = buffers_.find(reinterpret_cast<uintptr_t>(addr));
   if (it == buffers_.end())
-    return Status::NotFound("unregister " + Hex(reinterpret_cast<uintptr_t>(addr)) +
+    return Status::NotFound("unregister " + Address(reinterpret_cast<uintptr_t>(addr)) +
                             ": not the start of a registered buffer");
   // Slices in flight hold a reference; the MRs close when the last one ends.
   buffers_.erase(it);

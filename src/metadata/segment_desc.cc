@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "common/hex.h"
+
 namespace kvfabric::metadata {
 
 using nlohmann::json;
@@ -11,36 +13,6 @@ namespace {
 
 constexpr size_t kMaxRails = 256;
 constexpr size_t kMaxString = 4096;
-
-std::string ToHex(const std::string& bin) {
-  static const char* d = "0123456789abcdef";
-  std::string s;
-  s.reserve(bin.size() * 2);
-  for (unsigned char c : bin) {
-    s.push_back(d[c >> 4]);
-    s.push_back(d[c & 15]);
-  }
-  return s;
-}
-
-bool FromHex(const std::string& hex, std::string* out) {
-  if (hex.size() % 2 != 0) return false;
-  auto val = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  std::string b;
-  b.reserve(hex.size() / 2);
-  for (size_t i = 0; i < hex.size(); i += 2) {
-    int hi = val(hex[i]), lo = val(hex[i + 1]);
-    if (hi < 0 || lo < 0) return false;
-    b.push_back(static_cast<char>(hi * 16 + lo));
-  }
-  *out = std::move(b);
-  return true;
-}
 
 // Field readers: each returns false (and names the field) on a wrong type.
 struct Reader {
@@ -107,7 +79,7 @@ std::string ToJson(const SegmentDesc& d) {
     j["rails"].push_back({{"provider", r.provider},
                           {"fabric", r.fabric},
                           {"domain", r.domain},
-                          {"address", ToHex(r.address)},
+                          {"address", hex::Encode(r.address)},
                           {"virt_addr", r.virt_addr}});
   j["buffers"] = json::array();
   for (const auto& b : d.buffers) {
@@ -148,7 +120,7 @@ Status FromJson(std::string_view text, SegmentDesc* out) {
         !rd.Str(r, "domain", &rd2.domain) || !rd.Str(r, "address", &hex) ||
         !rd.Bool(r, "virt_addr", &rd2.virt_addr))
       return bad(rd.error);
-    if (hex.empty() || !FromHex(hex, &rd2.address)) return bad("rail address is not hex");
+    if (hex.empty() || !hex::Decode(hex, &rd2.address)) return bad("rail address is not hex");
     d.rails.push_back(std::move(rd2));
   }
   const json* bufs = rd.Arr(j, "buffers");

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "common/hex.h"
 #include "fabric/fabric_info.h"
 #include "metadata/frame.h"
 #include "metadata/handshake.h"
@@ -87,18 +88,6 @@ struct Endpoint {
   }
 };
 
-std::string Hex(const std::string& b) {
-  std::string s;
-  char x[3];
-  for (unsigned char c : b) { std::snprintf(x, sizeof(x), "%02x", c); s += x; }
-  return s;
-}
-std::string Unhex(const std::string& h) {
-  std::string b;
-  for (size_t i = 0; i + 1 < h.size(); i += 2) b.push_back(static_cast<char>(std::stoi(h.substr(i, 2), nullptr, 16)));
-  return b;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -149,7 +138,7 @@ int main(int argc, char** argv) {
   std::signal(SIGTERM, OnSignal);
 
   if (mode == "target") {
-    nlohmann::json info = {{"address", Hex(ep.name)}, {"addr", reinterpret_cast<uintptr_t>(buf)},
+    nlohmann::json info = {{"address", hex::Encode(ep.name)}, {"addr", reinterpret_cast<uintptr_t>(buf)},
                            {"length", buffer}, {"key", fi_mr_key(ep.mr)}, {"virt_addr", ep.virt_addr}};
     const std::string reply = info.dump();
     metadata::HandshakeServer::Options so;
@@ -183,7 +172,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   auto info = nlohmann::json::parse(text);
-  const std::string peer = Unhex(info["address"].get<std::string>());
+  std::string peer;
+  if (!hex::Decode(info["address"].get<std::string>(), &peer)) {
+    std::fprintf(stderr, "kvfabric-fabric-bench: the target sent a malformed address\n");
+    return 1;
+  }
   const uint64_t raddr = info["addr"].get<uint64_t>(), rlen = info["length"].get<uint64_t>();
   const uint64_t rkey = info["key"].get<uint64_t>();
   const bool rvirt = info["virt_addr"].get<bool>();
@@ -220,8 +213,6 @@ int main(int argc, char** argv) {
       }
       if (rc == 0) return;
       if (rc != -FI_EAGAIN) Die("post", static_cast<int>(rc));
-      fi_cq_entry dummy;
-      (void)dummy;
       fi_cq_read(ep.cq, nullptr, 0);  // drive progress (connection setup)
     }
   };
