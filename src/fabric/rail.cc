@@ -7,10 +7,13 @@
 #include <sys/uio.h>
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <mutex>
 
 #include "common/log.h"
 
@@ -24,6 +27,26 @@ std::string FiError(const char* call, int rc) {
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// libfabric's shm names its region /dev/shm/<pid>:<domain>:<endpoint> and a
+// killed process leaves it behind; a later process that gets the same pid then
+// fails fi_enable with EBUSY. Before this process opens its first shm endpoint
+// no region with its pid can be its own, so those are removed. Other pids'
+// regions are left alone: a process in another pid namespace may share /dev/shm.
+void RemoveStaleShmRegionsOfThisPid() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const std::string prefix = std::to_string(getpid()) + ":";
+    std::error_code ec;
+    size_t removed = 0;
+    for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) {
+      if (e.path().filename().string().rfind(prefix, 0) == 0 && std::filesystem::remove(e.path(), ec)) ++removed;
+    }
+    if (removed > 0)
+      KVF_LOG_INFO("removed {} stale shm region(s) left in /dev/shm by an exited process with pid {}", removed,
+                   getpid());
+  });
 }
 
 void CloseFid(fid* f) {
@@ -70,6 +93,7 @@ Status Rail::Open(const fi_info* info, const Settings& settings, size_t index,
                                    "': use 'delivery' or 'transmit'");
   }
 
+  if (r->info_.provider == "shm") RemoveStaleShmRegionsOfThisPid();
   int rc = fi_fabric(info->fabric_attr, &r->fabric_, nullptr);
   if (rc) return Status::FabricError(where + ": " + FiError("fi_fabric", rc));
   rc = fi_domain(r->fabric_, const_cast<fi_info*>(info), &r->domain_, nullptr);

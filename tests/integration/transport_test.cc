@@ -55,7 +55,8 @@ class TransportTest : public ::testing::TestWithParam<Mode> {
 
   // Creates the initiator (with cfg_) and a target with a buffer of `size`.
   void Start(size_t target_size = 16 * MiB, const std::string& peer_settings = "") {
-    ASSERT_TRUE(Engine::Create(cfg_, &engine_).ok());
+    Status created = Engine::Create(cfg_, &engine_);
+    ASSERT_TRUE(created.ok()) << created.ToString();
     ASSERT_EQ(posix_memalign(&local_, 4096, kLocalSize), 0);
     ASSERT_TRUE(engine_->RegisterMemory(local_, kLocalSize).ok());
     std::string err;
@@ -94,7 +95,7 @@ class TransportTest : public ::testing::TestWithParam<Mode> {
 };
 
 TEST_P(TransportTest, InstallTransport) {
-  Start();
+  ASSERT_NO_FATAL_FAILURE(Start());
   auto rails = engine_->rails();
   ASSERT_FALSE(rails.empty());
   const std::string proto = GetParam().protocol;
@@ -114,7 +115,7 @@ TEST_P(TransportTest, InstallTransport) {
 // Bytes to a peer travel on the rail the protocol says: under auto, a peer on
 // this host is reached through shm and the tcp rail stays idle.
 TEST_P(TransportTest, TrafficTakesTheExpectedRail) {
-  Start();
+  ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_TRUE(WritePattern(0, 0, 4 * MiB, 5).ok());
   auto rails = engine_->rails();
   const std::string proto = GetParam().protocol;
@@ -129,7 +130,7 @@ TEST_P(TransportTest, TrafficTakesTheExpectedRail) {
 }
 
 TEST_P(TransportTest, LoopbackWrite) {
-  Start();
+  ASSERT_NO_FATAL_FAILURE(Start());
   Status s = WritePattern(0, 4096, 64 * KiB, 11);
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(target_->Check(4096, 64 * KiB, 11), 64 * KiB);
@@ -139,7 +140,7 @@ TEST_P(TransportTest, LoopbackWrite) {
 }
 
 TEST_P(TransportTest, WriteAndRead) {
-  Start();
+  ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_TRUE(WritePattern(0, 1 * MiB, 1 * MiB, 21).ok());
   std::memset(local(8 * MiB), 0, 1 * MiB);
   Status s = engine_->Transfer({Req(OpCode::kRead, 8 * MiB, 1 * MiB, 1 * MiB)});
@@ -152,7 +153,7 @@ TEST_P(TransportTest, WriteAndRead) {
 }
 
 TEST_P(TransportTest, MultiWrite) {
-  Start();
+  ASSERT_NO_FATAL_FAILURE(Start());
   BatchId b;
   ASSERT_TRUE(engine_->AllocateBatch(16, &b).ok());
   std::vector<TransferRequest> reqs;
@@ -176,7 +177,7 @@ TEST_P(TransportTest, MultiWrite) {
 }
 
 TEST_P(TransportTest, StressMultipleBatches) {
-  Start();
+  ASSERT_NO_FATAL_FAILURE(Start());
   for (uint32_t round = 0; round < 20; ++round) {
     BatchId b;
     ASSERT_TRUE(engine_->AllocateBatch(8, &b).ok());
@@ -197,7 +198,7 @@ TEST_P(TransportTest, StressMultipleBatches) {
 }
 
 TEST_P(TransportTest, WarmupSegmentLoopback) {
-  Start();
+  ASSERT_NO_FATAL_FAILURE(Start());
   Status s = engine_->Warmup(target_->name);
   ASSERT_TRUE(s.ok()) << s.ToString();
   ASSERT_TRUE(engine_->Warmup(target_->name).ok());  // idempotent
@@ -209,7 +210,7 @@ TEST_P(TransportTest, WarmupSegmentLoopback) {
 }
 
 TEST_P(TransportTest, WarmupSegmentNotFound) {
-  Start();
+  ASSERT_NO_FATAL_FAILURE(Start());
   auto t0 = std::chrono::steady_clock::now();
   Status s = engine_->Warmup("127.0.0.1:1");  // nothing listens on port 1
   EXPECT_FALSE(s.ok());
@@ -222,7 +223,7 @@ TEST_P(TransportTest, WarmupSegmentNotFound) {
 }
 
 TEST_P(TransportTest, RegisterMemoryBatch) {
-  Start();
+  ASSERT_NO_FATAL_FAILURE(Start());
   std::vector<BufferEntry> bufs;
   std::vector<void*> addrs;
   for (int i = 0; i < 4; ++i) {
@@ -250,7 +251,7 @@ TEST_P(TransportTest, RegisterMemoryBatch) {
 }
 
 TEST_P(TransportTest, LargeTransfer) {
-  Start(128 * MiB);
+  ASSERT_NO_FATAL_FAILURE(Start(128 * MiB));
   BatchId b;
   ASSERT_TRUE(engine_->AllocateBatch(64, &b).ok());
   std::vector<TransferRequest> reqs;
@@ -278,7 +279,7 @@ TEST_P(TransportTest, LargeTransfer) {
 }
 
 TEST_P(TransportTest, RepeatedOpenSegment) {
-  Start();
+  ASSERT_NO_FATAL_FAILURE(Start());
   for (uint32_t i = 0; i < 10; ++i) {
     SegmentHandle h;
     ASSERT_TRUE(engine_->OpenSegment(target_->name, &h).ok());
@@ -293,7 +294,7 @@ TEST_P(TransportTest, RepeatedOpenSegment) {
 // and completes; nothing is refused for lack of provider depth.
 TEST_P(TransportTest, ConcurrencyFarPastProviderDepth) {
   cfg_.settings.tx_depth = 16;
-  Start(16 * MiB);
+  ASSERT_NO_FATAL_FAILURE(Start(16 * MiB));
   EXPECT_LE(engine_->rails().front().tx_depth, 16u);
   constexpr size_t kThreads = 16, kBatch = 128, kLen = 4 * KiB;
   std::atomic<int> failures{0};
@@ -321,7 +322,7 @@ TEST_P(TransportTest, ConcurrencyFarPastProviderDepth) {
 }
 
 TEST_P(TransportTest, RemoteOutOfRangeRefused) {
-  Start(1 * MiB);
+  ASSERT_NO_FATAL_FAILURE(Start(1 * MiB));
   BatchId b;
   ASSERT_TRUE(engine_->AllocateBatch(2, &b).ok());
   // The first request is valid, the second ends 1 byte past the buffer:
@@ -341,7 +342,7 @@ TEST_P(TransportTest, RemoteOutOfRangeRefused) {
 }
 
 TEST_P(TransportTest, UnregisteredLocalRefused) {
-  Start();
+  ASSERT_NO_FATAL_FAILURE(Start());
   std::vector<uint8_t> stack_buf(4096, 1);
   Status s = engine_->Transfer({{OpCode::kWrite, stack_buf.data(), seg_, target_->addr, 4096}});
   EXPECT_EQ(s.code(), Status::Code::kOutOfRange) << s.ToString();
@@ -352,7 +353,7 @@ TEST_P(TransportTest, UnregisteredLocalRefused) {
 }
 
 TEST_P(TransportTest, BatchTooSmall) {
-  Start();
+  ASSERT_NO_FATAL_FAILURE(Start());
   BatchId b;
   ASSERT_TRUE(engine_->AllocateBatch(2, &b).ok());
   std::vector<TransferRequest> three(3, Req(OpCode::kWrite, 0, 0, 4096));
@@ -371,7 +372,7 @@ TEST_P(TransportTest, BatchTooSmall) {
 // A WRITE reported COMPLETED is already in the target's memory: the target
 // checks its own bytes right after, with no other synchronisation.
 TEST_P(TransportTest, WriteThenReadVisibility) {
-  Start(64 * MiB);
+  ASSERT_NO_FATAL_FAILURE(Start(64 * MiB));
   for (uint32_t round = 0; round < 6; ++round) {
     const size_t len = 8 * MiB, off = (round % 4) * len;
     ASSERT_TRUE(WritePattern(0, off, len, 90 + round).ok());
@@ -398,7 +399,7 @@ class PeerFailureTest : public TransportTest {};
 
 TEST_P(PeerFailureTest, PeerKilledMidBatch) {
   cfg_.settings.transfer_timeout_ms = 3000;
-  Start(64 * MiB);
+  ASSERT_NO_FATAL_FAILURE(Start(64 * MiB));
   BatchId b;
   ASSERT_TRUE(engine_->AllocateBatch(256, &b).ok());
   std::vector<TransferRequest> reqs;

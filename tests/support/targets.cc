@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <sstream>
 #include <vector>
 
@@ -76,6 +77,11 @@ class ProcessTarget : public Target {
     if (pid_ <= 0) return false;
     kill(pid_, SIGKILL);
     waitpid(pid_, nullptr, 0);
+    // A killed process cannot remove its shm regions (1-16 MiB each): do it.
+    const std::string prefix = std::to_string(pid_) + ":";
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec))
+      if (e.path().filename().string().rfind(prefix, 0) == 0) std::filesystem::remove(e.path(), ec);
     pid_ = -1;
     return true;
   }
