@@ -53,6 +53,15 @@ void CloseFid(fid* f) {
   if (f != nullptr) fi_close(f);
 }
 
+// Providers whose fi_write/fi_read hand a descriptor to a NIC: posting is
+// cheap, so the submitting thread posts. The others (tcp, sockets, shm) copy
+// the data inside the post call under the provider's endpoint lock, which the
+// progress thread then waits for; measured over tcp, posting only from the
+// progress thread took writes from 87% to 103% of the bare fabric.
+bool PostsToHardware(const std::string& provider) {
+  return provider.rfind("efa", 0) == 0 || provider.rfind("verbs", 0) == 0;
+}
+
 }  // namespace
 
 MemoryRegion::~MemoryRegion() { CloseFid(mr_ ? &mr_->fid : nullptr); }
@@ -69,9 +78,11 @@ Status Rail::Open(const fi_info* info, const Settings& settings, size_t index,
   const uint64_t mr_mode = info->domain_attr->mr_mode;
   r->info_.virt_addr = (mr_mode & FI_MR_VIRT_ADDR) != 0;
   r->per_peer_ep_ = r->info_.provider == "shm";
-  if (settings.post_mode != "direct" && settings.post_mode != "progress")
-    return Status::InvalidArgument("KVF_POST_MODE='" + settings.post_mode + "': use 'direct' or 'progress'");
-  r->post_from_progress_ = settings.post_mode == "progress";
+  if (settings.post_mode != "auto" && settings.post_mode != "direct" && settings.post_mode != "progress")
+    return Status::InvalidArgument("KVF_POST_MODE='" + settings.post_mode +
+                                   "': use 'auto', 'direct' or 'progress'");
+  r->post_from_progress_ = settings.post_mode == "progress" ||
+                           (settings.post_mode == "auto" && !PostsToHardware(r->info_.provider));
   // FI_MR_LOCAL needs no flag: every post passes the local MR descriptor.
   r->prov_key_ = (mr_mode & FI_MR_PROV_KEY) != 0;
   if (mr_mode & FI_MR_ENDPOINT)

@@ -445,7 +445,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Mode{"tcp_in_process", "tcp", Where::kInProcess},
                       Mode{"shm_in_process", "shm", Where::kInProcess},
                       Mode{"auto", "auto", Where::kProcess},
-                      Mode{"tcp_posted_by_progress", "tcp", Where::kProcess, "KVF_POST_MODE=progress"},
+                      Mode{"tcp_posted_directly", "tcp", Where::kProcess, "KVF_POST_MODE=direct"},
                       Mode{"own_segment", "tcp", Where::kSelf}),
     [](const ::testing::TestParamInfo<Mode>& i) { return std::string(i.param.name); });
 
