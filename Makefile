@@ -1,9 +1,11 @@
 # kvfabric: `make run` (set-up, build, the demo) and `make test` (every test).
 BUILD ?= build
 BUILD_TYPE ?= RelWithDebInfo
+VENV ?= .venv
+PY := $(VENV)/bin/python
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build run test bench docs clean
+.PHONY: all deps build python run test bench docs clean
 
 all: build
 
@@ -16,20 +18,33 @@ $(BUILD)/build.ninja: CMakeLists.txt
 build: deps $(BUILD)/build.ninja
 	cmake --build $(BUILD)
 
+# The Python package, built by pip (scikit-build-core + nanobind) into a
+# virtual environment; its own CMake tree is build/python-<wheel tag>.
+$(VENV)/.deps: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q "scikit-build-core>=0.10" "nanobind>=2.4" pytest numpy
+	touch $@
+
+python: deps $(VENV)/.deps
+	$(PY) -m pip install -q --no-build-isolation .
+
 # A target and an initiator on this host (p2p handshake, tcp and shm), each
 # engine figure beside the bare-fabric ceiling from the same run.
-run: build
+run: build python
 	python3 tools/bench/compare.py --build $(BUILD) --reps 1 --duration 3 --verify
+	$(PY) tools/bench/python_vs_cpp.py --build $(BUILD) --reps 1 --duration 3
 
-test: build
+test: build python
 	cd $(BUILD) && ctest --output-on-failure --timeout 300
+	$(PY) -m pytest -q python/tests
 
 # The figures of docs/benchmarks.md: more repetitions, medians.
-bench: build
+bench: build python
 	python3 tools/bench/compare.py --build $(BUILD) --reps 5 --duration 4 --verify --json_out $(BUILD)/bench.json
+	$(PY) tools/bench/python_vs_cpp.py --build $(BUILD) --reps 5 --duration 3 --ops write,read --json_out $(BUILD)/bench-python.json
 
 docs: build
 	$(BUILD)/tools/kvfabric-settings --markdown > docs/settings.md
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(VENV)

@@ -111,6 +111,14 @@ class Engine {
   // Inserts every rail pair of the peer in one handshake round trip. Idempotent.
   Status Warmup(const std::string& name);
 
+  // One handshake round trip: OK when the peer's engine answers.
+  Status Probe(const std::string& name);
+  // Notifications: a short application message delivered to a peer's engine
+  // (through its handshake server) and kept there until it calls GetNotifies.
+  // A receiver holding 4096 unread messages refuses more (Busy), so none is lost.
+  Status SendNotify(const std::string& name, const std::string& message);
+  Status GetNotifies(std::vector<std::string>* out);
+
   // Batches: up to `capacity` requests, submitted in one or more calls.
   Status AllocateBatch(size_t capacity, BatchId* out);
   // All requests are checked before any is posted: on error nothing was submitted.

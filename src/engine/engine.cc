@@ -71,6 +71,7 @@ struct Engine::Impl {
   std::vector<std::shared_ptr<Batch>> zombies;  // freed, slices still out
   BatchId next_batch = 1;
 
+  static constexpr size_t kMaxNotifies = 4096;  // refused beyond, never dropped
   std::mutex notify_mu;
   std::deque<std::string> notifies;
 
@@ -138,7 +139,9 @@ struct Engine::Impl {
         return Status::OK();
       case metadata::kNotify: {
         std::lock_guard<std::mutex> g(notify_mu);
-        if (notifies.size() >= 4096) notifies.pop_front();  // bounded: oldest dropped
+        if (notifies.size() >= kMaxNotifies)
+          return Status::Busy("notification queue of " + name + " is full (" + std::to_string(kMaxNotifies) +
+                              " messages): the receiver must call GetNotifies");
         notifies.push_back(payload);
         return Status::OK();
       }
@@ -475,6 +478,25 @@ Status Engine::Warmup(const std::string& name) {
     fi_addr_t a;
     KVF_RETURN_IF_ERROR(peer->Resolve(impl_->rails[r].get(), &a).Annotate("warmup " + name));
   }
+  return Status::OK();
+}
+
+Status Engine::Probe(const std::string& name) {
+  std::string reply;
+  return metadata::HandshakeCall(name, metadata::kProbe, "", impl_->call_options(), &reply)
+      .Annotate("probe " + name);
+}
+
+Status Engine::SendNotify(const std::string& name, const std::string& message) {
+  std::string reply;
+  return metadata::HandshakeCall(name, metadata::kNotify, message, impl_->call_options(), &reply)
+      .Annotate("notify " + name);
+}
+
+Status Engine::GetNotifies(std::vector<std::string>* out) {
+  std::lock_guard<std::mutex> g(impl_->notify_mu);
+  out->assign(std::make_move_iterator(impl_->notifies.begin()), std::make_move_iterator(impl_->notifies.end()));
+  impl_->notifies.clear();
   return Status::OK();
 }
 

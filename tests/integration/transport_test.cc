@@ -352,6 +352,39 @@ TEST_P(TransportTest, UnregisteredLocalRefused) {
   EXPECT_EQ(target_->Check(0, 4096, 7), 4096u);
 }
 
+TEST_P(TransportTest, ProbeAndNotify) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  EXPECT_TRUE(engine_->Probe(target_->name).ok());
+  EXPECT_EQ(engine_->Probe("127.0.0.1:1").code(), Status::Code::kNetworkError);
+  // Messages to this engine's own handshake server, read back in order.
+  ASSERT_TRUE(engine_->SendNotify(engine_->name(), "first").ok());
+  ASSERT_TRUE(engine_->SendNotify(engine_->name(), std::string(1000, 'x')).ok());
+  std::vector<std::string> got;
+  ASSERT_TRUE(engine_->GetNotifies(&got).ok());
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0], "first");
+  EXPECT_EQ(got[1], std::string(1000, 'x'));
+  ASSERT_TRUE(engine_->GetNotifies(&got).ok());
+  EXPECT_TRUE(got.empty());
+  EXPECT_EQ(engine_->SendNotify("127.0.0.1:1", "lost?").code(), Status::Code::kNetworkError);
+}
+
+TEST(NotifyTest, FullQueueRefusesInsteadOfDropping) {
+  EngineConfig cfg;
+  cfg.protocol = "tcp";
+  std::unique_ptr<Engine> e;
+  ASSERT_TRUE(Engine::Create(cfg, &e).ok());
+  for (int i = 0; i < 4096; ++i) ASSERT_TRUE(e->SendNotify(e->name(), std::to_string(i)).ok()) << i;
+  Status s = e->SendNotify(e->name(), "one too many");
+  EXPECT_NE(s.message().find("GetNotifies"), std::string::npos) << s.ToString();
+  std::vector<std::string> got;
+  ASSERT_TRUE(e->GetNotifies(&got).ok());
+  ASSERT_EQ(got.size(), 4096u);
+  EXPECT_EQ(got.front(), "0");
+  EXPECT_EQ(got.back(), "4095");
+  EXPECT_TRUE(e->SendNotify(e->name(), "room again").ok());
+}
+
 TEST_P(TransportTest, BatchTooSmall) {
   ASSERT_NO_FATAL_FAILURE(Start());
   BatchId b;

@@ -17,6 +17,8 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 #include "kvfabric/engine.h"
 #include "tests/support/pattern.h"
 #include "tools/bench/units.h"
@@ -142,6 +144,24 @@ int RunInitiator(Engine& e, Options o) {
         ++batches;
       }
     });
+  }
+  // Live progress on a terminal (stderr), once a second; silent in pipes.
+  if (isatty(STDERR_FILENO)) {
+    uint64_t last_bytes = 0;
+    auto last = Clock::now();
+    while (Clock::now() < until && !g_stop.load() && failures.load() == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      if (Clock::now() - last < std::chrono::seconds(1)) continue;
+      const auto now = Clock::now();
+      const uint64_t b = bytes.load();
+      double rate = 0;
+      bench::ToUnit((b - last_bytes) / std::chrono::duration<double>(now - last).count(), o.report_unit, &rate);
+      std::fprintf(stderr, "\r  %5.1f s  %10.2f %s/s  %12.3f GB moved ",
+                   std::chrono::duration<double>(now - t0).count(), rate, o.report_unit.c_str(), b / 1e9);
+      last = now;
+      last_bytes = b;
+    }
+    std::fprintf(stderr, "\r%60s\r", "");
   }
   for (auto& th : threads) th.join();
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();

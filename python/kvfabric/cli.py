@@ -1,0 +1,190 @@
+"""The ``kvfabric`` command: bench, probe, topo and doctor."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import sysconfig
+import time
+
+from . import _core
+from .engine import Engine
+from .errors import KvfabricError
+
+PROTOCOLS = ("efa", "tcp", "shm", "verbs", "sockets")
+
+
+def _tool(name: str) -> str | None:
+    """A C++ tool installed beside this package's scripts, or on PATH."""
+    here = os.path.join(sysconfig.get_path("scripts"), name)
+    if os.access(here, os.X_OK):
+        return here
+    return shutil.which(name)
+
+
+def cmd_bench(args: argparse.Namespace, rest: list[str]) -> int:
+    tool = _tool("kvfabric-bench")
+    if tool is None:
+        print("kvfabric bench: kvfabric-bench is not installed here (pip install . installs it; "
+              "a source build has it in build/tools/)", file=sys.stderr)
+        return 2
+    cmd = [tool, f"--mode={args.mode}"] + rest
+    os.execv(tool, cmd)
+    return 0  # not reached
+
+
+def cmd_probe(args: argparse.Namespace, rest: list[str]) -> int:
+    """Reachability, handshake latency, cold and warm-up timings of a peer."""
+    out: dict = {"peer": args.peer}
+    try:
+        with Engine(protocol=args.protocol, nic_filter=args.nic_filter) as e:
+            t0 = time.perf_counter()
+            e.probe(args.peer)
+            out["probe_ms"] = round((time.perf_counter() - t0) * 1e3, 3)
+            t0 = time.perf_counter()
+            seg = e.open(args.peer)
+            out["open_ms"] = round((time.perf_counter() - t0) * 1e3, 3)
+            t0 = time.perf_counter()
+            e.warmup(seg)
+            out["warmup_ms"] = round((time.perf_counter() - t0) * 1e3, 3)
+            out["buffers"] = [{"addr": b.addr, "length": b.length, "location": b.location} for b in e.buffers(seg)]
+            out["rails"] = e.rails()
+            out["reachable"] = True
+    except KvfabricError as err:
+        out["reachable"] = False
+        out["error"] = str(err)
+    print(json.dumps(out, indent=2))
+    return 0 if out["reachable"] else 1
+
+
+def cmd_topo(args: argparse.Namespace, rest: list[str]) -> int:
+    """The rails libfabric offers on this host, per protocol, as JSON."""
+    protos = [args.protocol] if args.protocol else list(PROTOCOLS)
+    print(json.dumps({p: _core.fabric_domains(p) for p in protos}, indent=2))
+    return 0
+
+
+def _loaded_libfabrics() -> set[str]:
+    found = set()
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.split()[-1] if len(line.split()) >= 6 else ""
+                if "libfabric.so" in os.path.basename(path):
+                    found.add(os.path.realpath(path))
+    except OSError:
+        pass
+    return found
+
+
+def doctor_checks() -> list[tuple[str, str, str]]:
+    """(level, check, advice) rows: level is ok, warn or fail."""
+    rows = []
+    v = _core.libfabric_versions()
+    rows.append(("ok", f"libfabric {v['library']} loaded (built against {v['headers']}, API {v['requested']} requested)", ""))
+    major, minor = (int(x) for x in v["library"].split("."))
+    if (major, minor) < (1, 18):
+        rows.append(("warn", f"libfabric {v['library']} is older than 1.18",
+                     "EFA device RDMA on p5/p5e/p6 needs API 1.18 or later: install the AWS EFA software "
+                     "(/opt/amazon/efa) and rebuild against it"))
+    libs = _loaded_libfabrics()
+    if len(libs) > 1:
+        rows.append(("fail", "two libfabric copies are loaded: " + ", ".join(sorted(libs)),
+                     "keep only the system one (/opt/amazon/efa/lib): a second copy (bundled in a wheel, or "
+                     "NCCL's) makes one of them lose the EFA device"))
+    any_rail = False
+    for p in PROTOCOLS:
+        doms = _core.fabric_domains(p)
+        if not doms:
+            rows.append(("ok" if p != "efa" else "warn", f"{p}: not available",
+                         "" if p != "efa" else "no EFA device: transfers use tcp (software RMA, far below line rate)"))
+            continue
+        any_rail = True
+        names = ", ".join(d["domain"] for d in doms)
+        rows.append(("ok", f"{p}: {len(doms)} rail(s) ({doms[0]['provider']}): {names}", ""))
+        if p in ("tcp", "sockets"):
+            rows.append(("warn", f"{p}: RMA is emulated in software over sockets",
+                         "fine for development and tests; use efa or verbs for line rate"))
+    if not any_rail:
+        rows.append(("fail", "no libfabric provider is usable", "install libfabric (apt install libfabric1) or the EFA software"))
+    if os.environ.get("FI_HMEM") is None and os.path.exists("/dev/nvidiactl"):
+        rows.append(("warn", "GPUs present and FI_HMEM unset",
+                     "GPU buffers need a provider with FI_HMEM (efa); processes that never touch GPU memory can set "
+                     "FI_HMEM=system so no CUDA context is created"))
+    if os.environ.get("FI_EFA_FORK_SAFE") is None and os.environ.get("RDMAV_FORK_SAFE") is None:
+        rows.append(("ok", "fork safety not forced (FI_EFA_FORK_SAFE / RDMAV_FORK_SAFE unset)",
+                     "set FI_EFA_FORK_SAFE=1 only if the process forks after registering memory (it slows registration)"))
+    try:
+        with open("/proc/meminfo") as f:
+            meminfo = dict(line.split(":", 1) for line in f if ":" in line)
+        huge = int(meminfo.get("HugePages_Total", "0").strip().split()[0])
+        rows.append(("ok", f"{huge} explicit huge pages configured", "" if huge else
+                     "optional: huge pages cut registration time and TLB misses for big KV pools"))
+    except (OSError, ValueError):
+        pass
+    return rows
+
+
+def cmd_doctor(args: argparse.Namespace, rest: list[str]) -> int:
+    rows = doctor_checks()
+    if args.json:
+        print(json.dumps([{"level": l, "check": c, "advice": a} for l, c, a in rows], indent=2))
+    else:
+        for level, check, advice in rows:
+            print(f"[{level:4}] {check}")
+            if advice:
+                print(f"       -> {advice}")
+    return 1 if any(l == "fail" for l, _, _ in rows) else 0
+
+
+def cmd_mooncake_shim(args: argparse.Namespace, rest: list[str]) -> int:
+    from .compat import shim
+
+    if args.action == "install":
+        print(f"installed {shim.install()}: `from mooncake.engine import TransferEngine` now gives kvfabric's "
+              "(a real Mooncake, if installed, still wins; KVF_MOONCAKE_SHIM=0 disables it per process)")
+    elif args.action == "uninstall":
+        print("removed" if shim.uninstall() else "was not installed")
+    else:
+        print(f"installed: {shim.pth_path()}" if os.path.exists(shim.pth_path()) else "not installed")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="kvfabric", description="kvfabric transfer engine tools")
+    sub = ap.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("bench", help="the C++ benchmark (kvfabric-bench); other flags pass through",
+                       description="Runs kvfabric-bench. Flags after the mode pass through unchanged, for example: "
+                                   "kvfabric bench initiator --protocol=tcp --segment_id=HOST:PORT --operation=write")
+    b.add_argument("mode", choices=["target", "initiator"])
+    b.set_defaults(fn=cmd_bench)
+    p = sub.add_parser("probe", help="is a peer reachable; handshake, open and warmup times")
+    p.add_argument("peer", help="the peer's segment name, host:port")
+    p.add_argument("--protocol", default="auto")
+    p.add_argument("--nic_filter", default="")
+    p.set_defaults(fn=cmd_probe)
+    t = sub.add_parser("topo", help="the rails libfabric offers here, as JSON")
+    t.add_argument("--protocol", choices=PROTOCOLS)
+    t.set_defaults(fn=cmd_topo)
+    d = sub.add_parser("doctor", help="check this host for known EFA/libfabric pitfalls")
+    d.add_argument("--json", action="store_true")
+    d.set_defaults(fn=cmd_doctor)
+    ms = sub.add_parser("mooncake-shim", help="let `import mooncake.engine` load kvfabric (vLLM, SGLang unchanged)")
+    ms.add_argument("action", choices=["install", "uninstall", "status"])
+    ms.set_defaults(fn=cmd_mooncake_shim)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
+    args, rest = ap.parse_known_args(argv)
+    if rest and args.command != "bench":
+        ap.error("unrecognized arguments: " + " ".join(rest))
+    return args.fn(args, rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

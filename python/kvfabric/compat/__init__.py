@@ -1,0 +1,1 @@
+"""Drop-in APIs of other transfer engines, on kvfabric."""

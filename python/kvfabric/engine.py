@@ -1,0 +1,330 @@
+"""The Pythonic engine: buffers in, exceptions out, the GIL released while bytes move."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import threading
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence, Union
+
+from . import _core
+from .errors import ERROR_CLASSES, InvalidArgumentError, TransferTimeoutError, error_for
+
+_core._set_error_classes(dict(ERROR_CLASSES))
+
+# DLPack device types (dlpack.h): the ones the engine knows.
+_DL_CPU, _DL_CUDA, _DL_CUDA_HOST = 1, 2, 3
+
+
+class Op(enum.IntEnum):
+    READ = 0
+    WRITE = 1
+
+
+class State(enum.IntEnum):
+    PENDING = 0
+    COMPLETED = 1
+    FAILED = 2
+    TIMEOUT = 3
+
+
+@dataclass(frozen=True)
+class Segment:
+    """An opened peer segment (or this engine's own)."""
+
+    name: str
+    handle: int
+
+
+@dataclass(frozen=True)
+class RemoteBuffer:
+    """A buffer a peer registered: its address in the peer's process."""
+
+    addr: int
+    length: int
+    location: str
+
+
+@dataclass(frozen=True)
+class Request:
+    """One READ or WRITE: ``local`` is an int address or a buffer object."""
+
+    op: Op
+    local: Any
+    remote_addr: int
+    length: int | None = None
+    segment: Union[Segment, str, None] = None
+
+
+@dataclass(frozen=True)
+class Status:
+    state: State
+    transferred_bytes: int
+    error: str  # the engine's message when FAILED or TIMEOUT, else ""
+    code: int = 0  # its status code (see kvfabric.errors)
+
+
+Local = Any  # int address, or an object with the buffer protocol or DLPack
+
+
+def buffer_address(buf: Local, length: int | None = None, writable: bool = False) -> tuple[int, int, str]:
+    """(address, nbytes, location) of ``buf``; ``length`` caps or, for an int
+    address, gives the size. ``writable`` refuses read-only objects (bytes)."""
+    if isinstance(buf, bool):
+        raise InvalidArgumentError(f"a bool is not a buffer: {buf!r}")
+    if isinstance(buf, int):
+        if length is None:
+            raise InvalidArgumentError("an int address needs a length")
+        return buf, int(length), "cpu:0"
+    addr, nbytes, dev_type, dev_id, readonly = _core.buffer_info(buf)
+    if readonly and writable:
+        raise InvalidArgumentError(
+            f"a read-only {type(buf).__name__} cannot be registered: peers could write into it; "
+            "use a bytearray or a writable array")
+    if dev_type in (_DL_CPU, _DL_CUDA_HOST):
+        location = "cpu:0"
+    elif dev_type == _DL_CUDA:
+        location = f"cuda:{dev_id}"
+    else:
+        raise InvalidArgumentError(f"memory on DLPack device type {dev_type} is not supported (CPU or CUDA only)")
+    if length is not None:
+        if length > nbytes:
+            raise InvalidArgumentError(f"length {length} exceeds the buffer's {nbytes} bytes")
+        nbytes = int(length)
+    return addr, nbytes, location
+
+
+class Transfer:
+    """A submitted batch: ``wait()``, ``done()``, ``status()``, or ``await`` it."""
+
+    def __init__(self, engine: "Engine", batch: int, count: int, keep: list):
+        self._engine = engine
+        self._batch = batch
+        self._count = count
+        self._keep = keep  # the buffer objects stay alive while bytes move
+        self._final: Status | None = None
+        self._lock = threading.Lock()
+
+    def _finish(self, st: tuple) -> Status:
+        status = Status(State(st[0]), st[1], st[3], st[2])
+        if status.state != State.PENDING:
+            with self._lock:
+                if self._final is None:
+                    self._final = status
+                    self._engine._core.free_batch(self._batch)
+                    self._keep = []
+        return status
+
+    def status(self) -> Status:
+        """The batch's aggregate status now (never blocks)."""
+        if self._final is not None:
+            return self._final
+        return self._finish(self._engine._core.batch_status(self._batch))
+
+    def task_status(self, index: int) -> Status:
+        if self._final is not None and self._final.state == State.COMPLETED:
+            return self._final
+        st = self._engine._core.task_status(self._batch, index)
+        return Status(State(st[0]), st[1], st[3], st[2])
+
+    def done(self) -> bool:
+        return self.status().state != State.PENDING
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Blocks (GIL released) until every request ended; returns the bytes
+        moved, or raises the first failure. ``timeout`` in seconds."""
+        if self._final is None:
+            ms = -1 if timeout is None else max(0, int(timeout * 1000))
+            st = self._finish(self._engine._core.wait_batch(self._batch, ms))
+            if st.state == State.PENDING:
+                raise TransferTimeoutError(f"transfer still running after {timeout} s", 5)
+        final = self._final
+        if final.state != State.COMPLETED:
+            raise error_for(final.code, final.error)
+        return final.transferred_bytes
+
+    def __await__(self):
+        loop = asyncio.get_running_loop()
+        return loop.run_in_executor(None, self.wait).__await__()
+
+
+class Engine:
+    """One kvfabric engine: registered memory, peers, one-sided READ/WRITE.
+
+    >>> with Engine(protocol="tcp") as e:
+    ...     buf = bytearray(1 << 20)
+    ...     e.register(buf)
+    ...     peer = e.open("10.0.0.2:15000")
+    ...     e.write(peer, buf, remote_addr)
+    """
+
+    def __init__(
+        self,
+        local_server_name: str = "127.0.0.1:0",
+        metadata: str = "p2p",
+        protocol: str = "auto",
+        nic_filter: str = "",
+        settings: Mapping[str, Any] | None = None,
+    ):
+        sets = {k: str(int(v) if isinstance(v, bool) else v) for k, v in (settings or {}).items()}
+        self._core = _core.Engine(local_server_name, metadata, protocol, nic_filter, sets)
+        self._registered: dict[int, Any] = {}
+        self._segments: dict[str, Segment] = {}
+
+    # -- life cycle -------------------------------------------------------
+    def close(self) -> None:
+        """Stops the engine (idempotent); in-flight requests fail."""
+        self._core.close()
+        self._registered.clear()
+        self._segments.clear()
+
+    @property
+    def closed(self) -> bool:
+        return self._core.closed
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def name(self) -> str:
+        """The name peers open this engine by: ``host:port``."""
+        return self._core.name
+
+    def rails(self) -> list[dict]:
+        return self._core.rails()
+
+    def settings(self) -> dict[str, str]:
+        return self._core.settings()
+
+    # -- memory -----------------------------------------------------------
+    def register(self, buf: Local, length: int | None = None, location: str | None = None) -> int:
+        """Registers memory for transfers and remote access; returns its address.
+
+        ``buf`` is an int address (with ``length``), or a bytearray, memoryview,
+        numpy array, torch tensor or any DLPack object (kept alive until
+        unregistered). ``location`` defaults to the buffer's device.
+        """
+        addr, nbytes, loc = buffer_address(buf, length, writable=True)
+        self._core.register(addr, nbytes, location or loc)
+        if not isinstance(buf, int):
+            self._registered[addr] = buf
+        return addr
+
+    def unregister(self, buf: Local) -> None:
+        addr = buf if isinstance(buf, int) else buffer_address(buf)[0]
+        self._core.unregister(addr)
+        self._registered.pop(addr, None)
+
+    def register_many(self, bufs: Iterable[Local | tuple[int, int]], location: str | None = None) -> list[int]:
+        """Registers several buffers at once (all or none)."""
+        entries, objs = [], []
+        for b in bufs:
+            addr, nbytes, loc = buffer_address(*b) if isinstance(b, tuple) else buffer_address(b, writable=True)
+            entries.append((addr, nbytes, location or loc))
+            objs.append(None if isinstance(b, tuple) else b)
+        self._core.register_batch(entries)
+        for (addr, _, _), o in zip(entries, objs):
+            if o is not None:
+                self._registered[addr] = o
+        return [e[0] for e in entries]
+
+    def unregister_many(self, bufs: Iterable[Local]) -> None:
+        addrs = [b if isinstance(b, int) else buffer_address(b)[0] for b in bufs]
+        self._core.unregister_batch(addrs)
+        for a in addrs:
+            self._registered.pop(a, None)
+
+    # -- segments ---------------------------------------------------------
+    def open(self, name: str) -> Segment:
+        """Opens a peer's segment by name (``host:port``); cached."""
+        seg = self._segments.get(name)
+        if seg is None:
+            seg = Segment(name, self._core.open_segment(name))
+            self._segments[name] = seg
+        return seg
+
+    def close_segment(self, segment: Segment | str) -> None:
+        seg = self._segment(segment)
+        self._core.close_segment(seg.handle)
+        self._segments.pop(seg.name, None)
+
+    def buffers(self, segment: Segment | str) -> list[RemoteBuffer]:
+        """The peer's registered buffers, fetched now."""
+        return [RemoteBuffer(*b) for b in self._core.segment_buffers(self._segment(segment).handle)]
+
+    def warmup(self, segment: Segment | str) -> None:
+        """Connects every rail pair of the peer in one round trip (idempotent)."""
+        self._core.warmup(segment.name if isinstance(segment, Segment) else segment)
+
+    def probe(self, name: str) -> None:
+        """One handshake round trip; raises when the peer's engine does not answer."""
+        self._core.probe(name)
+
+    def notify(self, name: str, message: str) -> None:
+        """Delivers a short message to a peer's engine (read there with ``notifies()``)."""
+        self._core.send_notify(name, message)
+
+    def notifies(self) -> list[str]:
+        """Takes the messages peers sent to this engine, oldest first."""
+        return self._core.get_notifies()
+
+    def _segment(self, segment: Segment | str) -> Segment:
+        return segment if isinstance(segment, Segment) else self.open(segment)
+
+    # -- transfers --------------------------------------------------------
+    def _requests(self, reqs: Iterable[Request], default: Segment | str | None):
+        out, keep = [], []
+        for r in reqs:
+            seg = r.segment if r.segment is not None else default
+            if seg is None:
+                raise InvalidArgumentError("request without a segment")
+            addr, nbytes, _ = buffer_address(r.local, r.length, writable=(r.op == Op.READ))
+            out.append((int(r.op), addr, self._segment(seg).handle, int(r.remote_addr), nbytes))
+            if not isinstance(r.local, int):
+                keep.append(r.local)
+        return out, keep
+
+    def submit(self, requests: Sequence[Request], segment: Segment | str | None = None) -> Transfer:
+        """Submits requests (any mix of READ and WRITE) and returns at once."""
+        reqs, keep = self._requests(requests, segment)
+        batch = self._core.allocate_batch(max(1, len(reqs)))
+        try:
+            self._core.submit(batch, reqs)
+        except BaseException:
+            self._core.free_batch(batch)
+            raise
+        return Transfer(self, batch, len(reqs), keep)
+
+    def transfer(self, requests: Sequence[Request], segment: Segment | str | None = None) -> None:
+        """Submits and waits (GIL released); raises the first failure."""
+        reqs, _keep = self._requests(requests, segment)
+        self._core.transfer(reqs)
+
+    def write(self, segment: Segment | str, local: Local, remote_addr: int, length: int | None = None) -> None:
+        self.transfer([Request(Op.WRITE, local, remote_addr, length)], segment)
+
+    def read(self, segment: Segment | str, local: Local, remote_addr: int, length: int | None = None) -> None:
+        self.transfer([Request(Op.READ, local, remote_addr, length)], segment)
+
+    def write_many(self, segment: Segment | str, items: Iterable[tuple]) -> None:
+        """``items``: (local, remote_addr[, length]) tuples, one batch."""
+        self.transfer([Request(Op.WRITE, *it) for it in items], segment)
+
+    def read_many(self, segment: Segment | str, items: Iterable[tuple]) -> None:
+        self.transfer([Request(Op.READ, *it) for it in items], segment)
+
+    def write_async(self, segment: Segment | str, local: Local, remote_addr: int, length: int | None = None) -> Transfer:
+        return self.submit([Request(Op.WRITE, local, remote_addr, length)], segment)
+
+    def read_async(self, segment: Segment | str, local: Local, remote_addr: int, length: int | None = None) -> Transfer:
+        return self.submit([Request(Op.READ, local, remote_addr, length)], segment)
+
+    def write_many_async(self, segment: Segment | str, items: Iterable[tuple]) -> Transfer:
+        return self.submit([Request(Op.WRITE, *it) for it in items], segment)
+
+    def read_many_async(self, segment: Segment | str, items: Iterable[tuple]) -> Transfer:
+        return self.submit([Request(Op.READ, *it) for it in items], segment)

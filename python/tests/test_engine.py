@@ -1,0 +1,199 @@
+"""kvfabric.Engine against a real second process, over tcp and shm."""
+
+import asyncio
+import ctypes
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import kvfabric
+from patterns import pattern
+
+MiB = 1 << 20
+
+
+class DLPackOnly:
+    """Exposes memory through DLPack alone (no buffer protocol)."""
+
+    def __init__(self, array):
+        self._a = array
+
+    def __dlpack__(self, **kwargs):
+        return self._a.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._a.__dlpack_device__()
+
+
+def make_buffer(kind: str, n: int):
+    """(object to pass, numpy view of the same bytes, keep-alive)."""
+    if kind == "numpy":
+        a = np.zeros(n, dtype=np.uint8)
+        return a, a, a
+    if kind == "numpy_float32":
+        a = np.zeros(n // 4, dtype=np.float32)
+        return a, a.view(np.uint8), a
+    if kind == "bytearray":
+        b = bytearray(n)
+        return b, np.frombuffer(b, dtype=np.uint8), b
+    if kind == "memoryview":
+        b = bytearray(n)
+        return memoryview(b), np.frombuffer(b, dtype=np.uint8), b
+    if kind == "int":
+        c = (ctypes.c_uint8 * n)()
+        return ctypes.addressof(c), np.frombuffer(c, dtype=np.uint8), c
+    if kind == "dlpack":
+        a = np.zeros(n, dtype=np.uint8)
+        return DLPackOnly(a), a, a
+    if kind == "torch":
+        torch = pytest.importorskip("torch")
+        t = torch.zeros(n, dtype=torch.uint8)
+        return t, t.numpy(), t
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("kind", ["numpy", "numpy_float32", "bytearray", "memoryview", "int", "dlpack", "torch"])
+def test_write_and_read_every_buffer_kind(protocol, peer_factory, kind):
+    peer = peer_factory(protocol)
+    buf, view, _keep = make_buffer(kind, 2 * MiB)
+    with kvfabric.Engine(protocol=protocol) as e:
+        e.register(buf, 2 * MiB if kind == "int" else None)
+        seg = e.open(peer.name)
+        view[:MiB] = pattern(0, MiB, 5)
+        e.write(seg, buf, peer.addr, MiB)
+        assert peer.check(0, MiB, 5) == MiB
+        e.read(seg, buf if kind != "int" else buf, peer.addr + 4 * MiB, 2 * MiB)
+        assert np.array_equal(view, pattern(4 * MiB, 2 * MiB, 1))
+        e.unregister(buf)
+
+
+def test_batches_sync_async_and_await(protocol, peer_factory):
+    peer = peer_factory(protocol)
+    block, n = 256 << 10, 16
+    local = np.zeros(2 * n * block, dtype=np.uint8)
+    with kvfabric.Engine(protocol=protocol) as e:
+        e.register(local)
+        seg = e.open(peer.name)
+        local[: n * block] = pattern(0, n * block, 9)
+        e.write_many(seg, [(local.ctypes.data + i * block, peer.addr + i * block, block) for i in range(n)])
+        assert peer.check(0, n * block, 9) == n * block
+
+        t = e.read_many_async(seg, [(local.ctypes.data + (n + i) * block, peer.addr + (n + i) * block, block)
+                                    for i in range(n)])
+        assert t.wait(timeout=30) == n * block
+        assert t.done()
+        assert np.array_equal(local[n * block:], pattern(n * block, n * block, 1))
+
+        local[:block] = pattern(0, block, 11)
+
+        async def go():
+            return await e.write_async(seg, local, peer.addr, block)
+
+        assert asyncio.run(go()) == block
+        assert peer.check(0, block, 11) == block
+
+        # Mixed READ and WRITE in one submit, per-task status.
+        t = e.submit([kvfabric.Request(kvfabric.Op.WRITE, local.ctypes.data, peer.addr + block, block),
+                      kvfabric.Request(kvfabric.Op.READ, local.ctypes.data + block, peer.addr + 2 * block, block)],
+                     seg)
+        t.wait(30)
+        assert t.task_status(1).state == kvfabric.State.COMPLETED
+
+
+def test_errors_are_typed_and_change_nothing(protocol, peer_factory):
+    peer = peer_factory(protocol)
+    local = np.zeros(MiB, dtype=np.uint8)
+    with kvfabric.Engine(protocol=protocol) as e:
+        e.register(local)
+        seg = e.open(peer.name)
+        local[:] = 0xAB
+        with pytest.raises(kvfabric.OutOfRangeError, match="OutOfRange"):
+            e.write(seg, local, peer.addr + peer.size - 16, 4096)
+        unregistered = np.zeros(4096, dtype=np.uint8)
+        with pytest.raises(kvfabric.KvfabricError):
+            e.write(seg, unregistered, peer.addr)
+        with pytest.raises(kvfabric.InvalidArgumentError, match="read-only"):
+            e.register(b"immutable bytes")
+        with pytest.raises(kvfabric.InvalidArgumentError, match="length"):
+            e.register(12345)
+        with pytest.raises(TypeError, match="buffer protocol"):
+            e.register(object())
+        with pytest.raises(kvfabric.NotFoundError):
+            e.unregister(unregistered)
+        assert peer.check(peer.size - MiB, MiB, 1) == MiB  # untouched
+        with pytest.raises(kvfabric.NetworkError):
+            e.open("127.0.0.1:1")
+        with pytest.raises(ConnectionError):  # the standard base class works too
+            e.probe("127.0.0.1:1")
+    assert e.closed
+    with pytest.raises(kvfabric.InvalidArgumentError, match="closed"):
+        e.open(peer.name)
+    with pytest.raises(kvfabric.NotFoundError, match="KVF_NO_SUCH"):
+        kvfabric.Engine(protocol=protocol, settings={"KVF_NO_SUCH": 1})
+
+
+def test_peer_killed_mid_transfer_raises(peer_factory):
+    peer = peer_factory("tcp")
+    local = np.zeros(8 * MiB, dtype=np.uint8)
+    with kvfabric.Engine(protocol="tcp", settings={"KVF_TRANSFER_TIMEOUT_MS": 3000}) as e:
+        e.register(local)
+        seg = e.open(peer.name)
+        e.warmup(seg)
+        peer.freeze()
+        t = e.write_async(seg, local, peer.addr)
+        peer.kill()
+        start = time.monotonic()
+        with pytest.raises((kvfabric.FabricError, kvfabric.TransferTimeoutError)):
+            t.wait(timeout=20)
+        assert time.monotonic() - start < 10
+
+
+def test_gil_is_released_during_transfers(peer_factory):
+    peer = peer_factory("tcp", 64 * MiB)
+    local = np.zeros(64 * MiB, dtype=np.uint8)
+    counter = [0]
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            counter[0] += 1
+
+    with kvfabric.Engine(protocol="tcp") as e:
+        e.register(local)
+        seg = e.open(peer.name)
+        e.warmup(seg)
+        th = threading.Thread(target=spin)
+        th.start()
+        try:
+            time.sleep(0.05)
+            before = counter[0]
+            t0 = time.perf_counter()
+            for _ in range(4):
+                e.write_many(seg, [(local.ctypes.data + i * MiB, peer.addr + i * MiB, MiB) for i in range(64)])
+            elapsed = time.perf_counter() - t0
+            during = counter[0] - before
+        finally:
+            stop.set()
+            th.join()
+    # A thread that held the GIL for the whole call would leave the counter
+    # near 0 (the interpreter cannot switch inside a C++ call).
+    assert elapsed > 0.02
+    assert during > 10000, f"the other thread counted only {during} in {elapsed:.3f} s"
+
+
+def test_same_process_segment_is_a_copy():
+    with kvfabric.Engine(protocol="tcp") as a, kvfabric.Engine(protocol="tcp") as b:
+        src = np.frombuffer(pattern(0, MiB, 3).tobytes(), dtype=np.uint8).copy()
+        dst = np.zeros(MiB, dtype=np.uint8)
+        a.register(src)
+        b.register(dst)
+        a.write(b.name, src, dst.ctypes.data)
+        assert np.array_equal(dst, src)
+        own = a.open(a.name)
+        back = np.zeros(MiB, dtype=np.uint8)
+        a.register(back)
+        a.read(own, back, src.ctypes.data)
+        assert np.array_equal(back, src)
+        assert [x.addr for x in a.buffers(b.name)] == [dst.ctypes.data]

@@ -1,0 +1,256 @@
+// The C API (include/kvfabric.h): thin wrappers that turn kvfabric::Status
+// into negative codes plus a per-thread message.
+#include "kvfabric.h"
+
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvfabric/engine.h"
+
+struct kvf_engine {
+  std::unique_ptr<kvfabric::Engine> engine;
+};
+
+namespace {
+
+using kvfabric::Status;
+
+thread_local std::string g_last_error;
+
+int Report(const Status& s) {
+  if (s.ok()) return KVF_OK;
+  g_last_error = s.ToString();
+  return -static_cast<int>(s.code());
+}
+
+// A C caller cannot catch C++ exceptions: allocation failures and the like
+// become KVF_EINTERNAL with their message.
+template <typename F>
+int Guard(F&& f) {
+  g_last_error.clear();
+  try {
+    return Report(f());
+  } catch (const std::exception& e) {
+    return Report(Status::Internal(std::string("unexpected exception: ") + e.what()));
+  }
+}
+
+Status NeedEngine(const kvf_engine* e) {
+  return e != nullptr && e->engine ? Status::OK() : Status::InvalidArgument("engine is NULL");
+}
+
+Status ToRequests(const kvf_request* in, size_t n, std::vector<kvfabric::TransferRequest>* out) {
+  if (in == nullptr && n > 0) return Status::InvalidArgument("requests is NULL");
+  out->resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (in[i].opcode != KVF_READ && in[i].opcode != KVF_WRITE)
+      return Status::InvalidArgument("request " + std::to_string(i) + ": opcode " +
+                                     std::to_string(in[i].opcode) + " is neither KVF_READ nor KVF_WRITE");
+    (*out)[i] = {in[i].opcode == KVF_READ ? kvfabric::OpCode::kRead : kvfabric::OpCode::kWrite, in[i].local,
+                 in[i].target, in[i].remote_addr, static_cast<size_t>(in[i].length)};
+  }
+  return Status::OK();
+}
+
+void FromStatus(const kvfabric::TransferStatus& s, kvf_transfer_status* out) {
+  switch (s.state) {
+    case kvfabric::TaskState::kPending: out->state = KVF_PENDING; break;
+    case kvfabric::TaskState::kCompleted: out->state = KVF_COMPLETED; break;
+    case kvfabric::TaskState::kFailed: out->state = KVF_FAILED; break;
+    case kvfabric::TaskState::kTimeout: out->state = KVF_TIMEOUT; break;
+  }
+  out->transferred_bytes = s.transferred_bytes;
+  out->error = -static_cast<int>(s.error.code());
+  // A failed or timed-out request's message, for kvf_last_error().
+  if (!s.error.ok()) g_last_error = s.error.ToString();
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* kvf_last_error(void) { return g_last_error.c_str(); }
+
+const char* kvf_code_name(int code) {
+  static const char* const kNames[] = {"OK",           "InvalidArgument", "NotFound",      "OutOfRange",
+                                       "Busy",         "Timeout",         "FabricError",   "NetworkError",
+                                       "ProtocolError", "Unavailable",    "Internal",      "PermissionDenied"};
+  const int i = -code;
+  if (i < 0 || i >= static_cast<int>(sizeof(kNames) / sizeof(kNames[0]))) return "Unknown";
+  return kNames[i];
+}
+
+int kvf_engine_create(const kvf_config* config, kvf_engine** out) {
+  return Guard([&]() -> Status {
+    if (out == nullptr) return Status::InvalidArgument("out is NULL");
+    *out = nullptr;
+    kvfabric::EngineConfig cfg;
+    if (config != nullptr) {
+      if (config->local_server_name) cfg.local_server_name = config->local_server_name;
+      if (config->metadata) cfg.metadata = config->metadata;
+      if (config->protocol) cfg.protocol = config->protocol;
+      if (config->nic_filter) cfg.nic_filter = config->nic_filter;
+    }
+    // The environment first, then the caller's settings over it.
+    KVF_RETURN_IF_ERROR(cfg.settings.ApplyEnvironment());
+    cfg.apply_environment = false;
+    for (const char* const* kv = config ? config->settings : nullptr; kv != nullptr && *kv != nullptr; ++kv) {
+      const std::string s(*kv);
+      const size_t eq = s.find('=');
+      if (eq == std::string::npos)
+        return Status::InvalidArgument("setting '" + s + "' is not of the form KVF_NAME=value");
+      KVF_RETURN_IF_ERROR(cfg.settings.Set(s.substr(0, eq), s.substr(eq + 1)));
+    }
+    auto e = std::make_unique<kvf_engine>();
+    KVF_RETURN_IF_ERROR(kvfabric::Engine::Create(cfg, &e->engine));
+    *out = e.release();
+    return Status::OK();
+  });
+}
+
+void kvf_engine_destroy(kvf_engine* engine) { delete engine; }
+
+const char* kvf_engine_name(const kvf_engine* engine) {
+  return engine != nullptr && engine->engine ? engine->engine->name().c_str() : "";
+}
+
+int kvf_register_memory(kvf_engine* e, void* addr, size_t length, const char* location) {
+  return Guard([&]() -> Status {
+    KVF_RETURN_IF_ERROR(NeedEngine(e));
+    return e->engine->RegisterMemory(addr, length, location ? location : "cpu:0");
+  });
+}
+
+int kvf_unregister_memory(kvf_engine* e, void* addr) {
+  return Guard([&]() -> Status {
+    KVF_RETURN_IF_ERROR(NeedEngine(e));
+    return e->engine->UnregisterMemory(addr);
+  });
+}
+
+int kvf_register_memory_batch(kvf_engine* e, void* const* addrs, const size_t* lengths, size_t count,
+                              const char* location) {
+  return Guard([&]() -> Status {
+    KVF_RETURN_IF_ERROR(NeedEngine(e));
+    if (count > 0 && (addrs == nullptr || lengths == nullptr))
+      return Status::InvalidArgument("addrs or lengths is NULL");
+    std::vector<kvfabric::BufferEntry> v(count);
+    for (size_t i = 0; i < count; ++i) v[i] = {addrs[i], lengths[i], location ? location : "cpu:0"};
+    return e->engine->RegisterMemoryBatch(v);
+  });
+}
+
+int kvf_unregister_memory_batch(kvf_engine* e, void* const* addrs, size_t count) {
+  return Guard([&]() -> Status {
+    KVF_RETURN_IF_ERROR(NeedEngine(e));
+    if (count > 0 && addrs == nullptr) return Status::InvalidArgument("addrs is NULL");
+    return e->engine->UnregisterMemoryBatch(std::vector<void*>(addrs, addrs + count));
+  });
+}
+
+int kvf_open_segment(kvf_engine* e, const char* name, kvf_segment* out) {
+  return Guard([&]() -> Status {
+    KVF_RETURN_IF_ERROR(NeedEngine(e));
+    if (name == nullptr || out == nullptr) return Status::InvalidArgument("name or out is NULL");
+    return e->engine->OpenSegment(name, out);
+  });
+}
+
+int kvf_close_segment(kvf_engine* e, kvf_segment segment) {
+  return Guard([&]() -> Status {
+    KVF_RETURN_IF_ERROR(NeedEngine(e));
+    return e->engine->CloseSegment(segment);
+  });
+}
+
+int kvf_segment_buffers(kvf_engine* e, kvf_segment segment, kvf_remote_buffer* out, size_t capacity,
+                        size_t* count) {
+  return Guard([&]() -> Status {
+    KVF_RETURN_IF_ERROR(NeedEngine(e));
+    if (count == nullptr || (capacity > 0 && out == nullptr))
+      return Status::InvalidArgument("count is NULL, or out is NULL with a capacity");
+    std::vector<kvfabric::RemoteBuffer> v;
+    KVF_RETURN_IF_ERROR(e->engine->GetSegmentBuffers(segment, &v));
+    for (size_t i = 0; i < v.size() && i < capacity; ++i) out[i] = {v[i].addr, v[i].length};
+    *count = v.size();
+    return Status::OK();
+  });
+}
+
+int kvf_warmup(kvf_engine* e, const char* name) {
+  return Guard([&]() -> Status {
+    KVF_RETURN_IF_ERROR(NeedEngine(e));
+    if (name == nullptr) return Status::InvalidArgument("name is NULL");
+    return e->engine->Warmup(name);
+  });
+}
+
+int kvf_batch_allocate(kvf_engine* e, size_t capacity, kvf_batch* out) {
+  return Guard([&]() -> Status {
+    KVF_RETURN_IF_ERROR(NeedEngine(e));
+    if (out == nullptr) return Status::InvalidArgument("out is NULL");
+    return e->engine->AllocateBatch(capacity, out);
+  });
+}
+
+int kvf_batch_submit(kvf_engine* e, kvf_batch batch, const kvf_request* requests, size_t count) {
+  return Guard([&]() -> Status {
+    KVF_RETURN_IF_ERROR(NeedEngine(e));
+    std::vector<kvfabric::TransferRequest> v;
+    KVF_RETURN_IF_ERROR(ToRequests(requests, count, &v));
+    return e->engine->Submit(batch, v);
+  });
+}
+
+int kvf_task_status(kvf_engine* e, kvf_batch batch, size_t task, kvf_transfer_status* out) {
+  return Guard([&]() -> Status {
+    KVF_RETURN_IF_ERROR(NeedEngine(e));
+    if (out == nullptr) return Status::InvalidArgument("out is NULL");
+    kvfabric::TransferStatus s;
+    KVF_RETURN_IF_ERROR(e->engine->GetTaskStatus(batch, task, &s));
+    FromStatus(s, out);
+    return Status::OK();
+  });
+}
+
+int kvf_batch_status(kvf_engine* e, kvf_batch batch, kvf_transfer_status* out) {
+  return Guard([&]() -> Status {
+    KVF_RETURN_IF_ERROR(NeedEngine(e));
+    if (out == nullptr) return Status::InvalidArgument("out is NULL");
+    kvfabric::TransferStatus s;
+    KVF_RETURN_IF_ERROR(e->engine->GetBatchStatus(batch, &s));
+    FromStatus(s, out);
+    return Status::OK();
+  });
+}
+
+int kvf_batch_wait(kvf_engine* e, kvf_batch batch, int64_t timeout_ms, kvf_transfer_status* out) {
+  return Guard([&]() -> Status {
+    KVF_RETURN_IF_ERROR(NeedEngine(e));
+    kvfabric::TransferStatus s;
+    if (out == nullptr) return Status::InvalidArgument("out is NULL");
+    KVF_RETURN_IF_ERROR(e->engine->WaitBatch(batch, timeout_ms, &s));
+    FromStatus(s, out);
+    return Status::OK();
+  });
+}
+
+int kvf_batch_free(kvf_engine* e, kvf_batch batch) {
+  return Guard([&]() -> Status {
+    KVF_RETURN_IF_ERROR(NeedEngine(e));
+    return e->engine->FreeBatch(batch);
+  });
+}
+
+int kvf_transfer(kvf_engine* e, const kvf_request* requests, size_t count) {
+  return Guard([&]() -> Status {
+    KVF_RETURN_IF_ERROR(NeedEngine(e));
+    std::vector<kvfabric::TransferRequest> v;
+    KVF_RETURN_IF_ERROR(ToRequests(requests, count, &v));
+    return e->engine->Transfer(v);
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,254 @@
+/* The C API from a C program, against a second process.
+ *
+ * usage: capi_test PROTOCOL   (tcp or shm)
+ *
+ * The child is the target: it registers a buffer filled with a known pattern,
+ * sends its segment name and buffer address up a pipe, and answers "check"
+ * requests by comparing its own memory with what the parent says it wrote.
+ * The parent writes, reads back, checks the target's memory and every error
+ * path the header documents. Exit status 0 means every check passed. */
+#define _GNU_SOURCE
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kvfabric.h"
+
+#define BUF (8u << 20)
+#define BLOCK (256u << 10)
+
+static int failures = 0;
+
+#define CHECK(cond, ...)                                                \
+  do {                                                                  \
+    if (!(cond)) {                                                      \
+      fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__);                                     \
+      fprintf(stderr, " [last error: %s]\n", kvf_last_error());        \
+      ++failures;                                                       \
+    }                                                                   \
+  } while (0)
+
+static uint8_t pattern(size_t i, unsigned seed) { return (uint8_t)((i * 131u + seed * 7u + (i >> 12)) & 0xff); }
+
+static void fill(uint8_t* p, size_t off, size_t n, unsigned seed) {
+  for (size_t i = 0; i < n; ++i) p[i] = pattern(off + i, seed);
+}
+
+static size_t matching(const uint8_t* p, size_t off, size_t n, unsigned seed) {
+  size_t ok = 0;
+  for (size_t i = 0; i < n; ++i) ok += p[i] == pattern(off + i, seed);
+  return ok;
+}
+
+struct check_cmd {
+  uint64_t off, len;
+  uint32_t seed;
+};
+
+static int write_all(int fd, const void* p, size_t n) {
+  const char* c = p;
+  while (n > 0) {
+    ssize_t r = write(fd, c, n);
+    if (r <= 0) return -1;
+    c += r;
+    n -= (size_t)r;
+  }
+  return 0;
+}
+
+static int read_all(int fd, void* p, size_t n) {
+  char* c = p;
+  while (n > 0) {
+    ssize_t r = read(fd, c, n);
+    if (r <= 0) return -1;
+    c += r;
+    n -= (size_t)r;
+  }
+  return 0;
+}
+
+static int run_target(const char* protocol, int up, int down) {
+  kvf_config cfg;
+  memset(&cfg, 0, sizeof(cfg));
+  cfg.protocol = protocol;
+  kvf_engine* e = NULL;
+  if (kvf_engine_create(&cfg, &e) != KVF_OK) {
+    fprintf(stderr, "target: %s\n", kvf_last_error());
+    return 1;
+  }
+  uint8_t* buf = aligned_alloc(4096, BUF);
+  fill(buf, 0, BUF, 1);
+  if (kvf_register_memory(e, buf, BUF, "cpu:0") != KVF_OK) {
+    fprintf(stderr, "target: %s\n", kvf_last_error());
+    return 1;
+  }
+  char hello[128];
+  memset(hello, 0, sizeof(hello));
+  snprintf(hello, sizeof(hello), "%s %llu", kvf_engine_name(e), (unsigned long long)(uintptr_t)buf);
+  write_all(up, hello, sizeof(hello));
+  struct check_cmd c;
+  while (read_all(down, &c, sizeof(c)) == 0) {
+    uint64_t ok = c.off + c.len <= BUF ? matching(buf + c.off, c.off, c.len, c.seed) : 0;
+    write_all(up, &ok, sizeof(ok));
+  }
+  kvf_unregister_memory(e, buf);
+  kvf_engine_destroy(e);
+  free(buf);
+  return 0;
+}
+
+static uint64_t target_check(int up, int down, uint64_t off, uint64_t len, unsigned seed) {
+  struct check_cmd c = {off, len, seed};
+  uint64_t ok = 0;
+  if (write_all(down, &c, sizeof(c)) != 0 || read_all(up, &ok, sizeof(ok)) != 0) return UINT64_MAX;
+  return ok;
+}
+
+static void run_initiator(const char* protocol, const char* peer, uint64_t raddr, int up, int down) {
+  const char* settings[] = {"KVF_TRANSFER_TIMEOUT_MS=20000", NULL};
+  kvf_config cfg;
+  memset(&cfg, 0, sizeof(cfg));
+  cfg.protocol = protocol;
+  cfg.settings = settings;
+  kvf_engine* e = NULL;
+  int rc = kvf_engine_create(&cfg, &e);
+  CHECK(rc == KVF_OK, "kvf_engine_create: %d", rc);
+  if (rc != KVF_OK) return;
+  CHECK(strchr(kvf_engine_name(e), ':') != NULL, "engine name '%s'", kvf_engine_name(e));
+
+  uint8_t* local = aligned_alloc(4096, BUF);
+  uint8_t* back = aligned_alloc(4096, BUF);
+  memset(back, 0, BUF);
+  void* addrs[2] = {local, back};
+  size_t lens[2] = {BUF, BUF};
+  rc = kvf_register_memory_batch(e, addrs, lens, 2, NULL);
+  CHECK(rc == KVF_OK, "kvf_register_memory_batch: %d", rc);
+
+  kvf_segment seg = -1;
+  rc = kvf_open_segment(e, peer, &seg);
+  CHECK(rc == KVF_OK, "kvf_open_segment(%s): %d", peer, rc);
+  rc = kvf_warmup(e, peer);
+  CHECK(rc == KVF_OK, "kvf_warmup: %d", rc);
+  rc = kvf_warmup(e, peer);
+  CHECK(rc == KVF_OK, "kvf_warmup again: %d", rc);
+
+  kvf_remote_buffer rb[4];
+  size_t count = 0;
+  rc = kvf_segment_buffers(e, seg, rb, 4, &count);
+  CHECK(rc == KVF_OK && count == 1 && rb[0].addr == raddr && rb[0].length == BUF,
+        "kvf_segment_buffers: rc %d, %zu buffers", rc, count);
+
+  /* A batch of 16 writes, waited for. */
+  fill(local, 0, BUF, 9);
+  kvf_request reqs[16];
+  for (unsigned i = 0; i < 16; ++i) {
+    kvf_request r = {KVF_WRITE, local + i * BLOCK, seg, raddr + i * BLOCK, BLOCK};
+    reqs[i] = r;
+  }
+  kvf_batch b = 0;
+  rc = kvf_batch_allocate(e, 16, &b);
+  CHECK(rc == KVF_OK, "kvf_batch_allocate: %d", rc);
+  rc = kvf_batch_submit(e, b, reqs, 16);
+  CHECK(rc == KVF_OK, "kvf_batch_submit: %d", rc);
+  kvf_transfer_status st;
+  rc = kvf_batch_wait(e, b, 30000, &st);
+  CHECK(rc == KVF_OK && st.state == KVF_COMPLETED && st.transferred_bytes == 16ull * BLOCK,
+        "kvf_batch_wait: rc %d state %d bytes %llu", rc, st.state, (unsigned long long)st.transferred_bytes);
+  for (size_t t = 0; t < 16; ++t) {
+    rc = kvf_task_status(e, b, t, &st);
+    CHECK(rc == KVF_OK && st.state == KVF_COMPLETED && st.error == KVF_OK, "task %zu: state %d", t, st.state);
+  }
+  rc = kvf_batch_free(e, b);
+  CHECK(rc == KVF_OK, "kvf_batch_free: %d", rc);
+  uint64_t ok = target_check(up, down, 0, 16ull * BLOCK, 9);
+  CHECK(ok == 16ull * BLOCK, "target memory after the writes: %llu of %llu bytes match",
+        (unsigned long long)ok, 16ull * BLOCK);
+
+  /* Blocking read of the untouched rest: the target's own pattern. */
+  kvf_request rd = {KVF_READ, back, seg, raddr + 16ull * BLOCK, BUF - 16ull * BLOCK};
+  rc = kvf_transfer(e, &rd, 1);
+  CHECK(rc == KVF_OK, "kvf_transfer READ: %d", rc);
+  CHECK(matching(back, 16ull * BLOCK, BUF - 16ull * BLOCK, 1) == BUF - 16ull * BLOCK, "read bytes differ");
+
+  /* Errors: each returns its code, a message, and changes nothing. */
+  kvf_request bad = {KVF_WRITE, local, seg, raddr + BUF - 16, 4096};
+  rc = kvf_transfer(e, &bad, 1);
+  CHECK(rc == KVF_ERANGE && strstr(kvf_last_error(), "OutOfRange") != NULL, "out-of-range remote: %d", rc);
+  char stack_buf[64];
+  kvf_request unreg = {KVF_WRITE, stack_buf, seg, raddr, sizeof(stack_buf)};
+  rc = kvf_transfer(e, &unreg, 1);
+  CHECK(rc < 0 && kvf_last_error()[0] != '\0', "unregistered local: %d", rc);
+  kvf_request badop = {7, local, seg, raddr, 16};
+  rc = kvf_transfer(e, &badop, 1);
+  CHECK(rc == KVF_EINVAL, "bad opcode: %d", rc);
+  kvf_request unknown = {KVF_WRITE, local, 12345, raddr, 16};
+  rc = kvf_transfer(e, &unknown, 1);
+  CHECK(rc == KVF_ENOTFOUND, "unknown segment: %d", rc);
+  rc = kvf_batch_allocate(e, 1, &b);
+  CHECK(rc == KVF_OK, "kvf_batch_allocate: %d", rc);
+  rc = kvf_batch_submit(e, b, reqs, 2);
+  CHECK(rc < 0, "2 requests into a batch of 1: %d", rc);
+  kvf_batch_free(e, b);
+  rc = kvf_batch_free(e, 999999);
+  CHECK(rc == KVF_ENOTFOUND, "unknown batch: %d", rc);
+  kvf_segment nobody;
+  rc = kvf_open_segment(e, "127.0.0.1:1", &nobody);
+  CHECK(rc == KVF_ENETWORK || rc == KVF_ENOTFOUND, "open a segment nobody serves: %d", rc);
+  rc = kvf_register_memory(NULL, local, 16, NULL);
+  CHECK(rc == KVF_EINVAL, "NULL engine: %d", rc);
+  CHECK(strcmp(kvf_code_name(KVF_ERANGE), "OutOfRange") == 0, "code name %s", kvf_code_name(KVF_ERANGE));
+  ok = target_check(up, down, 16ull * BLOCK, BUF - 16ull * BLOCK, 1);
+  CHECK(ok == BUF - 16ull * BLOCK, "the failed requests changed target memory");
+
+  const char* bad_settings[] = {"KVF_NO_SUCH=1", NULL};
+  kvf_config bad_cfg = cfg;
+  bad_cfg.settings = bad_settings;
+  kvf_engine* e2 = NULL;
+  rc = kvf_engine_create(&bad_cfg, &e2);
+  CHECK(rc == KVF_ENOTFOUND && e2 == NULL && strstr(kvf_last_error(), "KVF_NO_SUCH") != NULL,
+        "unknown setting: %d", rc);
+
+  rc = kvf_unregister_memory_batch(e, addrs, 2);
+  CHECK(rc == KVF_OK, "kvf_unregister_memory_batch: %d", rc);
+  rc = kvf_unregister_memory(e, local);
+  CHECK(rc == KVF_ENOTFOUND, "unregister twice: %d", rc);
+  rc = kvf_close_segment(e, seg);
+  CHECK(rc == KVF_OK, "kvf_close_segment: %d", rc);
+  kvf_engine_destroy(e);
+  free(local);
+  free(back);
+}
+
+int main(int argc, char** argv) {
+  const char* protocol = argc > 1 ? argv[1] : "tcp";
+  int up[2], down[2];
+  if (pipe(up) != 0 || pipe(down) != 0) return 2;
+  pid_t child = fork();
+  if (child == 0) {
+    close(up[0]);
+    close(down[1]);
+    _exit(run_target(protocol, up[1], down[0]));
+  }
+  close(up[1]);
+  close(down[0]);
+  char hello[128];
+  if (read_all(up[0], hello, sizeof(hello)) != 0) {
+    fprintf(stderr, "the target process did not start\n");
+    return 1;
+  }
+  char peer[100];
+  unsigned long long raddr = 0;
+  if (sscanf(hello, "%99s %llu", peer, &raddr) != 2) return 1;
+  run_initiator(protocol, peer, raddr, up[0], down[1]);
+  close(down[1]);  /* the target's loop ends */
+  int status = 0;
+  waitpid(child, &status, 0);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "target exit status %d", status);
+  if (failures == 0) printf("capi_test %s: all checks passed\n", protocol);
+  return failures == 0 ? 0 : 1;
+}
