@@ -6,7 +6,7 @@ set -euo pipefail
 
 PKGS=(cmake ninja-build g++ pkg-config python3 python3-venv python3-dev
       libfabric-dev libfabric-bin
-      nlohmann-json3-dev libspdlog-dev libcli11-dev
+      nlohmann-json3-dev libspdlog-dev libcli11-dev libcpp-httplib-dev etcd-server
       libgtest-dev libgmock-dev)
 
 if ! command -v dpkg >/dev/null 2>&1; then

@@ -17,23 +17,26 @@ from .errors import KvfabricError
 PROTOCOLS = ("efa", "tcp", "shm", "verbs", "sockets")
 
 
-def _tool(name: str) -> str | None:
-    """A C++ tool installed beside this package's scripts, or on PATH."""
-    here = os.path.join(sysconfig.get_path("scripts"), name)
-    if os.access(here, os.X_OK):
-        return here
-    return shutil.which(name)
+def _exec_tool(name: str, args: list[str]) -> int:
+    """Replaces this process with a C++ tool installed beside this package's
+    scripts (pip install . puts them there) or found on PATH."""
+    tool = os.path.join(sysconfig.get_path("scripts"), name)
+    if not os.access(tool, os.X_OK):
+        tool = shutil.which(name)
+    if tool is None:
+        print(f"kvfabric: {name} is not installed here (pip install . installs it; a source build has it in "
+              "build/tools/)", file=sys.stderr)
+        return 2
+    os.execv(tool, [tool] + args)
+    return 0  # not reached
 
 
 def cmd_bench(args: argparse.Namespace, rest: list[str]) -> int:
-    tool = _tool("kvfabric-bench")
-    if tool is None:
-        print("kvfabric bench: kvfabric-bench is not installed here (pip install . installs it; "
-              "a source build has it in build/tools/)", file=sys.stderr)
-        return 2
-    cmd = [tool, f"--mode={args.mode}"] + rest
-    os.execv(tool, cmd)
-    return 0  # not reached
+    return _exec_tool("kvfabric-bench", [f"--mode={args.mode}"] + rest)
+
+
+def cmd_metadata_server(args: argparse.Namespace, rest: list[str]) -> int:
+    return _exec_tool("kvfabric-metadata-server", rest)
 
 
 def cmd_probe(args: argparse.Namespace, rest: list[str]) -> int:
@@ -161,6 +164,10 @@ def build_parser() -> argparse.ArgumentParser:
                                    "kvfabric bench initiator --protocol=tcp --segment_id=HOST:PORT --operation=write")
     b.add_argument("mode", choices=["target", "initiator"])
     b.set_defaults(fn=cmd_bench)
+    m = sub.add_parser("metadata-server", help="the http:// metadata store (GET/PUT/DELETE ?key=); flags pass through",
+                       description="Runs kvfabric-metadata-server: --host (127.0.0.1), --port (8080; 0 picks one), "
+                                   "--path (/metadata). Engines then use metadata http://HOST:PORT/metadata.")
+    m.set_defaults(fn=cmd_metadata_server)
     p = sub.add_parser("probe", help="is a peer reachable; handshake, open and warmup times")
     p.add_argument("peer", help="the peer's segment name, host:port")
     p.add_argument("--protocol", default="auto")
@@ -181,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     args, rest = ap.parse_known_args(argv)
-    if rest and args.command != "bench":
+    if rest and args.command not in ("bench", "metadata-server"):
         ap.error("unrecognized arguments: " + " ".join(rest))
     return args.fn(args, rest)
 

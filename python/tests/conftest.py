@@ -13,9 +13,9 @@ sys.path.insert(0, HERE)
 class Peer:
     """A target engine in another process (peer.py)."""
 
-    def __init__(self, protocol: str, size: int, api: str = "engine"):
+    def __init__(self, protocol: str, size: int, api: str = "engine", metadata: str = "P2PHANDSHAKE"):
         self.proc = subprocess.Popen(
-            [sys.executable, os.path.join(HERE, "peer.py"), protocol, str(size), api],
+            [sys.executable, os.path.join(HERE, "peer.py"), protocol, str(size), api, metadata],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=HERE)
         line = self.proc.stdout.readline()
         if not line:
@@ -70,11 +70,63 @@ def protocol(request):
 def peer_factory():
     peers = []
 
-    def make(protocol: str, size: int = 16 << 20, api: str = "engine") -> Peer:
-        p = Peer(protocol, size, api)
+    def make(protocol: str, size: int = 16 << 20, api: str = "engine", metadata: str = "P2PHANDSHAKE") -> Peer:
+        p = Peer(protocol, size, api, metadata)
         peers.append(p)
         return p
 
     yield make
     for p in peers:
         p.close()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def etcd_uri(tmp_path_factory):
+    """A real etcd on loopback, for the whole session (skips without the binary)."""
+    import shutil
+    import time
+    import urllib.request
+
+    if shutil.which("etcd") is None:
+        pytest.skip("no etcd binary (Debian: apt install etcd-server; make deps installs it)")
+    client, peer = _free_port(), _free_port()
+    c, p = f"http://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
+    proc = subprocess.Popen(["etcd", "--name", "kvf-py", "--data-dir", str(tmp_path_factory.mktemp("etcd")),
+                             "--listen-client-urls", c, "--advertise-client-urls", c, "--listen-peer-urls", p,
+                             "--initial-advertise-peer-urls", p, "--initial-cluster", f"kvf-py={p}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            urllib.request.urlopen(urllib.request.Request(c + "/v3/maintenance/status", data=b"{}"), timeout=1)
+            break
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                pytest.fail("etcd did not start")
+            time.sleep(0.05)
+    yield f"etcd://127.0.0.1:{client}"
+    proc.terminate()
+    proc.wait()
+
+
+@pytest.fixture(scope="session")
+def http_metadata_uri():
+    """kvfabric metadata-server on loopback, for the whole session."""
+    proc = subprocess.Popen([sys.executable, "-m", "kvfabric", "metadata-server", "--port", "0"],
+                            stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    if "metadata http://" not in line:
+        proc.kill()
+        pytest.fail(f"kvfabric metadata-server did not start: {line!r}")
+    yield line.split("metadata ", 1)[1].strip()
+    proc.terminate()
+    proc.wait()

@@ -1,7 +1,7 @@
 """A target process for the Python tests: a real kvfabric engine in its own
 process, driven through stdin.
 
-    python peer.py PROTOCOL SIZE [API]      API: engine (default) or mooncake
+    python peer.py PROTOCOL SIZE [API [METADATA]]   API: engine (default) or mooncake
 
 It registers SIZE bytes filled with pattern seed 1, prints one JSON line
 {"name", "addr", "size", "pid"}, then answers one line per command:
@@ -22,19 +22,20 @@ from patterns import pattern
 def main() -> None:
     protocol, size = sys.argv[1], int(sys.argv[2])
     api = sys.argv[3] if len(sys.argv) > 3 else "engine"
+    metadata = sys.argv[4] if len(sys.argv) > 4 else "P2PHANDSHAKE"
     buf = np.empty(size, dtype=np.uint8)
     buf[:] = pattern(0, size, 1)
     if api == "mooncake":
         from kvfabric.compat.mooncake import TransferEngine
 
         te = TransferEngine()
-        assert te.initialize("127.0.0.1", "P2PHANDSHAKE", protocol, "") == 0
+        assert te.initialize("127.0.0.1", metadata, protocol, "") == 0
         assert te.register_memory(buf.ctypes.data, size) == 0
         name = f"127.0.0.1:{te.get_rpc_port()}"
     else:
         import kvfabric
 
-        e = kvfabric.Engine(protocol=protocol)
+        e = kvfabric.Engine(protocol=protocol, metadata="p2p" if metadata == "P2PHANDSHAKE" else metadata)
         e.register(buf)
         name = e.name
     import os

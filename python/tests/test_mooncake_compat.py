@@ -121,7 +121,8 @@ def test_check_status_reports_timeout(monkeypatch, peer_factory):
 
 def test_initialize_rejects_what_it_cannot_serve():
     te = TransferEngine()
-    assert te.initialize("127.0.0.1", "etcd://127.0.0.1:2379", "tcp", "") == -1
+    assert te.initialize("127.0.0.1", "zookeeper://127.0.0.1:2181", "tcp", "") == -1
+    assert te.initialize("127.0.0.1", "etcd://127.0.0.1:1", "tcp", "") == -1  # nobody there
     assert te.initialize("127.0.0.1", "P2PHANDSHAKE", "infiniband-please", "") == -1
     assert te.transfer_sync_write("127.0.0.1:1", 0, 0, 1) == -1  # not initialized
     assert te.get_rpc_port() == -1
@@ -186,3 +187,26 @@ def test_shim_serves_mooncake_imports():
     finally:
         if not was_installed:
             run("-m", "kvfabric", "mooncake-shim", "uninstall")
+
+
+@pytest.mark.parametrize("backend", ["etcd", "http", "bare_etcd"])
+def test_cluster_metadata_backends(backend, request, peer_factory):
+    """The same transfers with segments found through etcd or the http store."""
+    uri = request.getfixturevalue("http_metadata_uri" if backend == "http" else "etcd_uri")
+    if backend == "bare_etcd":  # Mooncake's form: host:port means etcd
+        uri = uri[len("etcd://"):]
+    peer = peer_factory("tcp", api="mooncake", metadata=uri)
+    te = TransferEngine()
+    assert te.initialize("127.0.0.1", uri, "tcp", "") == 0
+    try:
+        local = np.zeros(MiB, dtype=np.uint8)
+        assert te.register_memory(local.ctypes.data, MiB) == 0
+        assert te.get_first_buffer_address(peer.name) == peer.addr
+        local[:] = pattern(0, MiB, 31)
+        assert te.transfer_sync_write(peer.name, local.ctypes.data, peer.addr, MiB) == 0
+        assert peer.check(0, MiB, 31) == MiB
+        assert te.transfer_sync_read(peer.name, local.ctypes.data, peer.addr + MiB, MiB) == 0
+        assert np.array_equal(local, pattern(MiB, MiB, 1))
+        assert te.get_first_buffer_address("127.0.0.1:1") == 0  # never published
+    finally:
+        te.close()

@@ -20,6 +20,7 @@
 #include "memory/memory_registry.h"
 #include "metadata/handshake.h"
 #include "metadata/segment_desc.h"
+#include "metadata/store.h"
 
 namespace kvfabric {
 
@@ -60,6 +61,7 @@ struct Engine::Impl {
   std::unique_ptr<memory::MemoryRegistry> registry;
   std::unique_ptr<fabric::Progress> progress;
   std::unique_ptr<metadata::HandshakeServer> server;
+  std::unique_ptr<metadata::MetadataStore> store;  // null with p2p
 
   std::mutex peers_mu;
   std::unordered_map<std::string, SegmentHandle> peer_names;
@@ -76,6 +78,11 @@ struct Engine::Impl {
   std::deque<std::string> notifies;
 
   ~Impl() {
+    if (store) {
+      Status s = store->Remove(name);  // peers stop finding us now, not at lease expiry
+      if (!s.ok()) KVF_LOG_WARN("shutdown: {}", s.ToString());
+      store.reset();
+    }
     server.reset();    // no new peers
     progress.reset();  // no more completions
     {
@@ -149,10 +156,19 @@ struct Engine::Impl {
     return Status::ProtocolError("unknown request");
   }
 
+  // With a metadata store, the descriptor as published there (registrations
+  // republish it); with p2p nothing to do: peers ask the handshake server.
+  Status Publish() {
+    if (!store) return Status::OK();
+    return store->Publish(name, metadata::ToJson(BuildDesc()));
+  }
+
   Status FetchDesc(const std::string& peer_name, std::shared_ptr<const metadata::SegmentDesc>* out) {
     std::string text;
-    KVF_RETURN_IF_ERROR(metadata::HandshakeCall(peer_name, metadata::kGetSegment, "",
-                                                call_options(), &text));
+    if (store)
+      KVF_RETURN_IF_ERROR(store->Fetch(peer_name, &text));
+    else
+      KVF_RETURN_IF_ERROR(metadata::HandshakeCall(peer_name, metadata::kGetSegment, "", call_options(), &text));
     auto d = std::make_shared<metadata::SegmentDesc>();
     KVF_RETURN_IF_ERROR(metadata::FromJson(text, d.get()).Annotate("segment " + peer_name));
     *out = std::move(d);
@@ -316,9 +332,11 @@ Status Engine::Create(const EngineConfig& config, std::unique_ptr<Engine>* out) 
   if (!log::SetLevel(impl->settings.log_level))
     return Status::InvalidArgument("KVF_LOG_LEVEL='" + impl->settings.log_level +
                                    "': use trace, debug, info, warn, error or off");
-  if (!IsP2p(config.metadata))
-    return Status::Unavailable("metadata '" + config.metadata +
-                               "' is not supported by this build yet: use p2p (P2PHANDSHAKE)");
+  if (metadata::IsStoreUri(config.metadata))
+    KVF_RETURN_IF_ERROR(metadata::OpenMetadataStore(config.metadata, impl->settings, &impl->store));
+  else if (!IsP2p(config.metadata))
+    return Status::InvalidArgument("metadata '" + config.metadata +
+                                   "': use p2p (or P2PHANDSHAKE), etcd://host:port[,host:port] or http://host:port/path");
   std::string host;
   uint16_t port = 0;
   KVF_RETURN_IF_ERROR(metadata::ParseHostPort(config.local_server_name, &host, &port)
@@ -368,9 +386,10 @@ Status Engine::Create(const EngineConfig& config, std::unique_ptr<Engine>* out) 
     impl->peers[kSelfHandle] = self;
     impl->peer_names[impl->name] = kSelfHandle;
   }
-  KVF_LOG_INFO("engine {} ready: {} rail(s) of {}{}, {} progress thread(s)", impl->name,
+  KVF_RETURN_IF_ERROR(impl->Publish().Annotate("engine " + impl->name));
+  KVF_LOG_INFO("engine {} ready: {} rail(s) of {}{}, {} progress thread(s){}", impl->name,
                impl->primary_rails.size(), provider, impl->shm_rail >= 0 ? " + shm for same-host peers" : "",
-               impl->progress->thread_count());
+               impl->progress->thread_count(), impl->store ? ", segment published in " + impl->store->uri() : "");
   out->reset(new Engine(std::move(impl)));
   return Status::OK();
 }
@@ -387,19 +406,27 @@ std::vector<RailInfo> Engine::rails() const {
 }
 
 Status Engine::RegisterMemory(void* addr, size_t length, const std::string& location) {
-  return impl_->registry->Register(addr, length, location);
+  return RegisterMemoryBatch({{addr, length, location}});
 }
 
-Status Engine::UnregisterMemory(void* addr) { return impl_->registry->Unregister(addr); }
+Status Engine::UnregisterMemory(void* addr) { return UnregisterMemoryBatch({addr}); }
 
 Status Engine::RegisterMemoryBatch(const std::vector<BufferEntry>& buffers) {
   // All or nothing: on a failure the buffers registered by this call are undone.
+  auto undo = [&](size_t n) {
+    for (size_t j = 0; j < n; ++j) impl_->registry->Unregister(buffers[j].addr);
+  };
   for (size_t i = 0; i < buffers.size(); ++i) {
-    Status s = RegisterMemory(buffers[i].addr, buffers[i].length, buffers[i].location);
+    Status s = impl_->registry->Register(buffers[i].addr, buffers[i].length, buffers[i].location);
     if (!s.ok()) {
-      for (size_t j = 0; j < i; ++j) UnregisterMemory(buffers[j].addr);
-      return s.Annotate("buffer " + std::to_string(i));
+      undo(i);
+      return buffers.size() > 1 ? s.Annotate("buffer " + std::to_string(i)) : s;
     }
+  }
+  Status s = impl_->Publish();
+  if (!s.ok()) {
+    undo(buffers.size());
+    return s.Annotate("register: peers could not be told, so nothing was registered");
   }
   return Status::OK();
 }
@@ -407,12 +434,18 @@ Status Engine::RegisterMemoryBatch(const std::vector<BufferEntry>& buffers) {
 Status Engine::UnregisterMemoryBatch(const std::vector<void*>& addrs) {
   for (size_t i = 0; i < addrs.size(); ++i)
     if (!impl_->registry->Find(reinterpret_cast<uintptr_t>(addrs[i]), 1))
-      return Status::NotFound("buffer " + std::to_string(i) + " is not registered; nothing was unregistered");
+      return Status::NotFound((addrs.size() > 1 ? "buffer " + std::to_string(i) + " " : std::string("buffer ")) +
+                              hex::Address(reinterpret_cast<uintptr_t>(addrs[i])) +
+                              " is not registered; nothing was unregistered");
   Status first;
   for (void* a : addrs) {
-    Status s = UnregisterMemory(a);
+    Status s = impl_->registry->Unregister(a);
     if (!s.ok() && first.ok()) first = s;
   }
+  // The memory is revoked either way; a stale descriptor only makes peers'
+  // requests to it fail.
+  Status p = impl_->Publish();
+  if (!p.ok()) KVF_LOG_WARN("unregister: {}", p.ToString());
   return first;
 }
 

@@ -14,6 +14,7 @@
 
 #include "kvfabric/engine.h"
 #include "tests/support/pattern.h"
+#include "tests/support/servers.h"
 #include "tests/support/targets.h"
 
 namespace kvfabric {
@@ -29,6 +30,7 @@ struct Mode {
   const char* protocol;
   Where where;
   const char* settings = "";  // "NAME=value ..." for initiator and target alike
+  const char* metadata = "";  // "" (p2p), "etcd" or "http": a real server the tests start
 };
 
 constexpr size_t KiB = 1024, MiB = 1024 * KiB;
@@ -45,6 +47,11 @@ class TransportTest : public ::testing::TestWithParam<Mode> {
     std::istringstream words(GetParam().settings);
     for (std::string kv; words >> kv;)
       ASSERT_TRUE(cfg_.settings.Set(kv.substr(0, kv.find('=')), kv.substr(kv.find('=') + 1)).ok()) << kv;
+    if (*GetParam().metadata) {
+      std::string why;
+      cfg_.metadata = testing::SharedMetadataUri(GetParam().metadata, &why);
+      if (cfg_.metadata.empty()) GTEST_SKIP() << why;
+    }
   }
   void TearDown() override {
     target_.reset();
@@ -62,8 +69,10 @@ class TransportTest : public ::testing::TestWithParam<Mode> {
     std::string err;
     switch (GetParam().where) {
       case Where::kProcess:
-        target_ = testing::StartProcessTarget(GetParam().protocol, target_size,
-                                              peer_settings + " " + GetParam().settings, &err);
+        target_ = testing::StartProcessTarget(
+            GetParam().protocol, target_size,
+            peer_settings + " " + GetParam().settings + (cfg_.metadata == "p2p" ? "" : " metadata=" + cfg_.metadata),
+            &err);
         break;
       case Where::kInProcess:
         target_ = testing::StartLocalTarget(GetParam().protocol, target_size, nullptr, &err);
@@ -214,7 +223,9 @@ TEST_P(TransportTest, WarmupSegmentNotFound) {
   auto t0 = std::chrono::steady_clock::now();
   Status s = engine_->Warmup("127.0.0.1:1");  // nothing listens on port 1
   EXPECT_FALSE(s.ok());
-  EXPECT_EQ(s.code(), Status::Code::kNetworkError) << s.ToString();
+  // p2p cannot connect; a metadata store has no such segment.
+  EXPECT_EQ(s.code(), *GetParam().metadata ? Status::Code::kNotFound : Status::Code::kNetworkError)
+      << s.ToString();
   EXPECT_NE(s.message().find("127.0.0.1:1"), std::string::npos) << s.ToString();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(6));
   SegmentHandle h;
@@ -369,6 +380,69 @@ TEST_P(TransportTest, ProbeAndNotify) {
   EXPECT_EQ(engine_->SendNotify("127.0.0.1:1", "lost?").code(), Status::Code::kNetworkError);
 }
 
+TEST(MetadataStoreTest, SegmentsLeaveTheStoreWithTheirEngine) {
+  std::string why;
+  const std::string uri = testing::SharedMetadataUri("etcd", &why);
+  if (uri.empty()) GTEST_SKIP() << why;
+  EngineConfig cfg;
+  cfg.protocol = "tcp";
+  cfg.metadata = uri;
+  cfg.apply_environment = false;
+  std::unique_ptr<Engine> e;
+  ASSERT_TRUE(Engine::Create(cfg, &e).ok());
+
+  // A clean shutdown removes the segment at once.
+  std::string gone_name;
+  {
+    std::unique_ptr<Engine> b;
+    ASSERT_TRUE(Engine::Create(cfg, &b).ok());
+    gone_name = b->name();
+    SegmentHandle h;
+    ASSERT_TRUE(e->OpenSegment(gone_name, &h).ok());
+    ASSERT_TRUE(e->CloseSegment(h).ok());
+  }
+  SegmentHandle h;
+  EXPECT_EQ(e->OpenSegment(gone_name, &h).code(), Status::Code::kNotFound);
+
+  // A killed process's segment goes when its lease expires (2 s here).
+  std::string err;
+  auto t = testing::StartProcessTarget("tcp", 1 << 20, "KVF_METADATA_LEASE_S=2 metadata=" + uri, &err);
+  ASSERT_NE(t, nullptr) << err;
+  ASSERT_TRUE(e->OpenSegment(t->name, &h).ok());
+  ASSERT_TRUE(e->CloseSegment(h).ok());
+  const std::string name = t->name;
+  ASSERT_TRUE(t->Kill());
+  const auto start = std::chrono::steady_clock::now();
+  Status s;
+  while (std::chrono::steady_clock::now() - start < std::chrono::seconds(10)) {
+    s = e->OpenSegment(name, &h);
+    if (s.code() == Status::Code::kNotFound) break;
+    if (s.ok()) e->CloseSegment(h);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  EXPECT_EQ(s.code(), Status::Code::kNotFound) << s.ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+TEST(MetadataStoreTest, UnreachableStoreFailsCreateCleanly) {
+  for (const char* uri : {"etcd://127.0.0.1:1", "http://127.0.0.1:1/metadata"}) {
+    EngineConfig cfg;
+    cfg.protocol = "tcp";
+    cfg.metadata = uri;
+    cfg.apply_environment = false;
+    std::unique_ptr<Engine> e;
+    const auto t0 = std::chrono::steady_clock::now();
+    Status s = Engine::Create(cfg, &e);
+    EXPECT_EQ(s.code(), Status::Code::kNetworkError) << uri << ": " << s.ToString();
+    EXPECT_EQ(e, nullptr);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(6)) << uri;
+  }
+  EngineConfig cfg;
+  cfg.metadata = "zookeeper://127.0.0.1:2181";
+  std::unique_ptr<Engine> e;
+  EXPECT_EQ(Engine::Create(cfg, &e).code(), Status::Code::kInvalidArgument);
+}
+
 TEST(NotifyTest, FullQueueRefusesInsteadOfDropping) {
   EngineConfig cfg;
   cfg.protocol = "tcp";
@@ -479,6 +553,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Mode{"shm_in_process", "shm", Where::kInProcess},
                       Mode{"auto", "auto", Where::kProcess},
                       Mode{"tcp_posted_directly", "tcp", Where::kProcess, "KVF_POST_MODE=direct"},
+                      Mode{"tcp_etcd", "tcp", Where::kProcess, "", "etcd"},
+                      Mode{"tcp_http", "tcp", Where::kProcess, "", "http"},
                       Mode{"own_segment", "tcp", Where::kSelf}),
     [](const ::testing::TestParamInfo<Mode>& i) { return std::string(i.param.name); });
 

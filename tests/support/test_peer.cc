@@ -20,7 +20,7 @@ using namespace kvfabric;
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s PROTOCOL BUFFER_SIZE [SETTING=VALUE ...]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s PROTOCOL BUFFER_SIZE [SETTING=VALUE ...] [metadata=URI]\n", argv[0]);
     return 2;
   }
   EngineConfig cfg;
@@ -30,6 +30,10 @@ int main(int argc, char** argv) {
   for (int i = 3; i < argc; ++i) {
     std::string kv = argv[i];
     auto eq = kv.find('=');
+    if (kv.substr(0, eq) == "metadata") {  // not a setting: the engine's metadata service
+      cfg.metadata = kv.substr(eq + 1);
+      continue;
+    }
     Status s = cfg.settings.Set(kv.substr(0, eq), kv.substr(eq + 1));
     if (!s.ok()) { std::fprintf(stderr, "%s\n", s.ToString().c_str()); return 2; }
   }

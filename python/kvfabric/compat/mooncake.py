@@ -47,16 +47,22 @@ class TransferNotify:
 
 
 def parse_metadata(metadata_server: str, metadata_type: str = "") -> str:
-    """The kvfabric metadata string for a Mooncake one, or raises ValueError."""
+    """The kvfabric metadata string for a Mooncake one, or raises ValueError.
+
+    ``P2PHANDSHAKE`` -> p2p; ``etcd://h:p[,h:p]`` and ``http://h:p/path`` as
+    they are; a bare ``host:port[,host:port]`` is etcd, as in Mooncake (or
+    http when ``metadata_type`` says so)."""
     m = metadata_server.strip()
-    if m.upper() in ("P2PHANDSHAKE", "P2P") or metadata_type.lower() == "p2p":
+    kind = metadata_type.strip().lower()
+    if m.upper() in ("P2PHANDSHAKE", "P2P") or kind == "p2p":
         return "p2p"
-    # etcd://, http:// and bare host:port (etcd) need the cluster metadata
-    # backends, which are not built yet.
-    raise ValueError(
-        f"metadata server '{metadata_server}' needs a cluster metadata backend (etcd or http), which this "
-        "kvfabric does not have yet: use 'P2PHANDSHAKE'"
-    )
+    if m.startswith(("etcd://", "http://")):
+        return m
+    if "://" in m:
+        raise ValueError(f"metadata server '{metadata_server}': use P2PHANDSHAKE, etcd://host:port or http://host:port/path")
+    if not m or ":" not in m:
+        raise ValueError(f"metadata server '{metadata_server}' is not host:port")
+    return ("http://" if kind == "http" else "etcd://") + m
 
 
 class TransferEngine:

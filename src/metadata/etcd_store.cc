@@ -1,0 +1,159 @@
+// The etcd:// metadata store, over etcd v3's JSON gateway (/v3/...): keys and
+// values travel base64-encoded. Each engine's descriptor is put under a
+// lease of KVF_METADATA_LEASE_S seconds, renewed every third of it by a
+// thread, so the segment of a process that dies disappears on its own.
+#include <httplib.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "common/base64.h"
+#include "common/log.h"
+#include "metadata/store_impl.h"
+
+namespace kvfabric::metadata {
+namespace {
+
+using nlohmann::json;
+
+class EtcdStore final : public MetadataStore {
+ public:
+  EtcdStore(std::string uri, std::vector<std::string> endpoints, const Settings& s)
+      : uri_(std::move(uri)), endpoints_(std::move(endpoints)), prefix_(s.metadata_prefix),
+        lease_s_(s.metadata_lease_s), timeout_ms_(s.handshake_timeout_ms) {}
+
+  ~EtcdStore() override {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (keeper_.joinable()) keeper_.join();
+    if (lease_ != 0) {
+      json r;
+      Call("/v3/lease/revoke", {{"ID", std::to_string(lease_)}}, &r);  // best effort: keys go now
+    }
+  }
+
+  Status Publish(const std::string& name, const std::string& descriptor) override {
+    KVF_RETURN_IF_ERROR(EnsureLease());
+    json r;
+    return Call("/v3/kv/put",
+                {{"key", base64::Encode(prefix_ + name)}, {"value", base64::Encode(descriptor)},
+                 {"lease", std::to_string(lease_)}},
+                &r)
+        .Annotate("publish " + name);
+  }
+
+  Status Fetch(const std::string& name, std::string* descriptor) override {
+    json r;
+    KVF_RETURN_IF_ERROR(Call("/v3/kv/range", {{"key", base64::Encode(prefix_ + name)}}, &r).Annotate("fetch " + name));
+    if (!r.contains("kvs") || !r["kvs"].is_array() || r["kvs"].empty())
+      return Status::NotFound("segment " + name + " is not published in " + uri_ +
+                              " (never started, or its lease expired)");
+    const auto& v = r["kvs"][0];
+    if (!v.contains("value") || !v["value"].is_string() || !base64::Decode(v["value"].get<std::string>(), descriptor))
+      return Status::ProtocolError("etcd " + uri_ + " returned a malformed value for " + name);
+    return Status::OK();
+  }
+
+  Status Remove(const std::string& name) override {
+    json r;
+    return Call("/v3/kv/deleterange", {{"key", base64::Encode(prefix_ + name)}}, &r).Annotate("remove " + name);
+  }
+
+  const std::string& uri() const override { return uri_; }
+
+  // One JSON POST, trying each endpoint in turn from the last that answered.
+  Status Call(const std::string& path, const json& body, json* reply) {
+    std::string last_error;
+    const size_t n = endpoints_.size();
+    for (size_t k = 0; k < n; ++k) {
+      const size_t i = (current_.load() + k) % n;
+      httplib::Client c("http://" + endpoints_[i]);
+      const int ms = static_cast<int>(timeout_ms_);
+      c.set_connection_timeout(ms / 1000, (ms % 1000) * 1000);
+      c.set_read_timeout(ms / 1000, (ms % 1000) * 1000);
+      auto res = c.Post(path, body.dump(), "application/json");
+      if (!res) {
+        last_error = endpoints_[i] + ": " + httplib::to_string(res.error());
+        continue;
+      }
+      if (res->status != 200)
+        return Status::ProtocolError("etcd " + endpoints_[i] + path + ": HTTP " + std::to_string(res->status) + " " +
+                                     res->body.substr(0, 200));
+      *reply = json::parse(res->body, nullptr, /*allow_exceptions=*/false);
+      if (reply->is_discarded())
+        return Status::ProtocolError("etcd " + endpoints_[i] + path + ": the reply is not JSON");
+      current_.store(i);
+      return Status::OK();
+    }
+    return Status::NetworkError("no etcd endpoint of " + uri_ + " answered (" + last_error +
+                                "); is etcd running there?");
+  }
+
+ private:
+  Status EnsureLease() {
+    std::lock_guard<std::mutex> g(lease_mu_);
+    if (lease_ != 0) return Status::OK();
+    json r;
+    KVF_RETURN_IF_ERROR(Call("/v3/lease/grant", {{"TTL", std::to_string(lease_s_)}}, &r).Annotate("lease"));
+    if (!r.contains("ID")) return Status::ProtocolError("etcd " + uri_ + ": lease grant without an ID");
+    lease_ = std::stoll(r["ID"].is_string() ? r["ID"].get<std::string>() : std::to_string(r["ID"].get<int64_t>()));
+    keeper_ = std::thread([this] { KeepAlive(); });
+    return Status::OK();
+  }
+
+  void KeepAlive() {
+    const auto period = std::chrono::milliseconds(lease_s_ * 1000 / 3);
+    std::unique_lock<std::mutex> g(mu_);
+    while (!cv_.wait_for(g, period, [this] { return stop_; })) {
+      g.unlock();
+      json r;
+      Status s = Call("/v3/lease/keepalive", {{"ID", std::to_string(lease_)}}, &r);
+      // The gateway answers {"result":{"TTL": ...}}; a TTL of 0 or none means the lease is gone.
+      const bool alive = s.ok() && r.contains("result") && r["result"].contains("TTL");
+      if (!alive)
+        KVF_LOG_WARN("etcd {}: keeping lease {} alive failed ({}); this engine's segment disappears from the "
+                     "cluster when it expires",
+                     uri_, lease_, s.ok() ? "lease expired" : s.ToString());
+      g.lock();
+    }
+  }
+
+  std::string uri_;
+  std::vector<std::string> endpoints_;
+  std::string prefix_;
+  int64_t lease_s_;
+  int64_t timeout_ms_;
+  std::atomic<size_t> current_{0};
+  std::mutex lease_mu_;
+  int64_t lease_ = 0;
+  std::thread keeper_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+};
+
+}  // namespace
+
+Status OpenEtcdStore(const std::string& uri, const Settings& settings, std::unique_ptr<MetadataStore>* out) {
+  std::vector<std::string> endpoints;
+  std::istringstream list(uri.substr(7));
+  for (std::string ep; std::getline(list, ep, ',');)
+    if (!ep.empty()) endpoints.push_back(ep);
+  if (endpoints.empty()) return Status::InvalidArgument("metadata '" + uri + "': expected etcd://host:port[,host:port]");
+  if (settings.metadata_lease_s < 1) return Status::InvalidArgument("KVF_METADATA_LEASE_S must be at least 1");
+  auto store = std::make_unique<EtcdStore>(uri, std::move(endpoints), settings);
+  json r;
+  KVF_RETURN_IF_ERROR(store->Call("/v3/maintenance/status", json::object(), &r).Annotate("open " + uri));
+  *out = std::move(store);
+  return Status::OK();
+}
+
+}  // namespace kvfabric::metadata

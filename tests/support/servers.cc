@@ -1,0 +1,130 @@
+#include "tests/support/servers.h"
+
+#include <httplib.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace kvfabric::testing {
+namespace {
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+pid_t Spawn(const std::vector<std::string>& argv) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    // Quiet: the servers' logs would drown the test output.
+    freopen("/dev/null", "w", stdout);
+    freopen("/dev/null", "w", stderr);
+    execvp(args[0], args.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// Polls `path` on 127.0.0.1:port until it answers (any HTTP status) or 20 s pass.
+bool WaitReady(int port, const std::string& method, const std::string& path, pid_t pid) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < until) {
+    int st;
+    if (waitpid(pid, &st, WNOHANG) == pid) return false;
+    httplib::Client c("127.0.0.1", port);
+    c.set_connection_timeout(0, 200000);
+    auto r = method == "POST" ? c.Post(path, "{}", "application/json") : c.Get(path);
+    if (r && r->status < 500) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+}  // namespace
+
+Server::~Server() {
+  if (pid > 0) {
+    kill(pid, SIGTERM);
+    waitpid(pid, nullptr, 0);
+  }
+  if (!data_dir.empty()) std::filesystem::remove_all(data_dir);
+}
+
+std::unique_ptr<Server> StartEtcd(std::string* error) {
+  const char* bin = "etcd";
+  if (system("command -v etcd >/dev/null 2>&1") != 0) {
+    *error = "no etcd binary on PATH (Debian: apt install etcd-server; make deps installs it)";
+    return nullptr;
+  }
+  auto s = std::make_unique<Server>();
+  char tmpl[] = "/tmp/kvf-etcd-XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) {
+    *error = "mkdtemp failed";
+    return nullptr;
+  }
+  s->data_dir = tmpl;
+  const int client = FreePort(), peer = FreePort();
+  const std::string c = "http://127.0.0.1:" + std::to_string(client), p = "http://127.0.0.1:" + std::to_string(peer);
+  s->pid = Spawn({bin, "--name", "kvf-test", "--data-dir", s->data_dir, "--listen-client-urls", c,
+                  "--advertise-client-urls", c, "--listen-peer-urls", p, "--initial-advertise-peer-urls", p,
+                  "--initial-cluster", "kvf-test=" + p});
+  if (!WaitReady(client, "POST", "/v3/maintenance/status", s->pid)) {
+    *error = "etcd did not start on " + c;
+    return nullptr;
+  }
+  s->uri = "etcd://127.0.0.1:" + std::to_string(client);
+  return s;
+}
+
+std::unique_ptr<Server> StartHttpMetadataServer(std::string* error) {
+  auto s = std::make_unique<Server>();
+  const int port = FreePort();
+  s->pid = Spawn({KVF_METADATA_SERVER_PATH, "--port", std::to_string(port)});
+  if (!WaitReady(port, "GET", "/metadata?key=probe", s->pid)) {
+    *error = std::string("kvfabric-metadata-server did not start (") + KVF_METADATA_SERVER_PATH + ")";
+    return nullptr;
+  }
+  s->uri = "http://127.0.0.1:" + std::to_string(port) + "/metadata";
+  return s;
+}
+
+const std::string& SharedMetadataUri(const std::string& kind, std::string* error) {
+  static std::mutex mu;
+  static std::map<std::string, std::unique_ptr<Server>> servers;
+  static std::map<std::string, std::string> errors;
+  static const std::string none;
+  std::lock_guard<std::mutex> g(mu);
+  if (!servers.count(kind) && !errors.count(kind)) {
+    std::string err;
+    auto s = kind == "etcd" ? StartEtcd(&err) : StartHttpMetadataServer(&err);
+    if (s) servers[kind] = std::move(s);
+    else errors[kind] = err;
+  }
+  if (errors.count(kind)) {
+    *error = errors[kind];
+    return none;
+  }
+  return servers[kind]->uri;
+}
+
+}  // namespace kvfabric::testing

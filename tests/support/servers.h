@@ -1,0 +1,28 @@
+// Real metadata servers for the tests, started on loopback by the tests
+// themselves: etcd (Debian's etcd-server) and kvfabric-metadata-server.
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+
+namespace kvfabric::testing {
+
+class Server {
+ public:
+  ~Server();
+  std::string uri;  // "etcd://127.0.0.1:P" or "http://127.0.0.1:P/metadata"
+  pid_t pid = -1;
+  std::string data_dir;  // removed at the end
+};
+
+// Null with `error` saying why (for example, no etcd binary: tests skip).
+std::unique_ptr<Server> StartEtcd(std::string* error);
+std::unique_ptr<Server> StartHttpMetadataServer(std::string* error);
+
+// One of each for the whole test binary, started on first use; "" and the
+// reason when it cannot start. `kind` is "etcd" or "http".
+const std::string& SharedMetadataUri(const std::string& kind, std::string* error);
+
+}  // namespace kvfabric::testing
