@@ -4,7 +4,8 @@ namespace kvfabric::engine {
 
 
 void Task::Start(Batch* batch, uint32_t slices, Clock::time_point deadline, int64_t timeout_ms,
-                 std::string what) {
+                 std::string what, std::shared_ptr<Peer> peer) {
+  peer_ = std::move(peer);
   batch_ = batch;
   slices_left_.store(slices);
   bytes_.store(0);
@@ -24,6 +25,8 @@ bool Task::Finish(TaskState terminal, const Status& error) {
     error_ = error;
     state_.store(static_cast<int>(terminal));
   }
+  // The peer may have died or restarted: its next request refetches its descriptor.
+  if (terminal != TaskState::kCompleted && peer_) peer_->MarkSuspect();
   batch_->OnTaskFinished();
   return true;
 }

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <string>
 
+#include "engine/peer.h"
 #include "fabric/slice.h"
 #include "kvfabric/engine.h"
 
@@ -27,8 +28,9 @@ class Task final : public fabric::SliceOwner {
   void Bind(Batch* batch) { batch_ = batch; }
   // Arms the task before its slices are queued. `what` names the request in
   // error messages (e.g. "WRITE of 1048576 bytes to 10.0.0.2:15000").
+  // `peer` (may be null) is marked suspect when the task fails or times out.
   void Start(Batch* batch, uint32_t slices, Clock::time_point deadline, int64_t timeout_ms,
-             std::string what);
+             std::string what, std::shared_ptr<Peer> peer = nullptr);
   // Ends the task without slices (local copy, or failure before posting).
   void Complete(size_t bytes, const Status& error);
 
@@ -52,6 +54,7 @@ class Task final : public fabric::SliceOwner {
   std::mutex mu_;
   Status error_;
   std::string what_;
+  std::shared_ptr<Peer> peer_;
 };
 
 class Batch {

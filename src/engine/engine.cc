@@ -244,6 +244,16 @@ struct Engine::Impl {
     if (!plan->peer)
       return Status::NotFound(where + ": unknown segment handle " + std::to_string(r.target) +
                               " (open the segment first)");
+    if (plan->peer->TakeSuspect()) {
+      // Its last request failed: it may have restarted under the same name.
+      std::shared_ptr<const metadata::SegmentDesc> fresh;
+      Status s = FetchDesc(plan->peer->name(), &fresh);
+      if (!s.ok()) {
+        plan->peer->MarkSuspect();
+        return s.Annotate(where + ": segment " + plan->peer->name() + " failed its last request and does not answer");
+      }
+      KVF_RETURN_IF_ERROR(InstallDesc(plan->peer.get(), fresh));
+    }
     plan->desc = plan->peer->desc();
     plan->remote = plan->desc->FindBuffer(r.remote_addr, r.length);
     if (plan->remote == nullptr) {
@@ -315,7 +325,8 @@ struct Engine::Impl {
                 Clock::now() + std::chrono::milliseconds(settings.transfer_timeout_ms),
                 settings.transfer_timeout_ms,
                 std::string(op) + " of " + std::to_string(r.length) + " bytes " +
-                    (r.opcode == OpCode::kWrite ? "to " : "from ") + p.peer->name());
+                    (r.opcode == OpCode::kWrite ? "to " : "from ") + p.peer->name(),
+                p.peer);
     batch->outstanding_slices().fetch_add(static_cast<int64_t>(scratch->size()));
     rail->Enqueue(scratch->data(), scratch->size());
     return Status::OK();

@@ -1,6 +1,7 @@
 #include "engine/peer.h"
 
 #include "common/host.h"
+#include "common/log.h"
 
 namespace kvfabric::engine {
 
@@ -31,6 +32,8 @@ std::shared_ptr<const metadata::SegmentDesc> Peer::desc() const {
 void Peer::SetDesc(std::shared_ptr<const metadata::SegmentDesc> desc, const std::vector<RailInfo>& local) {
   std::lock_guard<std::mutex> g(mu_);
   const bool same_process_instance = desc_ && desc_->epoch == desc->epoch;
+  if (desc_ && !same_process_instance)
+    KVF_LOG_INFO("segment {} restarted (epoch {} -> {}): reconnecting", name_, desc_->epoch, desc->epoch);
   if (!same_process_instance) av_.assign(local.size(), FI_ADDR_NOTAVAIL);
   pairs_ = PairRails(local, *desc);
   desc_ = std::move(desc);

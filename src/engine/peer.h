@@ -5,6 +5,7 @@
 
 #include <rdma/fabric.h>
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -43,6 +44,12 @@ class Peer {
   // The AV slot for `rail`, inserting the peer's address on first use.
   Status Resolve(fabric::Rail* rail, fi_addr_t* out);
 
+  // A request to this peer failed or timed out: it may have died or
+  // restarted under the same name. The next request refetches its descriptor
+  // first (TakeSuspect clears the mark); a new epoch gets fresh AV slots.
+  void MarkSuspect() { suspect_.store(true, std::memory_order_relaxed); }
+  bool TakeSuspect() { return suspect_.exchange(false, std::memory_order_relaxed); }
+
  private:
   const SegmentHandle handle_;
   const std::string name_;
@@ -51,6 +58,7 @@ class Peer {
   std::vector<int> pairs_;
   std::vector<fi_addr_t> av_;
   std::shared_ptr<const std::vector<size_t>> usable_ = std::make_shared<const std::vector<size_t>>();
+  std::atomic<bool> suspect_{false};
 };
 
 }  // namespace kvfabric::engine

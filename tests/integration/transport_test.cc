@@ -3,6 +3,9 @@
 // and (data tests) against the engine's own segment. Bytes are checked in the
 // target's own memory, not just read back.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -557,6 +560,45 @@ INSTANTIATE_TEST_SUITE_P(
                       Mode{"tcp_http", "tcp", Where::kProcess, "", "http"},
                       Mode{"own_segment", "tcp", Where::kSelf}),
     [](const ::testing::TestParamInfo<Mode>& i) { return std::string(i.param.name); });
+
+TEST_P(PeerFailureTest, PeerRestartedUnderTheSameName) {
+  // A fixed handshake port, so the restarted target has the same name.
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  socklen_t alen = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &alen);
+  close(fd);
+  // And a fixed buffer address: the stale descriptor still covers the range
+  // the application writes to, so only the failure tells the engine.
+  const std::string fixed = "local_server_name=127.0.0.1:" + std::to_string(ntohs(a.sin_port)) +
+                            " buffer_addr=0x7e0000000000";
+  cfg_.settings.transfer_timeout_ms = 3000;
+  ASSERT_NO_FATAL_FAILURE(Start(4 * MiB, fixed));
+  ASSERT_TRUE(WritePattern(0, 0, MiB, 121).ok());
+  const std::string name = target_->name;
+  ASSERT_TRUE(target_->Kill());
+  std::string err;
+  target_ = testing::StartProcessTarget(GetParam().protocol, 4 * MiB, fixed, &err);
+  ASSERT_NE(target_, nullptr) << err;
+  ASSERT_EQ(target_->name, name);
+  ASSERT_EQ(target_->addr, 0x7e0000000000u);
+  // The old process's address is gone: the first request may fail (within
+  // its deadline), then the engine refetches the descriptor (new epoch) and
+  // the next one goes to the new process.
+  const auto t0 = std::chrono::steady_clock::now();
+  Status first = WritePattern(0, 0, MiB, 122);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5)) << first.ToString();
+  Status second = WritePattern(MiB, MiB, MiB, 123);
+  ASSERT_TRUE(second.ok()) << second.ToString() << " (first: " << first.ToString() << ")";
+  EXPECT_EQ(target_->Check(MiB, MiB, 123), MiB);
+  if (first.ok()) {
+    EXPECT_EQ(target_->Check(0, MiB, 122), MiB);
+  }
+  RecordProperty("first_request_after_restart", first.ToString());
+}
 
 INSTANTIATE_TEST_SUITE_P(
     Transports, PeerFailureTest,

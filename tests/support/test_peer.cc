@@ -6,6 +6,7 @@
 //   check OFF LEN SEED -> "MISMATCH <index>" (LEN when all bytes match)
 //   fill OFF LEN SEED  -> "OK"
 //   quit               -> exits (EOF too)
+#include <sys/mman.h>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -20,18 +21,27 @@ using namespace kvfabric;
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s PROTOCOL BUFFER_SIZE [SETTING=VALUE ...] [metadata=URI]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s PROTOCOL BUFFER_SIZE [SETTING=VALUE ...] [metadata=URI] [local_server_name=HOST:PORT] [buffer_addr=ADDR]\n", argv[0]);
     return 2;
   }
   EngineConfig cfg;
   cfg.protocol = argv[1];
   cfg.apply_environment = false;
   cfg.settings.log_level = "warn";
+  uint64_t fixed_addr = 0;
   for (int i = 3; i < argc; ++i) {
     std::string kv = argv[i];
     auto eq = kv.find('=');
-    if (kv.substr(0, eq) == "metadata") {  // not a setting: the engine's metadata service
+    if (kv.substr(0, eq) == "metadata") {  // not settings: the engine's metadata service and name
       cfg.metadata = kv.substr(eq + 1);
+      continue;
+    }
+    if (kv.substr(0, eq) == "local_server_name") {
+      cfg.local_server_name = kv.substr(eq + 1);
+      continue;
+    }
+    if (kv.substr(0, eq) == "buffer_addr") {  // place the buffer here (a restart at the same address)
+      fixed_addr = std::strtoull(kv.substr(eq + 1).c_str(), nullptr, 0);
       continue;
     }
     Status s = cfg.settings.Set(kv.substr(0, eq), kv.substr(eq + 1));
@@ -42,7 +52,13 @@ int main(int argc, char** argv) {
   Status s = Engine::Create(cfg, &engine);
   if (!s.ok()) { std::printf("ERROR %s\n", s.ToString().c_str()); return 1; }
   void* buf = nullptr;
-  if (posix_memalign(&buf, 4096, size) != 0) return 1;
+  if (fixed_addr != 0) {
+    buf = mmap(reinterpret_cast<void*>(fixed_addr), size, PROT_READ | PROT_WRITE,
+               MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    if (buf == MAP_FAILED) { std::printf("ERROR cannot map buffer_addr\n"); return 1; }
+  } else if (posix_memalign(&buf, 4096, size) != 0) {
+    return 1;
+  }
   testing::FillPattern(buf, size, 0, 7);
   s = engine->RegisterMemory(buf, size);
   if (!s.ok()) { std::printf("ERROR %s\n", s.ToString().c_str()); return 1; }
@@ -66,6 +82,7 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
   engine.reset();
-  std::free(buf);
+  if (fixed_addr != 0) munmap(buf, size);
+  else std::free(buf);
   return 0;
 }
