@@ -60,6 +60,8 @@ Status Settings::Set(const std::string& name, const std::string& value) {
 }
 
 std::string Settings::Get(const std::string& name) const {
+  // The secret never shows in listings or logs.
+  if ((name == "auth_token" || name == "KVF_AUTH_TOKEN") && !auth_token.empty()) return "(set)";
 #define KVF_SETTING(type, field, env, def, doc) \
   if (name == #field || name == #env) return Show(field);
 #include "kvfabric/settings.def"

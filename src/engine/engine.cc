@@ -95,7 +95,7 @@ struct Engine::Impl {
   }
 
   metadata::CallOptions call_options() const {
-    return {settings.handshake_timeout_ms, static_cast<size_t>(settings.handshake_max_frame)};
+    return {settings.handshake_timeout_ms, static_cast<size_t>(settings.handshake_max_frame), settings.auth_token};
   }
 
   Status OpenProvider(const std::string& provider, const std::string& nic_filter,
@@ -383,6 +383,7 @@ Status Engine::Create(const EngineConfig& config, std::unique_ptr<Engine>* out) 
   so.timeout_ms = impl->settings.handshake_timeout_ms;
   so.max_frame = static_cast<size_t>(impl->settings.handshake_max_frame);
   so.max_connections = static_cast<size_t>(impl->settings.handshake_max_connections);
+  so.auth_token = impl->settings.auth_token;
   Impl* ip = impl.get();
   KVF_RETURN_IF_ERROR(metadata::HandshakeServer::Start(
       so, [ip](uint16_t t, const std::string& p, std::string* r) { return ip->HandleRequest(t, p, r); },

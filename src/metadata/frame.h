@@ -22,6 +22,8 @@ enum FrameType : uint16_t {
   kGetSegment = 1,  // payload: empty; reply: the segment descriptor (JSON)
   kNotify = 2,      // payload: an application message; reply: empty
   kProbe = 3,       // liveness; reply: the responder's name
+  kHello = 4,       // payload: the shared secret (KVF_AUTH_TOKEN); first on a connection
+                    // to a server that has one; reply: empty
   kReply = 0x80,    // success reply to any request
   kError = 0x81,    // failure reply; payload: the error text
 };

@@ -28,6 +28,9 @@ class HandshakeServer {
     int64_t timeout_ms = 5000;       // per request: a client slower than this is dropped
     size_t max_frame = 16 << 20;
     size_t max_connections = 64;
+    // When set, a connection must open with a kHello frame carrying it;
+    // anything else is refused (PermissionDenied) and the connection closed.
+    std::string auth_token;
   };
 
   static Status Start(const Options& options, Handler handler, std::unique_ptr<HandshakeServer>* out);
@@ -62,6 +65,7 @@ class HandshakeServer {
 struct CallOptions {
   int64_t timeout_ms = 5000;
   size_t max_frame = 16 << 20;
+  std::string auth_token;  // sent in a kHello frame first when set
 };
 
 // One request/reply exchange with the handshake server at "host:port".

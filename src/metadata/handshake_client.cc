@@ -31,8 +31,19 @@ Status HandshakeCall(const std::string& host_port, uint16_t type, std::string_vi
   const Deadline deadline = DeadlineIn(options.timeout_ms);
   int fd = -1;
   KVF_RETURN_IF_ERROR(ConnectTcp(host, port, deadline, &fd));
-  Status s = WriteFrame(fd, type, payload, deadline);
+  Status s;
   Frame resp;
+  if (!options.auth_token.empty()) {
+    s = WriteFrame(fd, kHello, options.auth_token, deadline);
+    if (s.ok()) s = ReadFrame(fd, options.max_frame, deadline, &resp);
+    if (s.ok() && resp.type != kReply) {  // refused: report the server's reason
+      close(fd);
+      if (resp.type == kError) return StatusFromWire(resp.payload).Annotate("peer " + host_port);
+      return Status::ProtocolError("handshake with " + host_port + ": unexpected reply type " +
+                                   std::to_string(resp.type));
+    }
+  }
+  if (s.ok()) s = WriteFrame(fd, type, payload, deadline);
   if (s.ok()) s = ReadFrame(fd, options.max_frame, deadline, &resp);
   close(fd);
   if (!s.ok()) return s.Annotate("handshake with " + host_port);

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -98,7 +99,20 @@ void HandshakeServer::AcceptLoop() {
   }
 }
 
+namespace {
+
+// Compares without an early exit, so the time taken says nothing about the secret.
+bool SameSecret(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0, n = std::max(a.size(), b.size()); i < n; ++i)
+    diff |= static_cast<unsigned char>((i < a.size() ? a[i] : 0) ^ (i < b.size() ? b[i] : 0));
+  return diff == 0;
+}
+
+}  // namespace
+
 void HandshakeServer::Serve(Connection* c) {
+  bool authenticated = options_.auth_token.empty();
   while (!stop_.load()) {
     Frame req;
     // A client gets one timeout to send each request: idle or slow ones are dropped.
@@ -113,7 +127,12 @@ void HandshakeServer::Serve(Connection* c) {
     }
     std::string reply;
     Status hs;
-    if (req.type == kGetSegment || req.type == kNotify || req.type == kProbe) {
+    if (req.type == kHello) {
+      if (authenticated || SameSecret(req.payload, options_.auth_token)) authenticated = true;
+      else hs = Status::PermissionDenied("wrong KVF_AUTH_TOKEN: this engine refuses the connection");
+    } else if (!authenticated) {
+      hs = Status::PermissionDenied("this engine requires a shared secret: set KVF_AUTH_TOKEN on both sides");
+    } else if (req.type == kGetSegment || req.type == kNotify || req.type == kProbe) {
       hs = handler_(req.type, req.payload, &reply);
     } else {
       hs = Status::ProtocolError("unknown handshake request type " + std::to_string(req.type));
@@ -124,7 +143,11 @@ void HandshakeServer::Serve(Connection* c) {
     } else {
       std::string text = std::to_string(static_cast<int>(hs.code())) + ":" + hs.message();
       ws = WriteFrame(c->fd, kError, text, DeadlineIn(options_.timeout_ms));
-      if (hs.code() == Status::Code::kProtocolError) break;
+      if (hs.code() == Status::Code::kProtocolError || hs.code() == Status::Code::kPermissionDenied) {
+        if (hs.code() == Status::Code::kPermissionDenied)
+          KVF_LOG_WARN("handshake server on port {}: refused a client: {}", port_, hs.message());
+        break;
+      }
     }
     if (!ws.ok()) break;
   }

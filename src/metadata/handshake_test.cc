@@ -40,6 +40,36 @@ class HandshakeTest : public ::testing::Test {
   std::atomic<int> requests_{0};
 };
 
+TEST(HandshakeAuthTest, OnlyPeersWithTheSecretAreServed) {
+  HandshakeServer::Options o;
+  o.auth_token = "s3cret";
+  int served = 0;
+  std::unique_ptr<HandshakeServer> server;
+  ASSERT_TRUE(HandshakeServer::Start(o, [&](uint16_t, const std::string&, std::string* r) {
+    ++served;
+    *r = "descriptor";
+    return Status::OK();
+  }, &server).ok());
+  const std::string addr = "127.0.0.1:" + std::to_string(server->port());
+  std::string r;
+  Status s = HandshakeCall(addr, kGetSegment, "", {1000, 4096, ""}, &r);
+  EXPECT_EQ(s.code(), Status::Code::kPermissionDenied) << s.ToString();
+  EXPECT_NE(s.message().find("KVF_AUTH_TOKEN"), std::string::npos) << s.ToString();
+  s = HandshakeCall(addr, kGetSegment, "", {1000, 4096, "s3creT"}, &r);
+  EXPECT_EQ(s.code(), Status::Code::kPermissionDenied) << s.ToString();
+  s = HandshakeCall(addr, kGetSegment, "", {1000, 4096, "s3cret-and-more"}, &r);
+  EXPECT_EQ(s.code(), Status::Code::kPermissionDenied) << s.ToString();
+  EXPECT_EQ(served, 0);
+  ASSERT_TRUE(HandshakeCall(addr, kGetSegment, "", {1000, 4096, "s3cret"}, &r).ok());
+  EXPECT_EQ(r, "descriptor");
+  EXPECT_EQ(served, 1);
+}
+
+TEST_F(HandshakeTest, ASecretIsHarmlessToAServerWithout) {
+  std::string r;
+  ASSERT_TRUE(HandshakeCall(addr_, kProbe, "", {1000, 4096, "unneeded"}, &r).ok());
+}
+
 TEST_F(HandshakeTest, RequestsAndErrors) {
   std::string r;
   ASSERT_TRUE(HandshakeCall(addr_, kProbe, "", {}, &r).ok());
@@ -103,13 +133,13 @@ TEST_F(HandshakeTest, ConnectionLimit) {
   for (int i = 0; i < 4; ++i) fds.push_back(RawConnect());
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   std::string r;
-  EXPECT_FALSE(HandshakeCall(addr_, kProbe, "", {200, 4096}, &r).ok());
+  EXPECT_FALSE(HandshakeCall(addr_, kProbe, "", {200, 4096, ""}, &r).ok());
   // Once a slot frees, a waiting client is served (it queues, it is not refused).
   std::thread closer([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     close(fds[0]);
   });
-  EXPECT_TRUE(HandshakeCall(addr_, kProbe, "", {3000, 4096}, &r).ok());
+  EXPECT_TRUE(HandshakeCall(addr_, kProbe, "", {3000, 4096, ""}, &r).ok());
   closer.join();
   for (size_t i = 1; i < fds.size(); ++i) close(fds[i]);
 }
@@ -117,7 +147,7 @@ TEST_F(HandshakeTest, ConnectionLimit) {
 TEST(HandshakeClientTest, UnreachableAndSilentServers) {
   std::string r;
   auto t0 = Clock::now();
-  Status s = HandshakeCall("127.0.0.1:1", kProbe, "", {500, 4096}, &r);
+  Status s = HandshakeCall("127.0.0.1:1", kProbe, "", {500, 4096, ""}, &r);
   EXPECT_EQ(s.code(), Status::Code::kNetworkError) << s.ToString();
   // A server that accepts but never answers: a Timeout within the budget.
   int lfd = socket(AF_INET, SOCK_STREAM, 0);
@@ -129,7 +159,7 @@ TEST(HandshakeClientTest, UnreachableAndSilentServers) {
   socklen_t len = sizeof(sa);
   getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &len);
   t0 = Clock::now();
-  s = HandshakeCall("127.0.0.1:" + std::to_string(ntohs(sa.sin_port)), kGetSegment, "", {300, 4096}, &r);
+  s = HandshakeCall("127.0.0.1:" + std::to_string(ntohs(sa.sin_port)), kGetSegment, "", {300, 4096, ""}, &r);
   EXPECT_EQ(s.code(), Status::Code::kTimeout) << s.ToString();
   EXPECT_LT(Clock::now() - t0, std::chrono::seconds(2));
   close(lfd);
