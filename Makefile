@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build python run test bench docs clean
+.PHONY: all deps build python run test fuzz bench docs clean
 
 all: build
 
@@ -37,6 +37,11 @@ run: build python
 test: build python
 	cd $(BUILD) && ctest --output-on-failure --timeout 300
 	$(PY) -m pytest -q python/tests
+	scripts/fuzz.sh
+
+# The libFuzzer targets (descriptor and handshake parsers), FUZZ_SECONDS each.
+fuzz: deps
+	scripts/fuzz.sh
 
 # The figures of docs/benchmarks.md: more repetitions, medians.
 bench: build python
@@ -47,4 +52,4 @@ docs: build
 	$(BUILD)/tools/kvfabric-settings --markdown > docs/settings.md
 
 clean:
-	rm -rf $(BUILD) $(VENV)
+	rm -rf $(BUILD) build-fuzz $(VENV)

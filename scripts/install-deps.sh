@@ -7,7 +7,7 @@ set -euo pipefail
 PKGS=(cmake ninja-build g++ pkg-config python3 python3-venv python3-dev
       libfabric-dev libfabric-bin
       nlohmann-json3-dev libspdlog-dev libcli11-dev libcpp-httplib-dev etcd-server
-      libgtest-dev libgmock-dev)
+      libgtest-dev libgmock-dev clang)
 
 if ! command -v dpkg >/dev/null 2>&1; then
   echo "install-deps: not a Debian/Ubuntu system; install by hand: ${PKGS[*]}" >&2

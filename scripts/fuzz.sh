@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang (build-fuzz/) and runs each for a
+# bounded time on its seed corpus (tests/fuzz/corpus/<target>). New inputs go
+# to a temporary directory, never into the repository. A crash, leak, hang
+# (-timeout) or memory blow-up (-rss_limit_mb) fails the run and leaves the
+# reproducer in build-fuzz/artifacts/.
+set -euo pipefail
+SECONDS_EACH=${FUZZ_SECONDS:-30}
+if ! command -v clang++ >/dev/null 2>&1; then
+  echo "fuzz: skipped: no clang++ (Debian: apt install clang; make deps installs it)"
+  exit 0
+fi
+cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
+  -DCMAKE_CXX_COMPILER=clang++ -DKVF_FUZZ=ON -DKVF_BUILD_TESTS=OFF >/dev/null
+cmake --build build-fuzz --target fuzz_segment_desc fuzz_handshake_frame
+mkdir -p build-fuzz/artifacts
+for t in segment_desc handshake_frame; do
+  work=$(mktemp -d)
+  echo "fuzz: $t for ${SECONDS_EACH} s"
+  build-fuzz/tests/fuzz/fuzz_$t "$work" "tests/fuzz/corpus/$t" -max_total_time="$SECONDS_EACH" \
+    -timeout=5 -rss_limit_mb=1024 -max_len=8192 -print_final_stats=1 \
+    -artifact_prefix=build-fuzz/artifacts/$t- 2>&1 | grep -E '^(stat::number_of_executed_units|stat::peak_rss_mb|==|SUMMARY|artifact_prefix|Test unit written)' || true
+  status=${PIPESTATUS[0]}
+  rm -rf "$work"
+  if [ "$status" -ne 0 ]; then
+    echo "fuzz: $t FAILED (exit $status); reproducer in build-fuzz/artifacts/" >&2
+    exit 1
+  fi
+done
+echo "fuzz: no crash, leak, hang or memory blow-up"
