@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build python run test fuzz bench docs clean
+.PHONY: all deps build python run test fuzz soak bench docs clean
 
 all: build
 
@@ -38,6 +38,13 @@ test: build python
 	cd $(BUILD) && ctest --output-on-failure --timeout 300
 	$(PY) -m pytest -q python/tests
 	scripts/fuzz.sh
+	$(MAKE) --no-print-directory soak
+
+# Randomized multi-process run with target restarts, every byte verified;
+# SOAK_SECONDS long (2 minutes in make test).
+SOAK_SECONDS ?= 120
+soak: python
+	$(PY) tools/soak/soak.py --duration $(SOAK_SECONDS) --json_out $(BUILD)/soak.json
 
 # The libFuzzer targets (descriptor and handshake parsers), FUZZ_SECONDS each.
 fuzz: deps

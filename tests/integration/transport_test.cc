@@ -594,6 +594,46 @@ INSTANTIATE_TEST_SUITE_P(
                       Mode{"own_segment", "tcp", Where::kSelf}),
     [](const ::testing::TestParamInfo<Mode>& i) { return std::string(i.param.name); });
 
+TEST_P(PeerFailureTest, UnregisterRevokesRemoteAccess) {
+  cfg_.settings.transfer_timeout_ms = 3000;
+  ASSERT_NO_FATAL_FAILURE(Start(4 * MiB));
+  ASSERT_TRUE(WritePattern(0, 0, 64 * KiB, 141).ok());
+  ASSERT_TRUE(target_->Unregister());
+  // The initiator still holds the old descriptor: the request is posted with
+  // the revoked key and must fail, leaving the memory as it was.
+  FillPattern(local(0), MiB, 0, 142);
+  const auto t0 = std::chrono::steady_clock::now();
+  Status w = engine_->Transfer({Req(OpCode::kWrite, 0, 0, MiB)});
+  EXPECT_FALSE(w.ok());
+  Status r = engine_->Transfer({Req(OpCode::kRead, 0, 0, MiB)});
+  EXPECT_FALSE(r.ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(8));
+  EXPECT_EQ(target_->Check(0, 64 * KiB, 141), 64 * KiB);
+  EXPECT_EQ(target_->Check(64 * KiB, MiB - 64 * KiB, 7), MiB - 64 * KiB);
+  // After the failure the engine refetches the descriptor: the range is now
+  // refused before anything is posted.
+  Status again = engine_->Transfer({Req(OpCode::kWrite, 0, 0, MiB)});
+  EXPECT_EQ(again.code(), Status::Code::kOutOfRange) << again.ToString();
+  RecordProperty("write_after_unregister", w.ToString());
+}
+
+TEST_P(PeerFailureTest, EngineDestroyedWithWorkInFlight) {
+  ASSERT_NO_FATAL_FAILURE(Start(64 * MiB));
+  BatchId b;
+  ASSERT_TRUE(engine_->AllocateBatch(64, &b).ok());
+  std::vector<TransferRequest> reqs;
+  for (size_t i = 0; i < 64; ++i) reqs.push_back(Req(OpCode::kWrite, i * MiB, i * MiB, MiB));
+  ASSERT_TRUE(target_->Freeze());  // nothing completes
+  ASSERT_TRUE(engine_->Submit(b, reqs).ok());
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(engine_->UnregisterMemory(local_).ok());
+  engine_.reset();  // no crash, no hang
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+  std::free(local_);
+  local_ = nullptr;
+  target_->Kill();
+}
+
 TEST_P(PeerFailureTest, PeerRestartedUnderTheSameName) {
   // A fixed handshake port, so the restarted target has the same name.
   int fd = socket(AF_INET, SOCK_STREAM, 0);

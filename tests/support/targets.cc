@@ -73,6 +73,7 @@ class ProcessTarget : public Target {
     Command("fill " + std::to_string(off) + " " + std::to_string(len) + " " + std::to_string(seed));
   }
   bool Freeze() override { return pid_ > 0 && kill(pid_, SIGSTOP) == 0; }
+  bool Unregister() override { return Command("unregister 0 0 0") == "OK"; }
   bool Kill() override {
     if (pid_ <= 0) return false;
     kill(pid_, SIGKILL);
@@ -144,6 +145,7 @@ class LocalTarget : public Target {
   void Fill(size_t off, size_t len, uint32_t seed) override {
     FillPattern(static_cast<uint8_t*>(buf_) + off, len, off, seed);
   }
+  bool Unregister() override { return owner_->UnregisterMemory(buf_).ok(); }
 
  private:
   std::unique_ptr<Engine> own_engine_;

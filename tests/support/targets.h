@@ -24,6 +24,8 @@ class Target {
   virtual void Fill(size_t off, size_t len, uint32_t seed) = 0;
   virtual bool Kill() { return false; }    // only a process can be killed
   virtual bool Freeze() { return false; }  // SIGSTOP: it serves nothing until killed
+  // Unregisters the buffer in the target's engine (the memory stays, unreachable).
+  virtual bool Unregister() = 0;
 };
 
 // Starts kvfabric-test-peer; `settings` are "name=value" words passed on.

@@ -78,6 +78,7 @@ int main(int argc, char** argv) {
     if (cmd == "crc") std::printf("CRC %llu\n", static_cast<unsigned long long>(testing::Checksum(base + off, len)));
     else if (cmd == "check") std::printf("MISMATCH %zu\n", testing::CheckPattern(base + off, len, off, seed));
     else if (cmd == "fill") { testing::FillPattern(base + off, len, off, seed); std::printf("OK\n"); }
+    else if (cmd == "unregister") std::printf(engine->UnregisterMemory(buf).ok() ? "OK\n" : "ERROR unregister\n");
     else std::printf("ERROR unknown command\n");
     std::fflush(stdout);
   }

@@ -1,0 +1,274 @@
+#!/usr/bin/env python3
+"""kvfabric soak: a randomized multi-process run that checks every byte.
+
+The driver starts TARGETS target processes (tcp and shm mixed, fixed names so
+a restart keeps its name) and INITIATORS initiator processes. Each initiator
+owns a slice of every target's buffer and, for DURATION seconds, issues
+random batches (sizes 4 KiB to 4 MiB, WRITE then READ-back, or READ-verify of
+what it wrote before) against random targets, keeping a shadow copy of what
+each owned slice must hold. Meanwhile the driver kills a random target every
+RESTART_EVERY seconds (SIGKILL) and restarts it under the same name.
+
+A failed request to a target is an injected failure when a kill of that
+target falls within its time window; any other failure is an error. After a
+failure the initiator rewrites its whole slice of that target (a restarted
+target lost it) before verifying again. Every read is compared with the
+shadow: a difference is a data error. The run fails unless errors and data
+errors are both 0.
+
+    python tools/soak/soak.py --duration 120 --json_out soak.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+MiB = 1 << 20
+KVF_TIMEOUT_MS = 2000
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# -- target ----------------------------------------------------------------
+def run_target(protocol: str, size: int, name: str) -> None:
+    import numpy as np
+
+    import kvfabric
+
+    e = kvfabric.Engine(local_server_name=name, protocol=protocol,
+                        settings={"KVF_TRANSFER_TIMEOUT_MS": KVF_TIMEOUT_MS, "KVF_LOG_LEVEL": "error"})
+    buf = np.zeros(size, dtype=np.uint8)
+    e.register(buf)
+    print(json.dumps({"name": e.name, "addr": int(buf.ctypes.data)}), flush=True)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    signal.sigwait({signal.SIGTERM})
+    e.close()
+
+
+# -- initiator ---------------------------------------------------------------
+def run_initiator(index: int, count: int, targets: list, duration: float, seed: int, out_path: str) -> None:
+    import numpy as np
+
+    import kvfabric
+
+    rng = random.Random(seed)
+    e = kvfabric.Engine(protocol="auto", settings={"KVF_TRANSFER_TIMEOUT_MS": KVF_TIMEOUT_MS,
+                                                   "KVF_LOG_LEVEL": "off"})
+    slice_len = targets[0]["size"] // count
+    local = np.zeros(2 * 8 * MiB, dtype=np.uint8)
+    e.register(local)
+    shadow = {t["name"]: np.zeros(slice_len, dtype=np.uint8) for t in targets}
+    dirty = {t["name"]: True for t in targets}  # slice content unknown: rewrite first
+    stats = {"ops": 0, "bytes": 0, "failures": [], "data_errors": 0, "resyncs": 0}
+    base_of = lambda t: t["addr"] + index * slice_len
+
+    def transfer(t, reqs):
+        t0 = time.monotonic()
+        try:
+            e.submit(reqs, t["name"]).wait()
+            return True
+        except kvfabric.KvfabricError as err:
+            stats["failures"].append({"target": t["name"], "start": t0, "end": time.monotonic(),
+                                      "error": str(err)[:300]})
+            dirty[t["name"]] = True
+            return False
+
+    def resync(t) -> bool:
+        try:
+            t["addr"] = e.buffers(t["name"])[0].addr  # a restarted target has a new buffer
+        except kvfabric.KvfabricError as err:
+            stats["failures"].append({"target": t["name"], "start": time.monotonic(), "end": time.monotonic(),
+                                      "error": str(err)[:300]})
+            return False
+        """Rewrites the whole owned slice with fresh bytes."""
+        data = np.frombuffer(rng.randbytes(slice_len), dtype=np.uint8)
+        step = 8 * MiB
+        for off in range(0, slice_len, step):
+            n = min(step, slice_len - off)
+            local[:n] = data[off:off + n]
+            if not transfer(t, [kvfabric.Request(kvfabric.Op.WRITE, local.ctypes.data, base_of(t) + off, n)]):
+                return False
+        shadow[t["name"]][:] = data
+        dirty[t["name"]] = False
+        stats["resyncs"] += 1
+        return True
+
+    end = time.monotonic() + duration
+    while time.monotonic() < end:
+        t = rng.choice(targets)
+        if dirty[t["name"]]:
+            if not resync(t):
+                time.sleep(0.05)
+            continue
+        nreq = rng.randint(1, 8)
+        reqs, spans, total = [], [], 0
+        for _ in range(nreq):
+            n = rng.choice([4096, 65536, 256 << 10, MiB, 4 * MiB])
+            n = min(n, 8 * MiB - total)
+            if n <= 0:
+                break
+            # Requests of one batch may run in any order: writes to
+            # overlapping target ranges would have no defined result.
+            for _ in range(20):
+                off = rng.randrange(0, slice_len - n + 1)
+                if all(off + n <= o or o + m <= off for _, o, m in spans):
+                    break
+            else:
+                break
+            spans.append((total, off, n))
+            total += n
+        if rng.random() < 0.5:
+            # WRITE random bytes, then READ them back into the other half of local.
+            data = np.frombuffer(rng.randbytes(total), dtype=np.uint8)
+            local[:total] = data
+            w = [kvfabric.Request(kvfabric.Op.WRITE, local.ctypes.data + lo, base_of(t) + off, n) for lo, off, n in spans]
+            if not transfer(t, w):
+                continue
+            for lo, off, n in spans:
+                shadow[t["name"]][off:off + n] = local[lo:lo + n]
+        r = [kvfabric.Request(kvfabric.Op.READ, local.ctypes.data + 8 * MiB + lo, base_of(t) + off, n) for lo, off, n in spans]
+        if not transfer(t, r):
+            continue
+        for lo, off, n in spans:
+            got = local[8 * MiB + lo:8 * MiB + lo + n]
+            want = shadow[t["name"]][off:off + n]
+            if not np.array_equal(got, want):
+                stats["data_errors"] += 1
+                bad = int(np.argmax(got != want))
+                print(f"initiator {index}: DATA ERROR at {t['name']} slice offset {off} length {n}: first difference "
+                      f"at +{bad}, {int(np.count_nonzero(got != want))} bytes differ (t={time.monotonic():.3f})",
+                      file=sys.stderr)
+        stats["ops"] += 1
+        stats["bytes"] += 2 * total
+    e.close()
+    with open(out_path, "w") as f:
+        json.dump(stats, f)
+
+
+# -- driver ------------------------------------------------------------------
+def start_target(protocol, size, name):
+    p = subprocess.Popen([sys.executable, __file__, "--role", "target", "--protocol", protocol, "--size", str(size),
+                          "--name", name], stdout=subprocess.PIPE, text=True)
+    line = p.stdout.readline()
+    if not line:
+        raise RuntimeError(f"target {name} did not start")
+    return p, json.loads(line)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--duration", type=float, default=120)
+    ap.add_argument("--targets", type=int, default=3)
+    ap.add_argument("--initiators", type=int, default=2)
+    ap.add_argument("--restart_every", type=float, default=10)
+    ap.add_argument("--size", type=int, default=64 * MiB, help="each target's buffer")
+    ap.add_argument("--seed", type=int, default=int(time.time()))
+    ap.add_argument("--json_out")
+    ap.add_argument("--role", default="driver", help=argparse.SUPPRESS)
+    ap.add_argument("--protocol", help=argparse.SUPPRESS)
+    ap.add_argument("--name", help=argparse.SUPPRESS)
+    ap.add_argument("--index", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--targets_json", help=argparse.SUPPRESS)
+    ap.add_argument("--out", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.role == "target":
+        run_target(a.protocol, a.size, a.name)
+        return 0
+    if a.role == "initiator":
+        run_initiator(a.index, a.initiators, json.loads(a.targets_json), a.duration, a.seed, a.out)
+        return 0
+
+    rng = random.Random(a.seed)
+    protos = ["tcp", "shm"]
+    targets, procs = [], {}
+    for i in range(a.targets):
+        name = f"127.0.0.1:{free_port()}"
+        proto = protos[i % 2]
+        p, info = start_target(proto, a.size, name)
+        procs[name] = (p, proto)
+        targets.append({"name": name, "addr": info["addr"], "size": a.size, "protocol": proto})
+    outs = [f"/tmp/kvf-soak-{os.getpid()}-{i}.json" for i in range(a.initiators)]
+    inits = [subprocess.Popen([sys.executable, __file__, "--role", "initiator", "--index", str(i),
+                               "--initiators", str(a.initiators), "--targets_json", json.dumps(targets),
+                               "--duration", str(a.duration), "--seed", str(a.seed + i), "--out", outs[i]])
+             for i in range(a.initiators)]
+    kills = []  # (target name, kill time, back-up time)
+    t_end = time.monotonic() + a.duration
+    next_kill = time.monotonic() + a.restart_every
+    try:
+        while time.monotonic() < t_end:
+            time.sleep(0.1)
+            if time.monotonic() >= next_kill and time.monotonic() < t_end - 3:
+                name = rng.choice(list(procs))
+                p, proto = procs[name]
+                killed = time.monotonic()
+                p.kill()
+                p.wait()
+                for f in os.listdir("/dev/shm"):  # a killed shm process leaves its regions
+                    if f.startswith(f"{p.pid}:"):
+                        try:
+                            os.unlink(os.path.join("/dev/shm", f))
+                        except OSError:
+                            pass
+                np_, info = start_target(proto, a.size, name)
+                procs[name] = (np_, proto)
+                kills.append((name, killed, time.monotonic()))
+                next_kill = time.monotonic() + a.restart_every
+        for p in inits:
+            p.wait(timeout=a.duration + 120)
+    finally:
+        for p, _ in procs.values():
+            p.terminate()
+        for p, _ in procs.values():
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+    total = {"ops": 0, "bytes": 0, "data_errors": 0, "resyncs": 0, "failures_injected": 0, "errors": 0}
+    unexplained = []
+    grace = KVF_TIMEOUT_MS / 1000 + 1
+    for path in outs:
+        with open(path) as f:
+            s = json.load(f)
+        os.unlink(path)
+        for k in ("ops", "bytes", "data_errors", "resyncs"):
+            total[k] += s[k]
+        for fail in s["failures"]:
+            explained = any(n == fail["target"] and fail["start"] - grace <= killed and fail["end"] + grace >= killed
+                            or n == fail["target"] and killed <= fail["start"] <= back + grace
+                            for n, killed, back in kills)
+            if explained:
+                total["failures_injected"] += 1
+            else:
+                total["errors"] += 1
+                unexplained.append(fail)
+    total.update({"restarts": len(kills), "duration_s": a.duration, "targets": a.targets,
+                  "initiators": a.initiators, "seed": a.seed, "initiator_exit_codes": [p.returncode for p in inits]})
+    print(f"soak: {total['ops']} verified operations, {total['bytes'] / 1e9:.2f} GB moved, {len(kills)} restarts, "
+          f"{total['failures_injected']} injected failures, {total['errors']} unexplained errors, "
+          f"{total['data_errors']} data errors (seed {a.seed})")
+    for fail in unexplained[:10]:
+        print(f"  unexplained: {fail}")
+    if a.json_out:
+        with open(a.json_out, "w") as f:
+            json.dump({**total, "unexplained": unexplained, "kills": kills}, f, indent=1)
+    ok = total["data_errors"] == 0 and total["errors"] == 0 and all(c == 0 for c in total["initiator_exit_codes"]) \
+        and total["ops"] > 0
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
