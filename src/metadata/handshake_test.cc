@@ -166,6 +166,33 @@ TEST(HandshakeClientTest, UnreachableAndSilentServers) {
   EXPECT_EQ(HandshakeCall("nonsense", kProbe, "", {}, &r).code(), Status::Code::kInvalidArgument);
 }
 
+TEST(HandshakeClientTest, GarbageAnswerIsAProtocolError) {
+  int lfd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+  ASSERT_EQ(bind(lfd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+  ASSERT_EQ(listen(lfd, 4), 0);
+  socklen_t len = sizeof(sa);
+  getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &len);
+  std::thread liar([lfd] {
+    int c = accept(lfd, nullptr, nullptr);
+    const char junk[] = "HTTP/1.1 200 OK\r\nContent-Length: 99999999\r\n\r\n{\"not\": \"a frame\"}";
+    if (c >= 0) {
+      ssize_t w = write(c, junk, sizeof(junk));
+      (void)w;
+      close(c);
+    }
+  });
+  std::string r;
+  const auto t0 = Clock::now();
+  Status s = HandshakeCall("127.0.0.1:" + std::to_string(ntohs(sa.sin_port)), kGetSegment, "", {1000, 4096, ""}, &r);
+  liar.join();
+  close(lfd);
+  EXPECT_EQ(s.code(), Status::Code::kProtocolError) << s.ToString();
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(2));
+}
+
 TEST(FrameTest, ParseHostPort) {
   std::string h;
   uint16_t p;

@@ -617,6 +617,25 @@ TEST_P(PeerFailureTest, UnregisterRevokesRemoteAccess) {
   RecordProperty("write_after_unregister", w.ToString());
 }
 
+TEST_P(PeerFailureTest, SegmentClosedWithWorkInFlight) {
+  cfg_.settings.transfer_timeout_ms = 2000;
+  ASSERT_NO_FATAL_FAILURE(Start(16 * MiB));
+  BatchId b;
+  ASSERT_TRUE(engine_->AllocateBatch(16, &b).ok());
+  std::vector<TransferRequest> reqs;
+  for (size_t i = 0; i < 16; ++i) reqs.push_back(Req(OpCode::kWrite, i * MiB, i * MiB, MiB));
+  ASSERT_TRUE(target_->Freeze());
+  ASSERT_TRUE(engine_->Submit(b, reqs).ok());
+  ASSERT_TRUE(engine_->CloseSegment(seg_).ok());
+  // The closed handle is refused; the batch still ends within its deadline.
+  EXPECT_EQ(engine_->Transfer({Req(OpCode::kWrite, 0, 0, 4096)}).code(), Status::Code::kNotFound);
+  TransferStatus agg;
+  ASSERT_TRUE(engine_->WaitBatch(b, 10000, &agg).ok());
+  EXPECT_NE(agg.state, TaskState::kPending);
+  EXPECT_TRUE(engine_->FreeBatch(b).ok());
+  target_->Kill();
+}
+
 TEST_P(PeerFailureTest, EngineDestroyedWithWorkInFlight) {
   ASSERT_NO_FATAL_FAILURE(Start(64 * MiB));
   BatchId b;
