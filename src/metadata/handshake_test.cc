@@ -144,22 +144,33 @@ TEST_F(HandshakeTest, ConnectionLimit) {
   for (size_t i = 1; i < fds.size(); ++i) close(fds[i]);
 }
 
+// A listening socket nobody serves (the test plays the server); -1 on failure.
+int ListenOnLoopback(uint16_t* port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+  socklen_t len = sizeof(sa);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 || listen(fd, 4) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
+    close(fd);
+    return -1;
+  }
+  *port = ntohs(sa.sin_port);
+  return fd;
+}
+
 TEST(HandshakeClientTest, UnreachableAndSilentServers) {
   std::string r;
   auto t0 = Clock::now();
   Status s = HandshakeCall("127.0.0.1:1", kProbe, "", {500, 4096, ""}, &r);
   EXPECT_EQ(s.code(), Status::Code::kNetworkError) << s.ToString();
   // A server that accepts but never answers: a Timeout within the budget.
-  int lfd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-  ASSERT_EQ(bind(lfd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
-  ASSERT_EQ(listen(lfd, 4), 0);
-  socklen_t len = sizeof(sa);
-  getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &len);
+  uint16_t port = 0;
+  const int lfd = ListenOnLoopback(&port);
+  ASSERT_GE(lfd, 0);
   t0 = Clock::now();
-  s = HandshakeCall("127.0.0.1:" + std::to_string(ntohs(sa.sin_port)), kGetSegment, "", {300, 4096, ""}, &r);
+  s = HandshakeCall("127.0.0.1:" + std::to_string(port), kGetSegment, "", {300, 4096, ""}, &r);
   EXPECT_EQ(s.code(), Status::Code::kTimeout) << s.ToString();
   EXPECT_LT(Clock::now() - t0, std::chrono::seconds(2));
   close(lfd);
@@ -167,14 +178,9 @@ TEST(HandshakeClientTest, UnreachableAndSilentServers) {
 }
 
 TEST(HandshakeClientTest, GarbageAnswerIsAProtocolError) {
-  int lfd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-  ASSERT_EQ(bind(lfd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
-  ASSERT_EQ(listen(lfd, 4), 0);
-  socklen_t len = sizeof(sa);
-  getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &len);
+  uint16_t port = 0;
+  const int lfd = ListenOnLoopback(&port);
+  ASSERT_GE(lfd, 0);
   std::thread liar([lfd] {
     int c = accept(lfd, nullptr, nullptr);
     const char junk[] = "HTTP/1.1 200 OK\r\nContent-Length: 99999999\r\n\r\n{\"not\": \"a frame\"}";
@@ -186,7 +192,7 @@ TEST(HandshakeClientTest, GarbageAnswerIsAProtocolError) {
   });
   std::string r;
   const auto t0 = Clock::now();
-  Status s = HandshakeCall("127.0.0.1:" + std::to_string(ntohs(sa.sin_port)), kGetSegment, "", {1000, 4096, ""}, &r);
+  Status s = HandshakeCall("127.0.0.1:" + std::to_string(port), kGetSegment, "", {1000, 4096, ""}, &r);
   liar.join();
   close(lfd);
   EXPECT_EQ(s.code(), Status::Code::kProtocolError) << s.ToString();
