@@ -220,7 +220,13 @@ int main(int argc, char** argv) {
   app.add_option("--protocol", o.protocol, "efa, tcp, shm, verbs, sockets or auto");
   app.add_option("--metadata_server", o.metadata_server, "p2p (P2PHANDSHAKE)");
   app.add_option("--local_server_name", o.local_server_name, "host:port to bind and advertise (port 0: any)");
-  app.add_option("--segment_id", o.segment_id, "initiator: the target's segment (host:port)");
+  app.add_option("--segment_id", o.segment_id, "initiator: the target's segment (host:port)")
+      ->check([](const std::string& v) -> std::string {
+        // CLI11 hands an empty `--segment_id=` the next argument instead.
+        return v.rfind("-", 0) == 0 ? "'" + v + "' is a flag, not host:port: --segment_id is empty (paste the "
+                                              "value the target printed)"
+                                    : "";
+      });
   app.add_option("--operation", o.operation, "read or write")->check(CLI::IsMember({"read", "write"}));
   app.add_option("--block_size", o.block_size, "bytes per request")->check(CLI::PositiveNumber);
   app.add_option("--batch_size", o.batch_size, "requests per batch")->check(CLI::PositiveNumber);
