@@ -30,6 +30,9 @@ struct Settings {
   Status ApplyEnvironment();
   // Sets one setting by field name or variable name ("tx_depth" or "KVF_TX_DEPTH").
   Status Set(const std::string& name, const std::string& value);
+  // The same from one "NAME=value" word (--set flags, the C API's list);
+  // InvalidArgument without a '='.
+  Status Assign(const std::string& name_value);
   std::string Get(const std::string& name) const;
 
   static const std::vector<SettingInfo>& Table();

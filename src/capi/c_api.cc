@@ -96,13 +96,8 @@ int kvf_engine_create(const kvf_config* config, kvf_engine** out) {
     // The environment first, then the caller's settings over it.
     KVF_RETURN_IF_ERROR(cfg.settings.ApplyEnvironment());
     cfg.apply_environment = false;
-    for (const char* const* kv = config ? config->settings : nullptr; kv != nullptr && *kv != nullptr; ++kv) {
-      const std::string s(*kv);
-      const size_t eq = s.find('=');
-      if (eq == std::string::npos)
-        return Status::InvalidArgument("setting '" + s + "' is not of the form KVF_NAME=value");
-      KVF_RETURN_IF_ERROR(cfg.settings.Set(s.substr(0, eq), s.substr(eq + 1)));
-    }
+    for (const char* const* kv = config ? config->settings : nullptr; kv != nullptr && *kv != nullptr; ++kv)
+      KVF_RETURN_IF_ERROR(cfg.settings.Assign(*kv));
     auto e = std::make_unique<kvf_engine>();
     KVF_RETURN_IF_ERROR(kvfabric::Engine::Create(cfg, &e->engine));
     *out = e.release();

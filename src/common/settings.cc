@@ -59,6 +59,13 @@ Status Settings::Set(const std::string& name, const std::string& value) {
   return Status::NotFound("no setting named '" + name + "' (see docs/settings.md)");
 }
 
+Status Settings::Assign(const std::string& name_value) {
+  const size_t eq = name_value.find('=');
+  if (eq == std::string::npos)
+    return Status::InvalidArgument("setting '" + name_value + "' is not of the form NAME=value");
+  return Set(name_value.substr(0, eq), name_value.substr(eq + 1));
+}
+
 std::string Settings::Get(const std::string& name) const {
   // The secret never shows in listings or logs.
   if ((name == "auth_token" || name == "KVF_AUTH_TOKEN") && !auth_token.empty()) return "(set)";

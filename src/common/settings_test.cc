@@ -36,6 +36,19 @@ TEST(SettingsTest, SetByFieldOrVariable) {
   EXPECT_EQ(s.Set("KVF_NO_SUCH", "1").code(), Status::Code::kNotFound);
 }
 
+TEST(SettingsTest, AssignTakesNameEqualsValue) {
+  Settings s;
+  ASSERT_TRUE(s.Assign("KVF_TX_DEPTH=16").ok());
+  EXPECT_EQ(s.tx_depth, 16);
+  ASSERT_TRUE(s.Assign("log_level=debug").ok());
+  EXPECT_EQ(s.log_level, "debug");
+  ASSERT_TRUE(s.Assign("KVF_AUTH_TOKEN=a=b").ok());  // the first '=' splits
+  EXPECT_EQ(s.auth_token, "a=b");
+  EXPECT_EQ(s.Assign("KVF_TX_DEPTH").code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(s.Assign("KVF_NO_SUCH=1").code(), Status::Code::kNotFound);
+  EXPECT_EQ(s.tx_depth, 16);
+}
+
 TEST(SettingsTest, EnvironmentOverlayIsAllOrNothing) {
   setenv("KVF_PROGRESS_THREADS", "3", 1);
   setenv("KVF_TX_DEPTH", "not-a-number", 1);

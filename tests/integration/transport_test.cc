@@ -48,8 +48,7 @@ class TransportTest : public ::testing::TestWithParam<Mode> {
     cfg_.settings.log_level = "error";
     cfg_.settings.transfer_timeout_ms = 20000;
     std::istringstream words(GetParam().settings);
-    for (std::string kv; words >> kv;)
-      ASSERT_TRUE(cfg_.settings.Set(kv.substr(0, kv.find('=')), kv.substr(kv.find('=') + 1)).ok()) << kv;
+    for (std::string kv; words >> kv;) ASSERT_TRUE(cfg_.settings.Assign(kv).ok()) << kv;
     if (*GetParam().metadata) {
       std::string why;
       cfg_.metadata = testing::SharedMetadataUri(GetParam().metadata, &why);

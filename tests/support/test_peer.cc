@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
       fixed_addr = std::strtoull(kv.substr(eq + 1).c_str(), nullptr, 0);
       continue;
     }
-    Status s = cfg.settings.Set(kv.substr(0, eq), kv.substr(eq + 1));
+    Status s = cfg.settings.Assign(kv);
     if (!s.ok()) { std::fprintf(stderr, "%s\n", s.ToString().c_str()); return 2; }
   }
   const size_t size = std::strtoull(argv[2], nullptr, 0);

@@ -254,9 +254,7 @@ int main(int argc, char** argv) {
   if (!s.ok()) return Fail("settings", s);
   cfg.apply_environment = false;
   for (const auto& kv : o.set) {
-    auto eq = kv.find('=');
-    s = eq == std::string::npos ? Status::InvalidArgument("--set expects NAME=value, got '" + kv + "'")
-                                : cfg.settings.Set(kv.substr(0, eq), kv.substr(eq + 1));
+    s = cfg.settings.Assign(kv);
     if (!s.ok()) return Fail("--set", s);
   }
   std::signal(SIGINT, OnSignal);
