@@ -3,9 +3,6 @@
 // and (data tests) against the engine's own segment. Bytes are checked in the
 // target's own memory, not just read back.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -98,6 +95,13 @@ class TransportTest : public ::testing::TestWithParam<Mode> {
     return engine_->Transfer({Req(OpCode::kWrite, local_off, remote_off, len)});
   }
 
+  // Allocates a batch of exactly `reqs` and submits them.
+  void SubmitBatch(const std::vector<TransferRequest>& reqs, BatchId* b) {
+    ASSERT_TRUE(engine_->AllocateBatch(reqs.size(), b).ok());
+    Status s = engine_->Submit(*b, reqs);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+
   EngineConfig cfg_;
   std::unique_ptr<Engine> engine_;
   void* local_ = nullptr;
@@ -166,13 +170,12 @@ TEST_P(TransportTest, WriteAndRead) {
 TEST_P(TransportTest, MultiWrite) {
   ASSERT_NO_FATAL_FAILURE(Start());
   BatchId b;
-  ASSERT_TRUE(engine_->AllocateBatch(16, &b).ok());
   std::vector<TransferRequest> reqs;
   for (size_t i = 0; i < 16; ++i) {
     FillPattern(local(i * 64 * KiB), 64 * KiB, i * 128 * KiB, 31);
     reqs.push_back(Req(OpCode::kWrite, i * 64 * KiB, i * 128 * KiB, 64 * KiB));
   }
-  ASSERT_TRUE(engine_->Submit(b, reqs).ok());
+  ASSERT_NO_FATAL_FAILURE(SubmitBatch(reqs, &b));
   TransferStatus agg;
   ASSERT_TRUE(engine_->WaitBatch(b, 30000, &agg).ok());
   EXPECT_EQ(agg.state, TaskState::kCompleted) << agg.error.ToString();
@@ -266,13 +269,12 @@ TEST_P(TransportTest, RegisterMemoryBatch) {
 TEST_P(TransportTest, LargeTransfer) {
   ASSERT_NO_FATAL_FAILURE(Start(128 * MiB));
   BatchId b;
-  ASSERT_TRUE(engine_->AllocateBatch(64, &b).ok());
   std::vector<TransferRequest> reqs;
   for (size_t i = 0; i < 64; ++i) {
     FillPattern(local(i * MiB), MiB, 64 * MiB + i * MiB, 61);
     reqs.push_back(Req(OpCode::kWrite, i * MiB, 64 * MiB + i * MiB, MiB));
   }
-  ASSERT_TRUE(engine_->Submit(b, reqs).ok());
+  ASSERT_NO_FATAL_FAILURE(SubmitBatch(reqs, &b));
   TransferStatus agg;
   ASSERT_TRUE(engine_->WaitBatch(b, 60000, &agg).ok());
   ASSERT_EQ(agg.state, TaskState::kCompleted) << agg.error.ToString();
@@ -280,10 +282,9 @@ TEST_P(TransportTest, LargeTransfer) {
   EXPECT_EQ(target_->Check(64 * MiB, 64 * MiB, 61), 64 * MiB);
   EXPECT_EQ(target_->Check(0, 64 * MiB, 7), 64 * MiB);  // untouched half
   // Read all 128 MiB back in one batch and compare every byte.
-  ASSERT_TRUE(engine_->AllocateBatch(128, &b).ok());
   reqs.clear();
   for (size_t i = 0; i < 128; ++i) reqs.push_back(Req(OpCode::kRead, i * MiB, i * MiB, MiB));
-  ASSERT_TRUE(engine_->Submit(b, reqs).ok());
+  ASSERT_NO_FATAL_FAILURE(SubmitBatch(reqs, &b));
   ASSERT_TRUE(engine_->WaitBatch(b, 60000, &agg).ok());
   ASSERT_EQ(agg.state, TaskState::kCompleted) << agg.error.ToString();
   ASSERT_TRUE(engine_->FreeBatch(b).ok());
@@ -522,13 +523,12 @@ TEST_P(TransportTest, WriteThenReadVisibility) {
   }
   // Many small writes in one batch, checked at once after completion.
   BatchId b;
-  ASSERT_TRUE(engine_->AllocateBatch(64, &b).ok());
   std::vector<TransferRequest> reqs;
   for (size_t i = 0; i < 64; ++i) {
     FillPattern(local(i * 64 * KiB), 64 * KiB, 40 * MiB + i * 64 * KiB, 99);
     reqs.push_back(Req(OpCode::kWrite, i * 64 * KiB, 40 * MiB + i * 64 * KiB, 64 * KiB));
   }
-  ASSERT_TRUE(engine_->Submit(b, reqs).ok());
+  ASSERT_NO_FATAL_FAILURE(SubmitBatch(reqs, &b));
   TransferStatus agg;
   ASSERT_TRUE(engine_->WaitBatch(b, 30000, &agg).ok());
   ASSERT_EQ(agg.state, TaskState::kCompleted);
@@ -543,12 +543,11 @@ TEST_P(PeerFailureTest, PeerKilledMidBatch) {
   cfg_.settings.transfer_timeout_ms = 3000;
   ASSERT_NO_FATAL_FAILURE(Start(64 * MiB));
   BatchId b;
-  ASSERT_TRUE(engine_->AllocateBatch(256, &b).ok());
   std::vector<TransferRequest> reqs;
   for (size_t i = 0; i < 256; ++i) reqs.push_back(Req(i % 2 ? OpCode::kRead : OpCode::kWrite, (i % 64) * MiB, (i % 64) * MiB, MiB));
   // Frozen first, so the batch is surely in flight (not finished) at the kill.
   ASSERT_TRUE(target_->Freeze());
-  ASSERT_TRUE(engine_->Submit(b, reqs).ok());
+  ASSERT_NO_FATAL_FAILURE(SubmitBatch(reqs, &b));
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   ASSERT_TRUE(target_->Kill());
   auto t0 = std::chrono::steady_clock::now();
@@ -620,11 +619,10 @@ TEST_P(PeerFailureTest, SegmentClosedWithWorkInFlight) {
   cfg_.settings.transfer_timeout_ms = 2000;
   ASSERT_NO_FATAL_FAILURE(Start(16 * MiB));
   BatchId b;
-  ASSERT_TRUE(engine_->AllocateBatch(16, &b).ok());
   std::vector<TransferRequest> reqs;
   for (size_t i = 0; i < 16; ++i) reqs.push_back(Req(OpCode::kWrite, i * MiB, i * MiB, MiB));
   ASSERT_TRUE(target_->Freeze());
-  ASSERT_TRUE(engine_->Submit(b, reqs).ok());
+  ASSERT_NO_FATAL_FAILURE(SubmitBatch(reqs, &b));
   ASSERT_TRUE(engine_->CloseSegment(seg_).ok());
   // The closed handle is refused; the batch still ends within its deadline.
   EXPECT_EQ(engine_->Transfer({Req(OpCode::kWrite, 0, 0, 4096)}).code(), Status::Code::kNotFound);
@@ -638,11 +636,10 @@ TEST_P(PeerFailureTest, SegmentClosedWithWorkInFlight) {
 TEST_P(PeerFailureTest, EngineDestroyedWithWorkInFlight) {
   ASSERT_NO_FATAL_FAILURE(Start(64 * MiB));
   BatchId b;
-  ASSERT_TRUE(engine_->AllocateBatch(64, &b).ok());
   std::vector<TransferRequest> reqs;
   for (size_t i = 0; i < 64; ++i) reqs.push_back(Req(OpCode::kWrite, i * MiB, i * MiB, MiB));
   ASSERT_TRUE(target_->Freeze());  // nothing completes
-  ASSERT_TRUE(engine_->Submit(b, reqs).ok());
+  ASSERT_NO_FATAL_FAILURE(SubmitBatch(reqs, &b));
   const auto t0 = std::chrono::steady_clock::now();
   ASSERT_TRUE(engine_->UnregisterMemory(local_).ok());
   engine_.reset();  // no crash, no hang
@@ -653,18 +650,12 @@ TEST_P(PeerFailureTest, EngineDestroyedWithWorkInFlight) {
 }
 
 TEST_P(PeerFailureTest, PeerRestartedUnderTheSameName) {
-  // A fixed handshake port, so the restarted target has the same name.
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  socklen_t alen = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &alen);
-  close(fd);
-  // And a fixed buffer address: the stale descriptor still covers the range
-  // the application writes to, so only the failure tells the engine.
-  const std::string fixed = "local_server_name=127.0.0.1:" + std::to_string(ntohs(a.sin_port)) +
+  // A fixed handshake port, so the restarted target has the same name. And a
+  // fixed buffer address: the stale descriptor still covers the range the
+  // application writes to, so only the failure tells the engine.
+  const int port = testing::FreePort();
+  ASSERT_GT(port, 0);
+  const std::string fixed = "local_server_name=127.0.0.1:" + std::to_string(port) +
                             " buffer_addr=0x7e0000000000";
   cfg_.settings.transfer_timeout_ms = 3000;
   ASSERT_NO_FATAL_FAILURE(Start(4 * MiB, fixed));

@@ -16,19 +16,20 @@
 #include <vector>
 
 namespace kvfabric::testing {
-namespace {
 
 int FreePort() {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
   socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
   close(fd);
-  return ntohs(a.sin_port);
+  return ok ? ntohs(a.sin_port) : 0;
 }
+
+namespace {
 
 pid_t Spawn(const std::vector<std::string>& argv) {
   pid_t pid = fork();

@@ -17,6 +17,10 @@ class Server {
   std::string data_dir;  // removed at the end
 };
 
+// A loopback TCP port that was free a moment ago (for servers that need a
+// fixed port, such as a target restarted under the same name); 0 if none.
+int FreePort();
+
 // Null with `error` saying why (for example, no etcd binary: tests skip).
 std::unique_ptr<Server> StartEtcd(std::string* error);
 std::unique_ptr<Server> StartHttpMetadataServer(std::string* error);
