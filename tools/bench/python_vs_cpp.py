@@ -13,35 +13,19 @@ import argparse
 import ctypes
 import json
 import os
-import re
-import signal
 import statistics
-import subprocess
 import sys
 import time
 
-
+from compare import run_initiator, start_target, stop  # this directory: one way to run the C++ bench
 from kvfabric.compat.mooncake import TransferEngine
 
 
-def start_target(tool, protocol, size):
-    p = subprocess.Popen([tool, "--mode=target", f"--protocol={protocol}", f"--buffer_size={size}"],
-                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    for line in p.stdout:
-        m = re.search(r"--segment_id=(\S+)", line)
-        if m:
-            return p, m.group(1)
-    raise RuntimeError("the target did not start")
-
-
 def cpp_run(tool, protocol, seg, op, block, batch, duration):
-    out = subprocess.run([tool, "--mode=initiator", f"--protocol={protocol}", f"--segment_id={seg}",
-                          f"--operation={op}", f"--block_size={block}", f"--batch_size={batch}", "--threads=1",
-                          f"--duration={duration}", "--json"], capture_output=True, text=True, timeout=300)
-    for line in out.stdout.splitlines():
-        if line.startswith("{"):
-            return json.loads(line)["bytes_per_s"] / 1e9
-    raise RuntimeError("kvfabric-bench failed: " + out.stderr[-2000:])
+    r = run_initiator([tool, "--mode=initiator", f"--protocol={protocol}", f"--segment_id={seg}",
+                       f"--operation={op}", f"--block_size={block}", f"--batch_size={batch}", "--threads=1",
+                       f"--duration={duration}", "--json"])
+    return r["bytes_per_s"] / 1e9
 
 
 def py_run(te, seg, remote, local, op, block, batch, duration):
@@ -72,7 +56,8 @@ def main():
     a = ap.parse_args()
     tool = os.path.join(a.build, "tools", "kvfabric-bench")
     size = a.block * a.batch
-    target, seg = start_target(tool, a.protocol, size)
+    target, seg = start_target([tool, "--mode=target", f"--protocol={a.protocol}", f"--buffer_size={size}"],
+                               r"--segment_id=(\S+)")
     te = TransferEngine()
     results = []
     try:
@@ -98,8 +83,7 @@ def main():
             print(f"{op:6} {c:9.2f} {p:12.2f} {p / c:12.0%}")
     finally:
         te.close()
-        target.send_signal(signal.SIGINT)
-        target.wait(timeout=10)
+        stop(target)
     if a.json_out:
         with open(a.json_out, "w") as f:
             json.dump({"args": vars(a), "results": results}, f, indent=1)
