@@ -98,19 +98,27 @@ def buffer_address(buf: Local, length: int | None = None, writable: bool = False
 class Transfer:
     """A submitted batch: ``wait()``, ``done()``, ``status()``, or ``await`` it."""
 
-    def __init__(self, engine: "Engine", batch: int, count: int, keep: list):
+    def __init__(self, engine: "Engine", batch: int, lengths: list[int], keep: list):
         self._engine = engine
         self._batch = batch
-        self._count = count
+        self._lengths = lengths  # per request: what a completed task moved
         self._keep = keep  # the buffer objects stay alive while bytes move
         self._final: Status | None = None
+        self._tasks: list[Status] = []  # per-task outcome of a batch that did not complete
         self._lock = threading.Lock()
+
+    def _task(self, index: int) -> Status:
+        st = self._engine._core.task_status(self._batch, index)
+        return Status(State(st[0]), st[1], st[3], st[2])
 
     def _finish(self, st: tuple) -> Status:
         status = Status(State(st[0]), st[1], st[3], st[2])
         if status.state != State.PENDING:
             with self._lock:
                 if self._final is None:
+                    # The batch is freed now: keep what task_status() must still answer.
+                    if status.state != State.COMPLETED:
+                        self._tasks = [self._task(i) for i in range(len(self._lengths))]
                     self._final = status
                     self._engine._core.free_batch(self._batch)
                     self._keep = []
@@ -123,10 +131,14 @@ class Transfer:
         return self._finish(self._engine._core.batch_status(self._batch))
 
     def task_status(self, index: int) -> Status:
-        if self._final is not None and self._final.state == State.COMPLETED:
-            return self._final
-        st = self._engine._core.task_status(self._batch, index)
-        return Status(State(st[0]), st[1], st[3], st[2])
+        """The status of request ``index`` of this batch."""
+        if self._final is None:
+            return self._task(index)
+        if not 0 <= index < len(self._lengths):
+            raise InvalidArgumentError(f"task {index} of a batch of {len(self._lengths)}")
+        if self._final.state == State.COMPLETED:
+            return Status(State.COMPLETED, self._lengths[index], "", 0)
+        return self._tasks[index]
 
     def done(self) -> bool:
         return self.status().state != State.PENDING
@@ -297,7 +309,7 @@ class Engine:
         except BaseException:
             self._core.free_batch(batch)
             raise
-        return Transfer(self, batch, len(reqs), keep)
+        return Transfer(self, batch, [r[4] for r in reqs], keep)
 
     def transfer(self, requests: Sequence[Request], segment: Segment | str | None = None) -> None:
         """Submits and waits (GIL released); raises the first failure."""

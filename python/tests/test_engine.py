@@ -100,6 +100,9 @@ def test_batches_sync_async_and_await(protocol, peer_factory):
                      seg)
         t.wait(30)
         assert t.task_status(1).state == kvfabric.State.COMPLETED
+        assert t.task_status(1).transferred_bytes == block
+        with pytest.raises(kvfabric.InvalidArgumentError):
+            t.task_status(2)
 
 
 def test_errors_are_typed_and_change_nothing(protocol, peer_factory):
@@ -148,6 +151,9 @@ def test_peer_killed_mid_transfer_raises(peer_factory):
         with pytest.raises((kvfabric.FabricError, kvfabric.TransferTimeoutError)):
             t.wait(timeout=20)
         assert time.monotonic() - start < 10
+        # The batch is freed once it ended; its task's outcome stays readable.
+        st = t.task_status(0)
+        assert st.state in (kvfabric.State.FAILED, kvfabric.State.TIMEOUT) and st.error
 
 
 def test_gil_is_released_during_transfers(peer_factory):
