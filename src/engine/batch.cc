@@ -4,8 +4,11 @@ namespace kvfabric::engine {
 
 
 void Task::Start(Batch* batch, uint32_t slices, Clock::time_point deadline, int64_t timeout_ms,
-                 std::string what, std::shared_ptr<Peer> peer) {
+                 std::string what, std::shared_ptr<Peer> peer, Rerouter* rerouter,
+                 std::shared_ptr<const void> route) {
   peer_ = std::move(peer);
+  rerouter_ = rerouter;
+  route_ = std::move(route);
   batch_ = batch;
   slices_left_.store(slices);
   bytes_.store(0);
@@ -43,10 +46,29 @@ bool Task::CheckDeadline() {
                                 " ms (KVF_TRANSFER_TIMEOUT_MS); is the peer alive?"));
 }
 
-void Task::OnSliceDone(size_t bytes, const Status& error) {
+void Task::AddSlices(uint32_t n) {
+  slices_left_.fetch_add(n);
+  batch_->outstanding_slices().fetch_add(n);
+}
+
+bool Task::OnSliceStalled(const fabric::Slice& slice) {
+  if (rerouter_ == nullptr || !pending()) return false;
+  if (rerouter_->Reroute(this, slice, /*failed=*/false) == 0) return false;
+  // The rail forgets the slice: count it as ended (its replacements count
+  // now, and may all have finished already).
+  Batch* batch = batch_;
+  if (slices_left_.fetch_sub(1) == 1 && pending()) Finish(TaskState::kCompleted, Status::OK());
+  batch->outstanding_slices().fetch_sub(1);
+  return true;
+}
+
+void Task::OnSliceDone(const fabric::Slice& slice, size_t bytes, const Status& error) {
   Batch* batch = batch_;
   bytes_.fetch_add(bytes);
-  if (!error.ok() && pending()) Finish(TaskState::kFailed, error.Annotate(what_));
+  // A failed slice goes to another rail while the task still wants it; only
+  // when none can take it does the task fail.
+  const bool rerouted = !error.ok() && rerouter_ != nullptr && pending() && rerouter_->Reroute(this, slice, /*failed=*/true) > 0;
+  if (!error.ok() && !rerouted && pending()) Finish(TaskState::kFailed, error.Annotate(what_));
   if (slices_left_.fetch_sub(1) == 1 && pending()) Finish(TaskState::kCompleted, Status::OK());
   // Last touch of the batch: after this a freed batch may be released.
   batch->outstanding_slices().fetch_sub(1);

@@ -20,6 +20,17 @@ namespace kvfabric::engine {
 
 using Clock = std::chrono::steady_clock;
 class Batch;
+class Task;
+
+// Moves a slice that failed (`failed`) or stalled on one rail to another
+// rail of the same peer (the engine). Returns how many slices it queued there
+// (the bytes may be cut differently), after adding them to the task with
+// AddSlices; 0 when no other rail can take them.
+class Rerouter {
+ public:
+  virtual ~Rerouter() = default;
+  virtual uint32_t Reroute(Task* task, const fabric::Slice& slice, bool failed) = 0;
+};
 
 class Task final : public fabric::SliceOwner {
  public:
@@ -29,13 +40,21 @@ class Task final : public fabric::SliceOwner {
   // Arms the task before its slices are queued. `what` names the request in
   // error messages (e.g. "WRITE of 1048576 bytes to 10.0.0.2:15000").
   // `peer` (may be null) is marked suspect when the task fails or times out.
+  // `rerouter` (may be null) gets slices that fail or stall, and `route`
+  // holds what it needs to post them again (the engine's own type).
   void Start(Batch* batch, uint32_t slices, Clock::time_point deadline, int64_t timeout_ms,
-             std::string what, std::shared_ptr<Peer> peer = nullptr);
+             std::string what, std::shared_ptr<Peer> peer = nullptr, Rerouter* rerouter = nullptr,
+             std::shared_ptr<const void> route = nullptr);
   // Ends the task without slices (local copy, or failure before posting).
   void Complete(size_t bytes, const Status& error);
 
-  void OnSliceDone(size_t bytes, const Status& error) override;
+  void OnSliceDone(const fabric::Slice& slice, size_t bytes, const Status& error) override;
+  bool OnSliceStalled(const fabric::Slice& slice) override;
   bool Abandoned() override;
+  // The rerouter queued `n` more slices for this task.
+  void AddSlices(uint32_t n);
+  const std::shared_ptr<Peer>& peer() const { return peer_; }
+  const std::shared_ptr<const void>& route() const { return route_; }
 
   // Current status; a pending task past its deadline becomes TIMEOUT here.
   TransferStatus Snapshot();
@@ -55,6 +74,8 @@ class Task final : public fabric::SliceOwner {
   Status error_;
   std::string what_;
   std::shared_ptr<Peer> peer_;
+  Rerouter* rerouter_ = nullptr;
+  std::shared_ptr<const void> route_;
 };
 
 class Batch {

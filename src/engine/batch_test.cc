@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <thread>
+#include <utility>
+#include <vector>
 
 namespace kvfabric::engine {
 namespace {
@@ -11,12 +13,12 @@ Clock::time_point In(int ms) { return Clock::now() + std::chrono::milliseconds(m
 
 // Reserves the one task of a one-task batch and starts it with `slices`
 // slices and a deadline `ms` from now.
-Task& StartOnlyTask(Batch& b, uint32_t slices, int ms, const char* what) {
+Task& StartOnlyTask(Batch& b, uint32_t slices, int ms, const char* what, Rerouter* rerouter = nullptr) {
   size_t first;
   EXPECT_TRUE(b.Reserve(1, &first));
   Task& t = b.task(first);
   b.outstanding_slices() += slices;
-  t.Start(&b, slices, In(ms), ms, what);
+  t.Start(&b, slices, In(ms), ms, what, nullptr, rerouter);
   return t;
 }
 
@@ -28,11 +30,11 @@ TEST(BatchTest, TaskCompletesWhenAllSlicesDo) {
   Task& t = b.task(0);
   b.outstanding_slices() += 3;
   t.Start(&b, 3, In(10000), 10000, "WRITE");
-  t.OnSliceDone(100, Status::OK());
-  t.OnSliceDone(100, Status::OK());
+  t.OnSliceDone(fabric::Slice(), 100, Status::OK());
+  t.OnSliceDone(fabric::Slice(), 100, Status::OK());
   EXPECT_EQ(t.Snapshot().state, TaskState::kPending);
   EXPECT_FALSE(t.Abandoned());
-  t.OnSliceDone(56, Status::OK());
+  t.OnSliceDone(fabric::Slice(), 56, Status::OK());
   TransferStatus s = t.Snapshot();
   EXPECT_EQ(s.state, TaskState::kCompleted);
   EXPECT_EQ(s.transferred_bytes, 256u);
@@ -47,12 +49,12 @@ TEST(BatchTest, TaskCompletesWhenAllSlicesDo) {
 TEST(BatchTest, FirstFailedSliceFailsTheTask) {
   Batch b(1, 1);
   Task& t = StartOnlyTask(b, 2, 10000, "READ from peer");
-  t.OnSliceDone(0, Status::FabricError("EPIPE"));
+  t.OnSliceDone(fabric::Slice(), 0, Status::FabricError("EPIPE"));
   TransferStatus s = t.Snapshot();
   EXPECT_EQ(s.state, TaskState::kFailed);  // before its other slice returns
   EXPECT_NE(s.error.message().find("READ from peer"), std::string::npos);
   EXPECT_TRUE(t.Abandoned());
-  t.OnSliceDone(100, Status::OK());
+  t.OnSliceDone(fabric::Slice(), 100, Status::OK());
   EXPECT_EQ(t.Snapshot().state, TaskState::kFailed);
   EXPECT_EQ(b.Aggregate().state, TaskState::kFailed);
 }
@@ -67,7 +69,7 @@ TEST(BatchTest, DeadlineTurnsPendingIntoTimeout) {
   EXPECT_EQ(s.state, TaskState::kTimeout);
   EXPECT_EQ(s.error.code(), Status::Code::kTimeout);
   EXPECT_TRUE(t.Abandoned());
-  t.OnSliceDone(10, Status::OK());  // a late completion changes nothing
+  t.OnSliceDone(fabric::Slice(), 10, Status::OK());  // a late completion changes nothing
   EXPECT_EQ(t.Snapshot().state, TaskState::kTimeout);
 }
 
@@ -76,13 +78,94 @@ TEST(BatchTest, WaitWakesOnCompletion) {
   Task& t = StartOnlyTask(b, 1, 60000, "x");
   std::thread th([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
-    t.OnSliceDone(1, Status::OK());
+    t.OnSliceDone(fabric::Slice(), 1, Status::OK());
   });
   auto t0 = Clock::now();
   b.Wait(In(10000));
   EXPECT_LT(Clock::now() - t0, std::chrono::seconds(2));
   EXPECT_EQ(b.Aggregate().state, TaskState::kCompleted);
   th.join();
+}
+
+// Stands in for the engine: records what it was asked to move and answers
+// with a fixed number of replacement slices (0: no other rail).
+class FakeRerouter : public Rerouter {
+ public:
+  explicit FakeRerouter(uint32_t replacements) : replacements_(replacements) {}
+  uint32_t Reroute(Task* task, const fabric::Slice& slice, bool failed) override {
+    calls.push_back({slice.length, failed});
+    if (replacements_ > 0) task->AddSlices(replacements_);
+    return replacements_;
+  }
+  std::vector<std::pair<size_t, bool>> calls;
+
+ private:
+  uint32_t replacements_;
+};
+
+fabric::Slice SliceOf(size_t length) {
+  fabric::Slice s;
+  s.length = length;
+  return s;
+}
+
+TEST(BatchTest, FailedSliceMovedToAnotherRailDoesNotFailTheTask) {
+  Batch b(1, 1);
+  FakeRerouter rr(2);  // the bytes come back as two slices on another rail
+  Task& t = StartOnlyTask(b, 2, 10000, "WRITE", &rr);
+  t.OnSliceDone(SliceOf(100), 0, Status::FabricError("link down"));
+  ASSERT_EQ(rr.calls.size(), 1u);
+  EXPECT_TRUE(rr.calls[0].second);
+  EXPECT_EQ(t.Snapshot().state, TaskState::kPending);
+  EXPECT_EQ(b.outstanding_slices().load(), 3);  // 1 original + 2 replacements
+  t.OnSliceDone(SliceOf(100), 100, Status::OK());
+  t.OnSliceDone(SliceOf(60), 60, Status::OK());
+  EXPECT_EQ(t.Snapshot().state, TaskState::kPending);
+  t.OnSliceDone(SliceOf(40), 40, Status::OK());
+  TransferStatus s = t.Snapshot();
+  EXPECT_EQ(s.state, TaskState::kCompleted);
+  EXPECT_EQ(s.transferred_bytes, 200u);
+  EXPECT_EQ(b.outstanding_slices().load(), 0);
+}
+
+TEST(BatchTest, FailedSliceWithNowhereToGoFailsTheTask) {
+  Batch b(1, 1);
+  FakeRerouter rr(0);
+  Task& t = StartOnlyTask(b, 1, 10000, "READ", &rr);
+  t.OnSliceDone(SliceOf(100), 0, Status::FabricError("EPIPE"));
+  EXPECT_EQ(rr.calls.size(), 1u);
+  EXPECT_EQ(t.Snapshot().state, TaskState::kFailed);
+  EXPECT_EQ(b.outstanding_slices().load(), 0);
+}
+
+TEST(BatchTest, StalledSliceIsReplacedAndForgotten) {
+  Batch b(1, 1);
+  FakeRerouter rr(1);
+  Task& t = StartOnlyTask(b, 1, 10000, "WRITE", &rr);
+  EXPECT_TRUE(t.OnSliceStalled(SliceOf(100)));
+  ASSERT_EQ(rr.calls.size(), 1u);
+  EXPECT_FALSE(rr.calls[0].second);
+  // The rail forgets the stalled slice: only the replacement is counted.
+  EXPECT_EQ(b.outstanding_slices().load(), 1);
+  EXPECT_EQ(t.Snapshot().state, TaskState::kPending);
+  t.OnSliceDone(SliceOf(100), 100, Status::OK());
+  EXPECT_EQ(t.Snapshot().state, TaskState::kCompleted);
+  EXPECT_EQ(b.outstanding_slices().load(), 0);
+}
+
+TEST(BatchTest, StalledSliceStaysWhenNoRailCanTakeIt) {
+  Batch b(1, 1);
+  FakeRerouter none(0);
+  Task& t = StartOnlyTask(b, 1, 10000, "WRITE");
+  EXPECT_FALSE(t.OnSliceStalled(SliceOf(100)));  // no rerouter at all
+  Batch b2(2, 1);
+  Task& t2 = StartOnlyTask(b2, 1, 10000, "WRITE", &none);
+  EXPECT_FALSE(t2.OnSliceStalled(SliceOf(100)));
+  EXPECT_EQ(b2.outstanding_slices().load(), 1);
+  EXPECT_EQ(t2.Snapshot().state, TaskState::kPending);
+  t.OnSliceDone(SliceOf(100), 100, Status::OK());
+  t2.OnSliceDone(SliceOf(100), 100, Status::OK());
+  EXPECT_EQ(t2.Snapshot().state, TaskState::kCompleted);
 }
 
 }  // namespace

@@ -54,6 +54,17 @@ int Peer::PeerRail(size_t rail) const {
   return rail < pairs_.size() ? pairs_[rail] : -1;
 }
 
+bool Peer::Lookup(size_t rail, fi_addr_t* out) const {
+  std::lock_guard<std::mutex> g(mu_);
+  if (rail >= av_.size() || av_[rail] == FI_ADDR_NOTAVAIL) return false;
+  *out = av_[rail];
+  return true;
+}
+
+bool Peer::MarkRailDown(size_t rail, int64_t now_ns, int64_t until_ns) {
+  return down_until_[rail].exchange(until_ns) <= now_ns;
+}
+
 Status Peer::Resolve(fabric::Rail* rail, fi_addr_t* out) {
   std::lock_guard<std::mutex> g(mu_);
   const size_t i = rail->index();

@@ -5,6 +5,7 @@
 
 #include <rdma/fabric.h>
 
+#include <array>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -24,6 +25,9 @@ std::vector<int> PairRails(const std::vector<RailInfo>& local, const metadata::S
 
 class Peer {
  public:
+  // Local rails an engine may open (EFA hosts carry up to 32 NICs).
+  static constexpr size_t kMaxRails = 64;
+
   Peer(SegmentHandle handle, std::string name) : handle_(handle), name_(std::move(name)) {}
 
   SegmentHandle handle() const { return handle_; }
@@ -43,6 +47,16 @@ class Peer {
   int PeerRail(size_t rail) const;
   // The AV slot for `rail`, inserting the peer's address on first use.
   Status Resolve(fabric::Rail* rail, fi_addr_t* out);
+  // The AV slot for `rail` if it was resolved already (never inserts).
+  bool Lookup(size_t rail, fi_addr_t* out) const;
+
+  // An operation to this peer failed on local rail `rail`: new work avoids
+  // that rail for this peer until `until_ns` (steady clock). Returns true
+  // when the rail was in service for the peer until now.
+  bool MarkRailDown(size_t rail, int64_t now_ns, int64_t until_ns);
+  bool RailUp(size_t rail, int64_t now_ns) const {
+    return down_until_[rail].load(std::memory_order_relaxed) <= now_ns;
+  }
 
   // A request to this peer failed or timed out: it may have died or
   // restarted under the same name. The next request refetches its descriptor
@@ -59,6 +73,7 @@ class Peer {
   std::vector<fi_addr_t> av_;
   std::shared_ptr<const std::vector<size_t>> usable_ = std::make_shared<const std::vector<size_t>>();
   std::atomic<bool> suspect_{false};
+  std::array<std::atomic<int64_t>, kMaxRails> down_until_{};
 };
 
 }  // namespace kvfabric::engine

@@ -27,5 +27,15 @@ TEST(PairRailsTest, SameFabricFirstThenSpread) {
   EXPECT_EQ(p, (std::vector<int>{0, 1, 0, -1}));
 }
 
+TEST(PeerTest, FailedRailIsDownForThePeerUntilItsRetryTime) {
+  Peer p(1, "10.0.0.2:15000");
+  EXPECT_TRUE(p.RailUp(3, 1000));
+  EXPECT_TRUE(p.MarkRailDown(3, 1000, 5000));   // was up: the caller logs it
+  EXPECT_FALSE(p.MarkRailDown(3, 2000, 6000));  // already down: no second log
+  EXPECT_FALSE(p.RailUp(3, 5999));
+  EXPECT_TRUE(p.RailUp(3, 6000));
+  EXPECT_TRUE(p.RailUp(2, 2000));  // other rails are not affected
+}
+
 }  // namespace
 }  // namespace kvfabric::engine

@@ -16,6 +16,11 @@ namespace kvfabric::fabric {
 // device RDMA on p5/p5e; `kvfabric doctor` warns when we run below that.
 uint32_t ApiVersion();
 
+// Provider environment defaults kvfabric wants (KVF_RXM_FAST_CONNECT), set
+// with setenv(..., overwrite=0) so a user's own values win. Only effective
+// before libfabric first initializes in the process; call before fi_getinfo.
+void ApplyProviderDefaults(bool rxm_fast_connect);
+
 // "tcp" -> "tcp;ofi_rxm", "verbs" -> "verbs;ofi_rxm", "efa", "shm", "sockets".
 // Unknown names are an InvalidArgument listing the accepted ones.
 Status ProviderForProtocol(const std::string& protocol, std::string* provider);

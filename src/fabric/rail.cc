@@ -95,6 +95,8 @@ Status Rail::Open(const fi_info* info, const Settings& settings, size_t index,
   if (settings.max_slice_bytes > 0 && static_cast<size_t>(settings.max_slice_bytes) < max_msg)
     max_msg = settings.max_slice_bytes;
   r->info_.max_msg_size = max_msg;
+  r->stall_ns_ = settings.rail_stall_ms * 1000000;
+  r->retry_ns_ = settings.rail_retry_ms * 1000000;
   if (settings.write_completion == "delivery") {
     r->write_flags_ = FI_COMPLETION | FI_DELIVERY_COMPLETE;
   } else if (settings.write_completion == "transmit") {
@@ -259,13 +261,18 @@ Status Rail::RegisterMemory(void* addr, size_t len, std::unique_ptr<MemoryRegion
   return Status::OK();
 }
 
-void Rail::Enqueue(Slice* slices, size_t n) {
+void Rail::Enqueue(Slice* slices, size_t n, bool post_now) {
+  uint64_t bytes = 0;
   {
     std::lock_guard<std::mutex> g(queue_mu_);
-    for (size_t i = 0; i < n; ++i) pending_.push_back(std::move(slices[i]));
+    for (size_t i = 0; i < n; ++i) {
+      bytes += slices[i].length;
+      pending_.push_back(std::move(slices[i]));
+    }
     queued_.fetch_add(static_cast<int64_t>(n));
   }
-  if (!post_from_progress_) KickPosting();
+  load_bytes_.fetch_add(bytes);
+  if (post_now && !post_from_progress_) KickPosting();
   if (waker_) waker_();
 }
 
@@ -333,15 +340,16 @@ void Rail::DrainLocked() {
     }
     op->peer = peer;
     if (peer != nullptr) peer->inflight.fetch_add(1);
-    inflight_.fetch_add(1);
-    outstanding_bytes_.fetch_add(op->slice.length);
+    // The stall clock starts when an idle rail gets work.
+    if (inflight_.fetch_add(1) == 0) last_progress_ns_.store(NowNs(), std::memory_order_relaxed);
+    op->posted = true;
     int rc = PostOne(op);
     if (rc == 0) {
       eagain_streak = 0;
       continue;
     }
+    op->posted = false;
     inflight_.fetch_sub(1);
-    outstanding_bytes_.fetch_sub(op->slice.length);
     if (peer != nullptr) peer->inflight.fetch_sub(1);
     op->peer = nullptr;
     if (rc == -FI_EAGAIN) {
@@ -364,9 +372,10 @@ void Rail::DrainLocked() {
 }
 
 void Rail::FailUnposted(OpContext* op, const Status& error) {
-  SliceOwner* owner = op->slice.owner;
+  Slice s = std::move(op->slice);
   ReleaseContext(op);
-  owner->OnSliceDone(0, error);
+  load_bytes_.fetch_sub(s.length);
+  s.owner->OnSliceDone(s, 0, error);
 }
 
 void Rail::ReleaseContext(OpContext* op) {
@@ -377,15 +386,22 @@ void Rail::ReleaseContext(OpContext* op) {
 }
 
 void Rail::Finish(OpContext* op, const Status& error) {
-  SliceOwner* owner = op->slice.owner;
-  const size_t len = op->slice.length;
   if (op->peer != nullptr) op->peer->inflight.fetch_sub(1);
   op->peer = nullptr;
+  op->posted = false;
+  if (op->detached) {
+    // Moved to another rail after a stall: its owner has forgotten it.
+    op->detached = false;
+    ReleaseContext(op);
+    detached_.fetch_sub(1);
+    return;
+  }
+  Slice s = std::move(op->slice);
   ReleaseContext(op);
-  outstanding_bytes_.fetch_sub(len);
-  if (error.ok()) completed_bytes_.fetch_add(len, std::memory_order_relaxed);
+  load_bytes_.fetch_sub(s.length);
+  if (error.ok()) completed_bytes_.fetch_add(s.length, std::memory_order_relaxed);
   inflight_.fetch_sub(1);
-  owner->OnSliceDone(error.ok() ? len : 0, error);
+  s.owner->OnSliceDone(s, error.ok() ? s.length : 0, error);
 }
 
 size_t Rail::ReadCompletions() {
@@ -395,6 +411,11 @@ size_t Rail::ReadCompletions() {
   if (n == -FI_EAGAIN) return 0;
   g.unlock();
   if (n > 0) {
+    last_progress_ns_.store(NowNs(), std::memory_order_relaxed);
+    if (out_until_ns_.load(std::memory_order_relaxed) != 0) {
+      out_until_ns_.store(0);
+      KVF_LOG_INFO("rail {} ({}): operations complete again; back in service", index_, info_.domain);
+    }
     for (ssize_t i = 0; i < n; ++i)
       Finish(reinterpret_cast<OpContext*>(entries[i].op_context), Status::OK());
     return static_cast<size_t>(n);
@@ -436,8 +457,67 @@ size_t Rail::Poll() {
     }
   }
   if (dead_found_.exchange(false)) ReapDeadPeers();
+  if (done == 0) CheckStall(NowNs());
   if (queued_.load(std::memory_order_relaxed) > 0) KickPosting();
   return done;
+}
+
+void Rail::CheckStall(int64_t now) {
+  if (stall_ns_ <= 0 || inflight_.load(std::memory_order_relaxed) == 0) return;
+  if (now - last_progress_ns_.load(std::memory_order_relaxed) < stall_ns_) return;
+  last_progress_ns_.store(now);  // the next check is one stall period away
+  out_until_ns_.store(now + retry_ns_);
+  size_t moved = 0, kept = 0;
+  const int64_t in_flight = inflight_.load();
+  // Posted operations stay posted until this thread reads the CQ, so the
+  // snapshot stays valid after the lock is released; owners are called
+  // without it (rerouting takes other rails' locks).
+  std::vector<OpContext*> posted;
+  {
+    std::lock_guard<std::mutex> g(post_mu_);
+    for (size_t i = 0; i < info_.tx_depth; ++i)
+      if (contexts_[i].posted && !contexts_[i].detached) posted.push_back(&contexts_[i]);
+  }
+  for (OpContext* op : posted) {
+    if (!op->slice.owner->OnSliceStalled(op->slice)) {
+      ++kept;
+      continue;
+    }
+    // The provider still owns the context (and the registration it uses);
+    // it comes back through the CQ, or never if the link stays down.
+    op->detached = true;
+    op->slice.owner = nullptr;
+    inflight_.fetch_sub(1);
+    load_bytes_.fetch_sub(op->slice.length);
+    detached_.fetch_add(1);
+    ++moved;
+  }
+  std::deque<Slice> queued;
+  {
+    std::lock_guard<std::mutex> g(queue_mu_);
+    queued.swap(pending_);
+    queued_.fetch_sub(static_cast<int64_t>(queued.size()));
+  }
+  std::deque<Slice> keep;
+  for (Slice& s : queued) {
+    if (s.owner->OnSliceStalled(s)) {
+      load_bytes_.fetch_sub(s.length);
+      ++moved;
+    } else {
+      keep.push_back(std::move(s));
+    }
+  }
+  if (!keep.empty()) {
+    std::lock_guard<std::mutex> g(queue_mu_);
+    kept += keep.size();
+    queued_.fetch_add(static_cast<int64_t>(keep.size()));
+    pending_.insert(pending_.begin(), std::make_move_iterator(keep.begin()), std::make_move_iterator(keep.end()));
+  }
+  KVF_LOG_WARN("rail {} ({} {}): nothing completed for {} ms with {} operation(s) in flight; out of service for "
+               "{} ms (KVF_RAIL_STALL_MS, KVF_RAIL_RETRY_MS): {} slice(s) moved to other rails, {} left in place "
+               "(no other rail serves them); check the link of {}",
+               index_, info_.provider, info_.domain, stall_ns_ / 1000000, in_flight, retry_ns_ / 1000000, moved, kept,
+               info_.domain);
 }
 
 bool Rail::TryWait() {

@@ -65,15 +65,28 @@ class Rail {
 
   // Queues slices and posts as many as credits allow. Never fails: a slice
   // that cannot be posted now stays queued; one the provider rejects is
-  // completed with the error.
-  void Enqueue(Slice* slices, size_t n);
+  // completed with the error. With `post_now` false the progress thread posts
+  // them (for callers that may hold another rail's post lock).
+  void Enqueue(Slice* slices, size_t n, bool post_now = true);
   // Reads the CQ, completes slices, returns their credits and posts queued
   // slices. Called by the progress thread. Returns completions seen.
   size_t Poll();
   // Work in flight or queued: the progress thread keeps polling while true.
   bool Busy() const { return inflight_.load(std::memory_order_relaxed) > 0 || queued_.load(std::memory_order_relaxed) > 0; }
-  uint64_t outstanding_bytes() const { return outstanding_bytes_.load(std::memory_order_relaxed); }
+  // Bytes queued or in flight: what a new slice waits behind.
+  uint64_t load_bytes() const { return load_bytes_.load(std::memory_order_relaxed); }
   uint64_t completed_bytes() const { return completed_bytes_.load(std::memory_order_relaxed); }
+  // False while the rail is out of service after a stall (KVF_RAIL_STALL_MS),
+  // until KVF_RAIL_RETRY_MS pass or something completes on it again.
+  // After that, until something completes, it is on probation: it takes new
+  // work only when idle, so a link still down costs one request's worth of
+  // stall per period, not a full share of the traffic.
+  bool InService(int64_t now_ns) const {
+    const int64_t until = out_until_ns_.load(std::memory_order_relaxed);
+    return until == 0 || (until <= now_ns && load_bytes() == 0);
+  }
+  // Operations abandoned to the provider after a stall, not yet returned.
+  int64_t detached() const { return detached_.load(std::memory_order_relaxed); }
 
   // CQ wait object (an fd for epoll), or -1 when the provider has none.
   int wait_fd() const { return wait_fd_; }
@@ -100,6 +113,8 @@ class Rail {
     fi_context2 ctx;  // first: the provider hands this pointer back in the CQ
     Slice slice;
     RemotePeer* peer = nullptr;  // set while posted
+    bool posted = false;         // handed to the provider, not yet returned
+    bool detached = false;       // its owner moved it elsewhere after a stall
   };
 
   Rail() = default;
@@ -119,6 +134,10 @@ class Rail {
   // then fails (and takes back the credits of) their operations that can no
   // longer complete.
   void ReapDeadPeers();
+  // Progress thread: with work in flight and nothing completing for
+  // KVF_RAIL_STALL_MS, offers every queued and posted slice to its owner to
+  // move elsewhere and takes the rail out of service for KVF_RAIL_RETRY_MS.
+  void CheckStall(int64_t now);
   RemotePeer* PeerAt(fi_addr_t dest) { return dest < peers_.size() ? peers_[dest].get() : nullptr; }
 
   size_t index_ = 0;
@@ -147,8 +166,13 @@ class Rail {
   std::unique_ptr<OpContext[]> contexts_;
   std::atomic<int64_t> inflight_{0};
   std::atomic<int64_t> queued_{0};
-  std::atomic<uint64_t> outstanding_bytes_{0};
+  std::atomic<uint64_t> load_bytes_{0};
   std::atomic<uint64_t> completed_bytes_{0};
+  int64_t stall_ns_ = 0;
+  int64_t retry_ns_ = 0;
+  std::atomic<int64_t> last_progress_ns_{0};  // last completion, or first post into an idle rail
+  std::atomic<int64_t> out_until_ns_{0};
+  std::atomic<int64_t> detached_{0};
   std::function<void()> waker_;
 
   const fi_info* info_copy_ = nullptr;  // for per-peer endpoints (shm)

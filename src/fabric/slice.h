@@ -11,13 +11,21 @@
 
 namespace kvfabric::fabric {
 
+struct Slice;
+
 // Who is told when a slice ends (an engine task). Called from the progress
 // thread or from a posting thread; implementations must be thread-safe.
 class SliceOwner {
  public:
   virtual ~SliceOwner() = default;
-  // The slice finished: `bytes` moved, or `error` is set.
-  virtual void OnSliceDone(size_t bytes, const Status& error) = 0;
+  // The slice finished: `bytes` moved, or `error` is set. The owner may put
+  // a failed slice on another rail (see engine::Rerouter) instead of failing.
+  virtual void OnSliceDone(const Slice& slice, size_t bytes, const Status& error) = 0;
+  // The slice's rail stalled (nothing completed on it for KVF_RAIL_STALL_MS)
+  // with this slice posted or queued. True: the owner re-posted the bytes on
+  // another rail and the rail forgets the slice (a posted copy that completes
+  // later is discarded). False: the slice stays where it is.
+  virtual bool OnSliceStalled(const Slice& slice) = 0;
   // True when the owner no longer wants the slice (timed out or already
   // failed): a slice still queued is then dropped without posting, and
   // OnSliceDone is called with `error` unchanged from the owner's view.
@@ -26,6 +34,9 @@ class SliceOwner {
 
 struct Slice {
   SliceOwner* owner = nullptr;
+  uint32_t rail = 0;      // index of the local rail it was queued on
+  uint32_t attempts = 0;  // rails it was moved to after a failure or stall
+  uint64_t remote_va = 0; // the remote bytes' address as the peer's segment lists them
   bool write = true;
   void* local = nullptr;
   size_t length = 0;

@@ -1,8 +1,14 @@
 // kvfabric-bench: engine throughput between a target and an initiator.
 //   target:    kvfabric-bench --mode=target --protocol=tcp
 //   initiator: kvfabric-bench --mode=initiator --segment_id=<from the target> --operation=write
-// The initiator prints one human line ending in the rate and, with --json,
-// a JSON object on stdout. Logs go to stderr.
+//   probe:     kvfabric-bench --mode=probe --segment_id=<from the target>
+// --block_size, --batch_size and --threads take comma-separated lists: the
+// initiator runs every combination (a sweep), one human line each ending in
+// the rate; --json also prints one JSON object per point, --json_out=FILE
+// writes them all with the rails' description. Logs go to stderr.
+// The probe times a peer's first use: opening its segment (one handshake,
+// every rail's address inserted), warmup, the first transfer of --block_size
+// (connections made on the way) and the warm ones after it.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -38,9 +44,10 @@ struct Options {
   std::string local_server_name = "127.0.0.1:0";
   std::string segment_id;
   std::string operation = "write";
-  size_t block_size = 65536;
-  size_t batch_size = 128;
-  size_t threads = 4;
+  std::vector<size_t> block_sizes{65536};
+  std::vector<size_t> batch_sizes{128};
+  std::vector<size_t> thread_counts{4};
+  std::string json_out;
   size_t buffer_size = 1ull << 30;
   double duration = 10;
   std::string report_unit = "GB";
@@ -79,11 +86,29 @@ int RunTarget(Engine& e, const Options& o) {
   return 0;
 }
 
-int RunInitiator(Engine& e, Options o) {
+// One point of a sweep.
+struct Point {
+  size_t block_size, batch_size, threads;
+};
+
+// Registered memory and the opened target, shared by every point of a sweep.
+struct Setup {
+  uint8_t* base = nullptr;
+  size_t size = 0;
+  SegmentHandle seg = -1;
+  uint64_t raddr = 0;
+  double open_us = 0;  // OpenSegment alone: one handshake, every rail's address inserted
+};
+
+double Percentile(std::vector<double>& v, double p) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(p * (v.size() - 1))];
+}
+
+int Prepare(Engine& e, Options& o, size_t need, Setup* st) {
   if (o.segment_id.empty())
-    return Fail("initiator", Status::InvalidArgument("--segment_id is required (the target prints it)"));
-  const OpCode op = o.operation == "read" ? OpCode::kRead : OpCode::kWrite;
-  const size_t need = o.block_size * o.batch_size * o.threads;
+    return Fail(o.mode, Status::InvalidArgument("--segment_id is required (the target prints it)"));
   if (o.buffer_size < need) {
     std::fprintf(stderr, "kvfabric-bench: --buffer_size raised from %zu to %zu (block x batch x threads)\n",
                  o.buffer_size, need);
@@ -91,56 +116,66 @@ int RunInitiator(Engine& e, Options o) {
   }
   void* buf = AllocBuffer(o.buffer_size);
   if (buf == nullptr) return Fail("allocate", Status::InvalidArgument("cannot allocate --buffer_size bytes"));
-  auto* base = static_cast<uint8_t*>(buf);
-  if (o.verify && op == OpCode::kWrite) testing::FillPattern(buf, need, 0, 5);
-  else std::memset(buf, 0, o.buffer_size);
+  st->base = static_cast<uint8_t*>(buf);
+  st->size = o.buffer_size;
+  std::memset(buf, 0, o.buffer_size);
   Status s = e.RegisterMemory(buf, o.buffer_size);
   if (!s.ok()) return Fail("register", s);
-  SegmentHandle seg;
-  s = e.OpenSegment(o.segment_id, &seg);
+  const auto t_open = Clock::now();
+  s = e.OpenSegment(o.segment_id, &st->seg);
   if (!s.ok()) return Fail("open segment", s);
+  st->open_us = std::chrono::duration<double, std::micro>(Clock::now() - t_open).count();
   std::vector<RemoteBuffer> remote;
-  s = e.GetSegmentBuffers(seg, &remote);
+  s = e.GetSegmentBuffers(st->seg, &remote);
   if (!s.ok()) return Fail("segment buffers", s);
   if (remote.empty() || remote.front().length < need)
-    return Fail("initiator", Status::OutOfRange("the target registered " +
-                                                std::to_string(remote.empty() ? 0 : remote.front().length) +
-                                                " bytes; start it with --buffer_size >= " + std::to_string(need)));
-  const uint64_t raddr = remote.front().addr;
-  s = e.Warmup(o.segment_id);
-  if (!s.ok()) return Fail("warmup", s);
+    return Fail(o.mode, Status::OutOfRange("the target registered " +
+                                           std::to_string(remote.empty() ? 0 : remote.front().length) +
+                                           " bytes; start it with --buffer_size >= " + std::to_string(need)));
+  st->raddr = remote.front().addr;
+  return 0;
+}
+
+// Runs one point for --duration; 0, or the exit code of a failure.
+int RunPoint(Engine& e, const Options& o, const Setup& st, const Point& pt, nlohmann::json* out) {
+  const OpCode op = o.operation == "read" ? OpCode::kRead : OpCode::kWrite;
+  const size_t need = pt.block_size * pt.batch_size * pt.threads;
+  if (o.verify && op == OpCode::kWrite) testing::FillPattern(st.base, need, 0, 5);
+  else std::memset(st.base, 0, need);
+  std::vector<uint64_t> rail_before;
+  for (const auto& r : e.rails()) rail_before.push_back(r.completed_bytes);
 
   std::atomic<uint64_t> bytes{0}, batches{0}, failures{0};
-  std::vector<std::vector<double>> lat(o.threads);
+  std::vector<std::vector<double>> lat(pt.threads);
   std::string first_error;
   std::mutex err_mu;
   const auto t0 = Clock::now();
   const auto until = t0 + std::chrono::duration<double>(o.duration);
   std::vector<std::thread> threads;
-  for (size_t t = 0; t < o.threads; ++t) {
+  for (size_t t = 0; t < pt.threads; ++t) {
     threads.emplace_back([&, t] {
-      std::vector<TransferRequest> reqs(o.batch_size);
-      for (size_t i = 0; i < o.batch_size; ++i) {
-        size_t off = (t * o.batch_size + i) * o.block_size;
-        reqs[i] = {op, base + off, seg, raddr + off, o.block_size};
+      std::vector<TransferRequest> reqs(pt.batch_size);
+      for (size_t i = 0; i < pt.batch_size; ++i) {
+        size_t off = (t * pt.batch_size + i) * pt.block_size;
+        reqs[i] = {op, st.base + off, st.seg, st.raddr + off, pt.block_size};
       }
       while (Clock::now() < until && !g_stop.load()) {
         BatchId b;
         auto b0 = Clock::now();
-        Status st = e.AllocateBatch(o.batch_size, &b);
+        Status s = e.AllocateBatch(pt.batch_size, &b);
         TransferStatus agg;
-        if (st.ok()) st = e.Submit(b, reqs);
-        if (st.ok()) st = e.WaitBatch(b, -1, &agg);
-        if (st.ok() && agg.state != TaskState::kCompleted) st = agg.error;
+        if (s.ok()) s = e.Submit(b, reqs);
+        if (s.ok()) s = e.WaitBatch(b, -1, &agg);
+        if (s.ok() && agg.state != TaskState::kCompleted) s = agg.error;
         e.FreeBatch(b);
-        if (!st.ok()) {
+        if (!s.ok()) {
           ++failures;
           std::lock_guard<std::mutex> g(err_mu);
-          if (first_error.empty()) first_error = st.ToString();
+          if (first_error.empty()) first_error = s.ToString();
           return;
         }
         lat[t].push_back(std::chrono::duration<double, std::micro>(Clock::now() - b0).count());
-        bytes += o.block_size * o.batch_size;
+        bytes += pt.block_size * pt.batch_size;
         ++batches;
       }
     });
@@ -168,18 +203,19 @@ int RunInitiator(Engine& e, Options o) {
   if (failures > 0) return Fail("transfer", Status::FabricError(first_error));
 
   std::string verdict = "not checked";
+  Status s;
   if (o.verify) {
     bool good = true;
     if (op == OpCode::kWrite) {
       // Read back what the target holds and compare with what was written.
-      std::memset(buf, 0, need);
+      std::memset(st.base, 0, need);
       std::vector<TransferRequest> back;
-      for (size_t off = 0; off < need; off += o.block_size)
-        back.push_back({OpCode::kRead, base + off, seg, raddr + off, o.block_size});
+      for (size_t off = 0; off < need; off += pt.block_size)
+        back.push_back({OpCode::kRead, st.base + off, st.seg, st.raddr + off, pt.block_size});
       s = e.Transfer(back);
-      good = s.ok() && testing::CheckPattern(buf, need, 0, 5) == need;
+      good = s.ok() && testing::CheckPattern(st.base, need, 0, 5) == need;
     } else {
-      good = testing::CheckPattern(buf, need, 0, 7) == need;
+      good = testing::CheckPattern(st.base, need, 0, 7) == need;
     }
     verdict = good ? "verified" : "DATA MISMATCH";
     if (!good) std::fprintf(stderr, "kvfabric-bench: --verify found wrong bytes %s\n", s.ToString().c_str());
@@ -187,28 +223,113 @@ int RunInitiator(Engine& e, Options o) {
 
   std::vector<double> all;
   for (auto& v : lat) all.insert(all.end(), v.begin(), v.end());
-  std::sort(all.begin(), all.end());
-  auto pct = [&](double p) { return all.empty() ? 0.0 : all[static_cast<size_t>(p * (all.size() - 1))]; };
+  const double p50 = Percentile(all, 0.5), p99 = Percentile(all, 0.99);
   double rate = 0;
   bench::ToUnit(static_cast<double>(bytes.load()) / secs, o.report_unit, &rate);
-  auto rails = e.rails();
-  if (o.json) {
-    nlohmann::json j = {{"tool", "kvfabric-bench"}, {"operation", o.operation}, {"protocol", rails.front().provider},
-                        {"rails", rails.size()}, {"block_size", o.block_size}, {"batch_size", o.batch_size},
-                        {"threads", o.threads}, {"duration_s", secs}, {"bytes", bytes.load()},
-                        {"batches", batches.load()}, {"bytes_per_s", bytes.load() / secs},
-                        {"rate", rate}, {"unit", o.report_unit + "/s"},
-                        {"batch_latency_us", {{"p50", pct(0.5)}, {"p99", pct(0.99)}}},
-                        {"verify", verdict}};
-    std::printf("%s\n", j.dump().c_str());
-  }
+  const auto rails = e.rails();
+  nlohmann::json rail_bytes = nlohmann::json::array();
+  for (size_t i = 0; i < rails.size(); ++i) rail_bytes.push_back(rails[i].completed_bytes - rail_before[i]);
+  *out = {{"tool", "kvfabric-bench"}, {"operation", o.operation}, {"protocol", rails.front().provider},
+          {"rails", rails.size()}, {"block_size", pt.block_size}, {"batch_size", pt.batch_size},
+          {"threads", pt.threads}, {"duration_s", secs}, {"bytes", bytes.load()},
+          {"batches", batches.load()}, {"bytes_per_s", bytes.load() / secs},
+          {"rate", rate}, {"unit", o.report_unit + "/s"},
+          {"batch_latency_us", {{"p50", p50}, {"p99", p99}}},
+          {"rail_bytes", rail_bytes}, {"verify", verdict}};
+  if (o.json) std::printf("%s\n", out->dump().c_str());
   std::printf("kvfabric-bench %s: %s x%zu rail(s), block %zu, batch %zu, threads %zu, %.1f s, batch p50 %.0f us "
               "p99 %.0f us, %s: %.2f %s/s\n",
-              o.operation.c_str(), rails.front().provider.c_str(), rails.size(), o.block_size, o.batch_size,
-              o.threads, secs, pct(0.5), pct(0.99), verdict.c_str(), rate, o.report_unit.c_str());
-  e.UnregisterMemory(buf);
-  std::free(buf);
+              o.operation.c_str(), rails.front().provider.c_str(), rails.size(), pt.block_size, pt.batch_size,
+              pt.threads, secs, p50, p99, verdict.c_str(), rate, o.report_unit.c_str());
+  std::fflush(stdout);
   return verdict == "DATA MISMATCH" ? 3 : 0;
+}
+
+nlohmann::json RailsJson(Engine& e) {
+  nlohmann::json rails = nlohmann::json::array();
+  for (const auto& r : e.rails())
+    rails.push_back({{"provider", r.provider}, {"domain", r.domain}, {"fabric", r.fabric}, {"tx_depth", r.tx_depth}});
+  return rails;
+}
+
+int WriteJson(const Options& o, Engine& e, nlohmann::json points) {
+  if (o.json_out.empty()) return 0;
+  nlohmann::json doc = {{"tool", "kvfabric-bench"}, {"mode", o.mode}, {"segment", o.segment_id},
+                        {"engine", e.name()}, {"rails", RailsJson(e)}, {"points", std::move(points)}};
+  FILE* f = std::fopen(o.json_out.c_str(), "w");
+  if (f == nullptr) return Fail("--json_out", Status::InvalidArgument("cannot write " + o.json_out));
+  std::fprintf(f, "%s\n", doc.dump(2).c_str());
+  std::fclose(f);
+  return 0;
+}
+
+int RunInitiator(Engine& e, Options o) {
+  size_t need = 0;
+  std::vector<Point> points;
+  for (size_t th : o.thread_counts)
+    for (size_t ba : o.batch_sizes)
+      for (size_t bl : o.block_sizes) {
+        points.push_back({bl, ba, th});
+        need = std::max(need, bl * ba * th);
+      }
+  Setup st;
+  if (int rc = Prepare(e, o, need, &st)) return rc;
+  Status s = e.Warmup(o.segment_id);
+  if (!s.ok()) return Fail("warmup", s);
+  nlohmann::json results = nlohmann::json::array();
+  int rc = 0;
+  for (const Point& pt : points) {
+    if (g_stop.load()) break;
+    nlohmann::json j;
+    rc = RunPoint(e, o, st, pt, &j);
+    if (rc == 1) break;
+    results.push_back(std::move(j));
+  }
+  if (int w = WriteJson(o, e, std::move(results))) rc = rc ? rc : w;
+  e.UnregisterMemory(st.base);
+  std::free(st.base);
+  return rc;
+}
+
+// First use of a peer: each phase timed on its own, in this order.
+int RunProbe(Engine& e, Options o) {
+  const size_t block = o.block_sizes.front();
+  const OpCode op = o.operation == "read" ? OpCode::kRead : OpCode::kWrite;
+  Setup st;
+  if (int rc = Prepare(e, o, block, &st)) return rc;
+  auto us = [](Clock::time_point a) { return std::chrono::duration<double, std::micro>(Clock::now() - a).count(); };
+  const double open_us = st.open_us;
+  const auto t_warm = Clock::now();
+  Status s = e.Warmup(o.segment_id);
+  if (!s.ok()) return Fail("warmup", s);
+  const double warmup_us = us(t_warm);
+  const TransferRequest req{op, st.base, st.seg, st.raddr, block};
+  const auto t_first = Clock::now();
+  s = e.Transfer({req});
+  if (!s.ok()) return Fail("first transfer", s);
+  const double first_us = us(t_first);
+  std::vector<double> warm;
+  for (int i = 0; i < 20; ++i) {
+    const auto t = Clock::now();
+    s = e.Transfer({req});
+    if (!s.ok()) return Fail("transfer", s);
+    warm.push_back(us(t));
+  }
+  const double warm_p50 = Percentile(warm, 0.5);
+  const auto rails = e.rails();
+  nlohmann::json j = {{"tool", "kvfabric-bench"}, {"mode", "probe"}, {"operation", o.operation},
+                      {"protocol", rails.front().provider}, {"rails", rails.size()}, {"block_size", block},
+                      {"open_segment_us", open_us}, {"warmup_us", warmup_us}, {"first_transfer_us", first_us},
+                      {"warm_transfer_p50_us", warm_p50}};
+  if (o.json) std::printf("%s\n", j.dump().c_str());
+  std::printf("kvfabric-bench probe: %s x%zu rail(s): open segment (one handshake, every rail's address "
+              "inserted) %.0f us, warmup %.0f us, first %s of %zu bytes %.0f us, warm p50 %.0f us\n",
+              rails.front().provider.c_str(), rails.size(), open_us, warmup_us, o.operation.c_str(), block,
+              first_us, warm_p50);
+  int rc = WriteJson(o, e, nlohmann::json::array({j}));
+  e.UnregisterMemory(st.base);
+  std::free(st.base);
+  return rc;
 }
 
 }  // namespace
@@ -216,7 +337,8 @@ int RunInitiator(Engine& e, Options o) {
 int main(int argc, char** argv) {
   Options o;
   CLI::App app{"kvfabric-bench: one-sided READ/WRITE throughput between two engines"};
-  app.add_option("--mode", o.mode, "target or initiator")->check(CLI::IsMember({"target", "initiator"}));
+  app.add_option("--mode", o.mode, "target, initiator or probe (first-use latency)")
+      ->check(CLI::IsMember({"target", "initiator", "probe"}));
   app.add_option("--protocol", o.protocol, "efa, tcp, shm, verbs, sockets or auto");
   app.add_option("--metadata_server", o.metadata_server, "p2p (P2PHANDSHAKE)");
   app.add_option("--local_server_name", o.local_server_name, "host:port to bind and advertise (port 0: any)");
@@ -228,16 +350,20 @@ int main(int argc, char** argv) {
                                     : "";
       });
   app.add_option("--operation", o.operation, "read or write")->check(CLI::IsMember({"read", "write"}));
-  app.add_option("--block_size", o.block_size, "bytes per request")->check(CLI::PositiveNumber);
-  app.add_option("--batch_size", o.batch_size, "requests per batch")->check(CLI::PositiveNumber);
-  app.add_option("--threads", o.threads, "initiator submission threads")->check(CLI::PositiveNumber);
+  app.add_option("--block_size", o.block_sizes, "bytes per request (a comma-separated list sweeps)")
+      ->delimiter(',')->check(CLI::PositiveNumber);
+  app.add_option("--batch_size", o.batch_sizes, "requests per batch (a list sweeps)")
+      ->delimiter(',')->check(CLI::PositiveNumber);
+  app.add_option("--threads", o.thread_counts, "initiator submission threads (a list sweeps)")
+      ->delimiter(',')->check(CLI::PositiveNumber);
   app.add_option("--buffer_size", o.buffer_size, "registered bytes (initiator: raised to block x batch x threads)");
   app.add_option("--duration", o.duration, "seconds to run (initiator)");
   app.add_option("--report_unit", o.report_unit, "GB|GiB|Gb|MB|MiB|Mb|KB|KiB|Kb")
       ->check(CLI::IsMember({"GB", "GiB", "Gb", "MB", "MiB", "Mb", "KB", "KiB", "Kb"}));
   app.add_option("--device_name", o.device_name, "comma-separated NICs (libfabric domain names)");
   app.add_flag("--verify", o.verify, "check every byte moved");
-  app.add_flag("--json", o.json, "also print a JSON object (initiator)");
+  app.add_flag("--json", o.json, "also print a JSON object per point (initiator, probe)");
+  app.add_option("--json_out", o.json_out, "write every point and the rails to this JSON file");
   app.add_option("--set", o.set, "a setting, KVF_NAME=value (repeatable); see the list below");
   std::string footer = "\nSettings (environment variables, or --set NAME=value):\n";
   for (const auto& s : Settings::Table())
@@ -262,5 +388,6 @@ int main(int argc, char** argv) {
   std::unique_ptr<Engine> e;
   s = Engine::Create(cfg, &e);
   if (!s.ok()) return Fail("create engine", s);
-  return o.mode == "target" ? RunTarget(*e, o) : RunInitiator(*e, o);
+  if (o.mode == "target") return RunTarget(*e, o);
+  return o.mode == "probe" ? RunProbe(*e, o) : RunInitiator(*e, o);
 }
