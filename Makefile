@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build python run test fuzz soak bench docs clean
+.PHONY: all deps build python run test fuzz soak bench lab-bench docs clean
 
 all: build
 
@@ -54,6 +54,13 @@ fuzz: deps
 bench: build python
 	python3 tools/bench/compare.py --build $(BUILD) --reps 5 --duration 4 --verify --json_out $(BUILD)/bench.json
 	$(PY) tools/bench/python_vs_cpp.py --build $(BUILD) --reps 5 --duration 3 --ops write,read --json_out $(BUILD)/bench-python.json
+
+# The multi-rail figures of docs/benchmarks.md on the emulated fabric (root:
+# tests/lab/lab.sh builds 2 namespaces x 4 rails at 2 Gbit/s), then the plots.
+PLOT_PY ?= /usr/bin/python3
+lab-bench: build
+	python3 tools/bench/lab_bench.py --build $(BUILD) --reps 3 --json_out $(BUILD)/lab-bench.json
+	$(PLOT_PY) tools/bench/plot_lab.py $(BUILD)/lab-bench.json --out docs/img
 
 docs: build
 	$(BUILD)/tools/kvfabric-settings --markdown > docs/settings.md

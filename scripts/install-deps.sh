@@ -4,7 +4,7 @@
 # on EFA hosts is used as is, never replaced or bundled.
 set -euo pipefail
 
-PKGS=(cmake ninja-build g++ pkg-config python3 python3-venv python3-dev
+PKGS=(cmake ninja-build g++ pkg-config python3 python3-venv python3-dev python3-matplotlib
       libfabric-dev libfabric-bin
       nlohmann-json3-dev libspdlog-dev libcli11-dev libcpp-httplib-dev etcd-server
       libgtest-dev libgmock-dev clang)

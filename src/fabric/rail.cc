@@ -457,9 +457,35 @@ size_t Rail::Poll() {
     }
   }
   if (dead_found_.exchange(false)) ReapDeadPeers();
-  if (done == 0) CheckStall(NowNs());
+  const int64_t now = NowNs();
+  SampleThroughput(now);
+  if (done == 0) CheckStall(now);
   if (queued_.load(std::memory_order_relaxed) > 0) KickPosting();
   return done;
+}
+
+void Rail::SampleThroughput(int64_t now) {
+  constexpr uint64_t kBacklogBytes = 1 << 20;
+  constexpr int64_t kWindowNs = 50000000;
+  if (load_bytes_.load(std::memory_order_relaxed) < kBacklogBytes) {
+    sample_start_ns_ = 0;  // the window must see a backlog from start to end
+    return;
+  }
+  const uint64_t done = completed_bytes_.load(std::memory_order_relaxed);
+  if (sample_start_ns_ == 0) {
+    sample_start_ns_ = now;
+    sample_start_bytes_ = done;
+    return;
+  }
+  if (now - sample_start_ns_ < kWindowNs) return;
+  const double sample =
+      static_cast<double>(done - sample_start_bytes_) * 1e9 / static_cast<double>(now - sample_start_ns_);
+  const double old = throughput_.load(std::memory_order_relaxed);
+  const bool fresh = now - throughput_at_ns_.load(std::memory_order_relaxed) < 4 * kWindowNs;
+  throughput_.store(fresh && old > 0 ? 0.5 * old + 0.5 * sample : sample, std::memory_order_relaxed);
+  throughput_at_ns_.store(now, std::memory_order_relaxed);
+  sample_start_ns_ = now;
+  sample_start_bytes_ = done;
 }
 
 void Rail::CheckStall(int64_t now) {

@@ -76,6 +76,13 @@ class Rail {
   // Bytes queued or in flight: what a new slice waits behind.
   uint64_t load_bytes() const { return load_bytes_.load(std::memory_order_relaxed); }
   uint64_t completed_bytes() const { return completed_bytes_.load(std::memory_order_relaxed); }
+  // Bytes per second this rail drained while it had a backlog (its capacity
+  // as last seen), or 0 when not measured within the last `max_age_ns`.
+  double Throughput(int64_t now_ns, int64_t max_age_ns) const {
+    return now_ns - throughput_at_ns_.load(std::memory_order_relaxed) <= max_age_ns
+               ? throughput_.load(std::memory_order_relaxed)
+               : 0.0;
+  }
   // False while the rail is out of service after a stall (KVF_RAIL_STALL_MS),
   // until KVF_RAIL_RETRY_MS pass or something completes on it again.
   // After that, until something completes, it is on probation: it takes new
@@ -138,6 +145,9 @@ class Rail {
   // KVF_RAIL_STALL_MS, offers every queued and posted slice to its owner to
   // move elsewhere and takes the rail out of service for KVF_RAIL_RETRY_MS.
   void CheckStall(int64_t now);
+  // Progress thread: measures Throughput() over windows in which the rail
+  // had a backlog all along (an idle rail shows its demand, not its speed).
+  void SampleThroughput(int64_t now);
   RemotePeer* PeerAt(fi_addr_t dest) { return dest < peers_.size() ? peers_[dest].get() : nullptr; }
 
   size_t index_ = 0;
@@ -168,6 +178,10 @@ class Rail {
   std::atomic<int64_t> queued_{0};
   std::atomic<uint64_t> load_bytes_{0};
   std::atomic<uint64_t> completed_bytes_{0};
+  std::atomic<double> throughput_{0};
+  std::atomic<int64_t> throughput_at_ns_{0};
+  int64_t sample_start_ns_ = 0;
+  uint64_t sample_start_bytes_ = 0;
   int64_t stall_ns_ = 0;
   int64_t retry_ns_ = 0;
   std::atomic<int64_t> last_progress_ns_{0};  // last completion, or first post into an idle rail
