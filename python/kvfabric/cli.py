@@ -64,10 +64,9 @@ def cmd_probe(args: argparse.Namespace, rest: list[str]) -> int:
 
 
 def cmd_topo(args: argparse.Namespace, rest: list[str]) -> int:
-    """The rails libfabric offers on this host, per protocol, as JSON."""
-    protos = [args.protocol] if args.protocol else list(PROTOCOLS)
-    print(json.dumps({p: _core.fabric_domains(p) for p in protos}, indent=2))
-    return 0
+    """kvfabric-topo: the rails, their NUMA node and PCI address, and the
+    GPUs with their nearest rails, as JSON."""
+    return _exec_tool("kvfabric-topo", rest)
 
 
 def _loaded_libfabrics() -> set[str]:
@@ -173,8 +172,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--protocol", default="auto")
     p.add_argument("--nic_filter", default="")
     p.set_defaults(fn=cmd_probe)
-    t = sub.add_parser("topo", help="the rails libfabric offers here, as JSON")
-    t.add_argument("--protocol", choices=PROTOCOLS)
+    t = sub.add_parser("topo", help="rails with NUMA node and PCI address, GPUs and their nearest rails (JSON); "
+                                    "flags pass through to kvfabric-topo",
+                       description="Runs kvfabric-topo: --protocol (auto), --device_name, --topology_file.")
     t.set_defaults(fn=cmd_topo)
     d = sub.add_parser("doctor", help="check this host for known EFA/libfabric pitfalls")
     d.add_argument("--json", action="store_true")
@@ -188,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     args, rest = ap.parse_known_args(argv)
-    if rest and args.command not in ("bench", "metadata-server"):
+    if rest and args.command not in ("bench", "metadata-server", "topo"):
         ap.error("unrecognized arguments: " + " ".join(rest))
     return args.fn(args, rest)
 

@@ -153,8 +153,9 @@ def test_cli():
     r = run("doctor", "--json")
     rows = json.loads(r.stdout)
     assert any("libfabric" in x["check"] for x in rows)
-    r = run("topo", "--protocol", "tcp")
-    assert any(d["domain"] == "lo" for d in json.loads(r.stdout)["tcp"])
+    r = run("topo", "--protocol=tcp")
+    assert r.returncode == 0, r.stderr
+    assert any(n["domain"] == "lo" and n["numa"] == -1 for n in json.loads(r.stdout)["nics"])
     r = run("probe", "127.0.0.1:1", "--protocol", "tcp")
     assert r.returncode == 1 and json.loads(r.stdout)["reachable"] is False
     r = run("bench", "initiator", "--help")

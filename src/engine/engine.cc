@@ -21,6 +21,7 @@
 #include "metadata/handshake.h"
 #include "metadata/segment_desc.h"
 #include "metadata/store.h"
+#include "topology/topology.h"
 
 namespace kvfabric {
 
@@ -76,6 +77,7 @@ struct Engine::Impl final : engine::Rerouter {
   std::vector<RailInfo> rail_infos;
   std::vector<size_t> primary_rails;  // the protocol's rails
   int shm_rail = -1;                  // same-host rail under protocol auto
+  topology::Topology topo;
   std::unique_ptr<memory::MemoryRegistry> registry;
   std::unique_ptr<fabric::Progress> progress;
   std::unique_ptr<metadata::HandshakeServer> server;
@@ -304,11 +306,17 @@ struct Engine::Impl final : engine::Rerouter {
   // and not failed for this peer, never `exclude`. With `fallback`, when
   // none qualifies, every usable rail but `exclude` (better to try a rail
   // that failed a while ago than to fail the request). Returns the count.
+  // Rails near the local memory (`near`, a Buffer::near_rails mask) first:
+  // the others only when none of those may take work.
   size_t Candidates(const Peer& peer, const std::vector<size_t>& usable, int64_t now, int exclude, bool fallback,
-                    size_t* out) const {
+                    uint64_t near, size_t* out) const {
     size_t n = 0;
     for (size_t r : usable)
-      if (static_cast<int>(r) != exclude && rails[r]->InService(now) && peer.RailUp(r, now)) out[n++] = r;
+      if ((near >> r & 1) && static_cast<int>(r) != exclude && rails[r]->InService(now) && peer.RailUp(r, now))
+        out[n++] = r;
+    if (n == 0)
+      for (size_t r : usable)
+        if (static_cast<int>(r) != exclude && rails[r]->InService(now) && peer.RailUp(r, now)) out[n++] = r;
     if (n == 0 && fallback)
       for (size_t r : usable)
         if (static_cast<int>(r) != exclude) out[n++] = r;
@@ -398,7 +406,7 @@ struct Engine::Impl final : engine::Rerouter {
     auto route = std::make_shared<Route>(Route{p.local, p.desc, p.remote});
     const auto usable = p.peer->usable_rails();
     size_t cand[Peer::kMaxRails];
-    const size_t ncand = Candidates(*p.peer, *usable, NowNs(), -1, /*fallback=*/true, cand);
+    const size_t ncand = Candidates(*p.peer, *usable, NowNs(), -1, /*fallback=*/true, p.local->near_rails, cand);
     if (ncand == 0) return Status::Unavailable("segment " + p.peer->name() + " has no usable rail");
     size_t piece = r.length;
     const size_t threshold = static_cast<size_t>(std::max<int64_t>(settings.stripe_threshold, 0));
@@ -453,7 +461,8 @@ struct Engine::Impl final : engine::Rerouter {
     const auto usable = peer->usable_rails();
     if (s.attempts + 1 >= usable->size()) return 0;  // every rail had its chance
     size_t cand[Peer::kMaxRails];
-    const size_t ncand = Candidates(*peer, *usable, now, static_cast<int>(s.rail), /*fallback=*/false, cand);
+    const size_t ncand =
+        Candidates(*peer, *usable, now, static_cast<int>(s.rail), /*fallback=*/false, route->local->near_rails, cand);
     if (ncand == 0) return 0;
     uint64_t planned[Peer::kMaxRails] = {};
     const size_t ri = PickRail(cand, ncand, s.length, planned);
@@ -512,7 +521,18 @@ Status Engine::Create(const EngineConfig& config, std::unique_ptr<Engine>* out) 
   impl->epoch = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(getpid());
   std::vector<fabric::Rail*> raw;
   for (auto& r : impl->rails) raw.push_back(r.get());
-  impl->registry = std::make_unique<memory::MemoryRegistry>(raw, static_cast<size_t>(impl->settings.mr_chunk_bytes));
+  impl->topo = topology::Topology::Discover(impl->rail_infos);
+  if (!impl->settings.topology_file.empty())
+    KVF_RETURN_IF_ERROR(impl->topo.ApplyFile(impl->settings.topology_file).Annotate("KVF_TOPOLOGY_FILE"));
+  Impl* tp = impl.get();
+  impl->registry = std::make_unique<memory::MemoryRegistry>(
+      raw, static_cast<size_t>(impl->settings.mr_chunk_bytes), [tp](const std::string& location) {
+        std::vector<size_t> near, rest;
+        tp->topo.RailsFor(location, &near, &rest);
+        uint64_t mask = 0;
+        for (size_t r : near) mask |= uint64_t{1} << r;
+        return mask;
+      });
 
   metadata::HandshakeServer::Options so;
   so.host = bind_ip;

@@ -128,7 +128,7 @@ void Progress::Run(Worker* w) {
     if (!queued || busy) {
       if (w->all_waitable) {
         epoll_event evs[8];
-        epoll_wait(w->epfd, evs, 8, busy ? 1 : static_cast<int>(std::max<int64_t>(1, idle_us_ / 1000)));
+        epoll_wait(w->epfd, evs, 8, busy ? 1 : 100);
         backoff_us = 0;
       } else {
         backoff_us = std::min<int64_t>(idle_us_, backoff_us == 0 ? 10 : backoff_us * 2);

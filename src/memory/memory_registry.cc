@@ -72,6 +72,7 @@ Status MemoryRegistry::Register(void* addr, size_t length, const std::string& lo
   buf->addr = a;
   buf->length = length;
   buf->location = kind + ":" + std::to_string(index);
+  if (near_rails_) buf->near_rails = near_rails_(buf->location);
   const size_t step = chunk_bytes_ == 0 ? length : chunk_bytes_;
   for (size_t off = 0; off < length; off += step) {
     Chunk c;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <shared_mutex>
@@ -26,6 +27,9 @@ struct Buffer {
   uintptr_t addr = 0;
   size_t length = 0;
   std::string location;
+  // Bit r set: rail r is near this memory (its NUMA node, or its GPU's
+  // PCIe switch); transfers of this buffer prefer those rails.
+  uint64_t near_rails = ~uint64_t{0};
   std::vector<Chunk> chunks;
 
   bool Contains(uintptr_t a, size_t len) const {
@@ -40,8 +44,11 @@ Status ParseLocation(const std::string& location, std::string* kind, int* index)
 
 class MemoryRegistry {
  public:
-  MemoryRegistry(std::vector<fabric::Rail*> rails, size_t chunk_bytes)
-      : rails_(std::move(rails)), chunk_bytes_(chunk_bytes) {}
+  // `near_rails` maps a location ("cpu:0") to its Buffer::near_rails mask;
+  // null means every rail is near.
+  using NearRails = std::function<uint64_t(const std::string& location)>;
+  MemoryRegistry(std::vector<fabric::Rail*> rails, size_t chunk_bytes, NearRails near_rails = nullptr)
+      : rails_(std::move(rails)), chunk_bytes_(chunk_bytes), near_rails_(std::move(near_rails)) {}
 
   Status Register(void* addr, size_t length, const std::string& location);
   // NotFound when `addr` is not the start of a registered buffer.
@@ -56,6 +63,7 @@ class MemoryRegistry {
  private:
   std::vector<fabric::Rail*> rails_;
   size_t chunk_bytes_;
+  NearRails near_rails_;
   mutable std::shared_mutex mu_;
   std::map<uintptr_t, std::shared_ptr<const Buffer>> buffers_;  // by start address
   uint64_t version_ = 0;
