@@ -66,6 +66,7 @@ struct RailInfo {
   size_t max_msg_size = 0;
   bool virt_addr = false;  // remote addresses are virtual addresses (else MR offsets)
   uint64_t completed_bytes = 0;  // bytes this rail moved successfully so far
+  size_t peer_slots = 0;         // peers in this rail's address vector now
 };
 
 struct EngineConfig {

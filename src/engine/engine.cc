@@ -17,6 +17,7 @@
 #include "fabric/fabric_info.h"
 #include "fabric/progress.h"
 #include "fabric/rail.h"
+#include "memory/cuda.h"
 #include "memory/memory_registry.h"
 #include "metadata/handshake.h"
 #include "metadata/segment_desc.h"
@@ -215,7 +216,8 @@ struct Engine::Impl final : engine::Rerouter {
   // rail now (a local fi_av_insert each; tcp connects on first use), so
   // moving work between rails never inserts under a rail's lock.
   Status InstallDesc(Peer* peer, std::shared_ptr<const metadata::SegmentDesc> d) {
-    peer->SetDesc(std::move(d), rail_infos);
+    // A restarted peer's old slots leave the AV once its operations are done.
+    for (const auto& [rail, slot] : peer->SetDesc(std::move(d), rail_infos)) rails[rail]->RemovePeer(slot);
     ChooseRails(peer);
     const auto usable = peer->usable_rails();
     if (usable->empty())
@@ -253,6 +255,7 @@ struct Engine::Impl final : engine::Rerouter {
     std::shared_ptr<const memory::Buffer> local;
     std::shared_ptr<const metadata::SegmentDesc> desc;
     const metadata::BufferDesc* remote = nullptr;
+    std::shared_ptr<const memory::Buffer> self_remote;  // own segment: the target buffer
   };
 
   Status Validate(const TransferRequest& r, size_t index, Plan* plan) {
@@ -266,7 +269,8 @@ struct Engine::Impl final : engine::Rerouter {
       return Status::OutOfRange(where + ": local range [" + hex::Address(local) + ", +" + std::to_string(r.length) +
                                 ") is not inside a registered buffer; register it first");
     if (r.target == kSelfHandle) {
-      if (!registry->Find(r.remote_addr, r.length))
+      plan->self_remote = registry->Find(r.remote_addr, r.length);
+      if (!plan->self_remote)
         return Status::OutOfRange(where + ": target range [" + hex::Address(r.remote_addr) + ", +" +
                                   std::to_string(r.length) + ") is outside this engine's registered buffers");
       return Status::OK();
@@ -374,6 +378,16 @@ struct Engine::Impl final : engine::Rerouter {
                                  [](uint64_t a, const metadata::ChunkDesc& c) { return a < c.addr; }) - 1;
       const auto& key = rc->keys[peer_rail];
       const auto& mr = lc.regions[rail->index()];
+      if (!mr && route.local->device >= 0)
+        return Status::Unavailable("the local buffer is GPU memory (" + route.local->location + ") and rail " +
+                                   std::to_string(rail->index()) + " (" + rail->info().provider +
+                                   ") cannot register it (no FI_HMEM): GPU memory reaches other processes only "
+                                   "through a provider with FI_HMEM (efa, shm with CUDA); the pinned-host staging "
+                                   "path is not built yet");
+      if (!key && route.remote->location.rfind("cuda", 0) == 0)
+        return Status::Unavailable("segment " + peer->name() + "'s buffer is GPU memory (" + route.remote->location +
+                                   ") its rail " + std::to_string(peer_rail) +
+                                   " cannot expose (no FI_HMEM there); only same-process copies reach it");
       if (!key || !mr)
         return Status::Unavailable("memory not registered on rail " + std::to_string(rail->index()));
       size_t n = std::min({len, max_msg, lc.addr + lc.length - l, rc->addr + rc->length - ra});
@@ -453,6 +467,8 @@ struct Engine::Impl final : engine::Rerouter {
     const std::shared_ptr<Peer>& peer = task->peer();
     const auto route = std::static_pointer_cast<const Route>(task->route());
     if (!peer || !route) return 0;
+    // Keys and slots of a restarted peer's new process do not fit this request.
+    if (peer->desc()->epoch != route->desc->epoch) return 0;
     const int64_t now = NowNs();
     if (failed && peer->MarkRailDown(s.rail, now, now + settings.rail_retry_ms * 1000000))
       KVF_LOG_WARN("segment {}: an operation on rail {} ({}) failed; that rail is out of service for this peer for "
@@ -500,7 +516,12 @@ Status Engine::Create(const EngineConfig& config, std::unique_ptr<Engine>* out) 
   std::string bind_ip;
   KVF_RETURN_IF_ERROR(metadata::ResolveIPv4(host, &bind_ip));
 
-  fabric::ApplyProviderDefaults(impl->settings.rxm_fast_connect);
+  // GPU memory is possible only with the driver; without it libfabric must
+  // not initialize CUDA either.
+  Status cuda = impl->settings.cuda ? memory::cuda::Load(impl->settings.cuda_library)
+                                    : Status::Unavailable("KVF_CUDA=0");
+  if (!cuda.ok()) KVF_LOG_DEBUG("host memory only ({}): FI_HMEM=system", cuda.message());
+  fabric::ApplyProviderDefaults(impl->settings.rxm_fast_connect, /*host_memory_only=*/!cuda.ok());
   std::string provider;
   const bool auto_protocol = config.protocol == "auto";
   if (auto_protocol) {
@@ -533,6 +554,7 @@ Status Engine::Create(const EngineConfig& config, std::unique_ptr<Engine>* out) 
         for (size_t r : near) mask |= uint64_t{1} << r;
         return mask;
       });
+  impl->registry->set_cuda(impl->settings.cuda);
 
   metadata::HandshakeServer::Options so;
   so.host = bind_ip;
@@ -570,6 +592,7 @@ std::vector<RailInfo> Engine::rails() const {
   for (const auto& r : impl_->rails) {
     out.push_back(r->info());
     out.back().completed_bytes = r->completed_bytes();
+    out.back().peer_slots = r->peer_slots();
   }
   return out;
 }
@@ -648,7 +671,8 @@ Status Engine::CloseSegment(SegmentHandle handle) {
   std::lock_guard<std::mutex> g(impl_->peers_mu);
   auto it = impl_->peers.find(handle);
   if (it == impl_->peers.end()) return Status::NotFound("unknown segment handle " + std::to_string(handle));
-  // In-flight slices keep their AV slots valid: the slots stay in the AV.
+  // Its AV slots leave once the operations still using them are done.
+  for (const auto& [rail, slot] : it->second->ReleaseSlots()) impl_->rails[rail]->RemovePeer(slot);
   impl_->peer_names.erase(it->second->name());
   impl_->peers.erase(it);
   return Status::OK();
@@ -732,10 +756,15 @@ Status Engine::Submit(BatchId batch_id, const std::vector<TransferRequest>& requ
     if (!p.peer) {  // own segment: a local copy, never a trip through the NIC
       const TransferRequest& r = *p.req;
       void* remote = reinterpret_cast<void*>(r.remote_addr);
-      if (r.opcode == OpCode::kWrite) std::memmove(remote, r.local, r.length);
-      else std::memmove(r.local, remote, r.length);
+      void* dst = r.opcode == OpCode::kWrite ? remote : r.local;
+      const void* src = r.opcode == OpCode::kWrite ? r.local : remote;
+      // GPU memory on either side: a device copy under that device.
+      const int device = p.local->device >= 0 ? p.local->device : p.self_remote->device;
+      Status copied;
+      if (device >= 0) copied = memory::cuda::Copy(dst, src, r.length, device);
+      else std::memmove(dst, src, r.length);
       task.Start(batch.get(), 0, Clock::now(), 0, "local copy");
-      task.Complete(r.length, Status::OK());
+      task.Complete(copied.ok() ? r.length : 0, copied);
       continue;
     }
     Status s = impl_->Post(batch.get(), &task, p, &scratch);

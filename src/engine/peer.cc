@@ -29,14 +29,32 @@ std::shared_ptr<const metadata::SegmentDesc> Peer::desc() const {
   return desc_;
 }
 
-void Peer::SetDesc(std::shared_ptr<const metadata::SegmentDesc> desc, const std::vector<RailInfo>& local) {
+Peer::Slots Peer::TakeSlotsLocked() {
+  Slots out;
+  for (size_t i = 0; i < av_.size(); ++i)
+    if (av_[i] != FI_ADDR_NOTAVAIL) out.emplace_back(i, av_[i]);
+  av_.assign(av_.size(), FI_ADDR_NOTAVAIL);
+  return out;
+}
+
+Peer::Slots Peer::SetDesc(std::shared_ptr<const metadata::SegmentDesc> desc, const std::vector<RailInfo>& local) {
   std::lock_guard<std::mutex> g(mu_);
   const bool same_process_instance = desc_ && desc_->epoch == desc->epoch;
   if (desc_ && !same_process_instance)
     KVF_LOG_INFO("segment {} restarted (epoch {} -> {}): reconnecting", name_, desc_->epoch, desc->epoch);
-  if (!same_process_instance) av_.assign(local.size(), FI_ADDR_NOTAVAIL);
+  Slots stale;
+  if (!same_process_instance) {
+    stale = TakeSlotsLocked();
+    av_.assign(local.size(), FI_ADDR_NOTAVAIL);
+  }
   pairs_ = PairRails(local, *desc);
   desc_ = std::move(desc);
+  return stale;
+}
+
+Peer::Slots Peer::ReleaseSlots() {
+  std::lock_guard<std::mutex> g(mu_);
+  return TakeSlotsLocked();
 }
 
 std::shared_ptr<const std::vector<size_t>> Peer::usable_rails() const {

@@ -34,9 +34,14 @@ class Peer {
   const std::string& name() const { return name_; }
 
   std::shared_ptr<const metadata::SegmentDesc> desc() const;
+  // (local rail, AV slot) pairs the engine should remove from its rails.
+  using Slots = std::vector<std::pair<size_t, fi_addr_t>>;
   // Installs a (re)fetched descriptor. Rail pairs are recomputed; AV slots of
-  // an unchanged peer (same epoch) are kept.
-  void SetDesc(std::shared_ptr<const metadata::SegmentDesc> desc, const std::vector<RailInfo>& local);
+  // an unchanged peer (same epoch) are kept, those of a restarted one are
+  // returned for removal.
+  Slots SetDesc(std::shared_ptr<const metadata::SegmentDesc> desc, const std::vector<RailInfo>& local);
+  // The segment is closed: every slot, for removal; later lookups fail.
+  Slots ReleaseSlots();
 
   // Local rails usable for this peer, in preference order (filled by the
   // engine). Shared and immutable: the submit path takes no copy.
@@ -65,6 +70,8 @@ class Peer {
   bool TakeSuspect() { return suspect_.exchange(false, std::memory_order_relaxed); }
 
  private:
+  Slots TakeSlotsLocked();
+
   const SegmentHandle handle_;
   const std::string name_;
   mutable std::mutex mu_;

@@ -18,7 +18,10 @@ uint32_t ApiVersion() {
   return lib < hdr ? lib : hdr;
 }
 
-void ApplyProviderDefaults(bool rxm_fast_connect) {
+void ApplyProviderDefaults(bool rxm_fast_connect, bool host_memory_only) {
+  // Otherwise a provider may create a CUDA context (and take GPU memory) in
+  // a process that never touches the GPU.
+  if (host_memory_only) setenv("FI_HMEM", "system", 0);
   if (!rxm_fast_connect) return;
   // rxm runs its connection state machine only every 10 ms of CQ polling by
   // default, and fills a pool of 16 KiB bounce buffers per connection: the

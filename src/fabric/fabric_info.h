@@ -19,7 +19,8 @@ uint32_t ApiVersion();
 // Provider environment defaults kvfabric wants (KVF_RXM_FAST_CONNECT), set
 // with setenv(..., overwrite=0) so a user's own values win. Only effective
 // before libfabric first initializes in the process; call before fi_getinfo.
-void ApplyProviderDefaults(bool rxm_fast_connect);
+// With `host_memory_only`, FI_HMEM=system: no provider initializes CUDA.
+void ApplyProviderDefaults(bool rxm_fast_connect, bool host_memory_only);
 
 // "tcp" -> "tcp;ofi_rxm", "verbs" -> "verbs;ofi_rxm", "efa", "shm", "sockets".
 // Unknown names are an InvalidArgument listing the accepted ones.

@@ -196,13 +196,69 @@ Status Rail::InsertPeer(const std::string& raw_address, int64_t pid, fi_addr_t* 
     if (rc == 0) rc = fi_enable(ep);
     if (rc != 0) {
       if (ep != nullptr) fi_close(&ep->fid);
+      if (p->refs == 0) fi_av_remove(av_, &a, 1, 0);  // undo this insert; nothing uses the slot
       return Status::FabricError("rail " + std::to_string(index_) + ": opening a transmit endpoint for a peer failed: " +
                                  fi_strerror(-rc));
     }
     p->ep = ep;
   }
+  // libfabric counts inserts of one address into one entry; so do we.
+  ++p->refs;
   *out = a;
   return Status::OK();
+}
+
+void Rail::RemovePeer(fi_addr_t slot) {
+  std::lock_guard<std::mutex> g(post_mu_);
+  RemotePeer* p = PeerAt(slot);
+  if (p == nullptr || p->refs - p->removals <= 0) return;
+  ++p->removals;
+  removals_pending_.store(true);
+  if (waker_) waker_();
+}
+
+size_t Rail::peer_slots() {
+  std::lock_guard<std::mutex> g(post_mu_);
+  size_t n = 0;
+  for (const auto& p : peers_) n += p->refs > 0;
+  return n;
+}
+
+void Rail::ReapRemovedPeers() {
+  std::lock_guard<std::mutex> g(post_mu_);
+  std::vector<bool> queued(peers_.size(), false);
+  {
+    std::lock_guard<std::mutex> q(queue_mu_);
+    for (const Slice& s : pending_)
+      if (s.dest < queued.size()) queued[s.dest] = true;
+  }
+  bool left = false;
+  for (size_t a = 0; a < peers_.size(); ++a) {
+    RemotePeer* p = peers_[a].get();
+    if (p->removals == 0) continue;
+    if (p->inflight.load() > 0 || queued[a]) {  // its operations still hold the slot
+      left = true;
+      continue;
+    }
+    if (p->refs == p->removals && p->ep != nullptr) {  // shm: its own endpoint goes first
+      std::lock_guard<std::mutex> c(cq_mu_);
+      fi_close(&p->ep->fid);
+      p->ep = nullptr;
+    }
+    for (int k = 0; k < p->removals; ++k) {
+      fi_addr_t slot = a;
+      int rc = fi_av_remove(av_, &slot, 1, 0);
+      if (rc != 0)
+        KVF_LOG_WARN("rail {} ({}): fi_av_remove of slot {} failed: {}; the entry stays in the address vector",
+                     index_, info_.domain, a, fi_strerror(-rc));
+    }
+    p->refs -= p->removals;
+    p->removals = 0;
+    // A quiet slot: no operation points at this RemotePeer, and a later
+    // insert that reuses the slot starts afresh.
+    if (p->refs == 0) peers_[a] = std::make_unique<RemotePeer>();
+  }
+  removals_pending_.store(left);
 }
 
 bool Rail::PeerAlive(RemotePeer* p) {
@@ -457,6 +513,7 @@ size_t Rail::Poll() {
     }
   }
   if (dead_found_.exchange(false)) ReapDeadPeers();
+  if (removals_pending_.load(std::memory_order_relaxed)) ReapRemovedPeers();
   const int64_t now = NowNs();
   SampleThroughput(now);
   if (done == 0) CheckStall(now);

@@ -59,6 +59,13 @@ class Rail {
   // otherwise): on shm the rail checks it is alive before posting, because
   // libfabric's shm provider spins forever posting into a dead peer's region.
   Status InsertPeer(const std::string& raw_address, int64_t pid, fi_addr_t* out);
+  // Undoes one InsertPeer of `slot` (its peer restarted, or its segment was
+  // closed). The progress thread removes the entry (fi_av_remove; on shm it
+  // closes the peer's endpoint too) once nothing is queued or in flight to
+  // it; until then the slot stays valid for the operations that use it.
+  void RemovePeer(fi_addr_t slot);
+  // AV slots in use: inserted and not yet removed.
+  size_t peer_slots();
 
   // Registers [addr, addr+len) for local and remote access.
   Status RegisterMemory(void* addr, size_t len, std::unique_ptr<MemoryRegion>* out);
@@ -113,6 +120,8 @@ class Rail {
     int64_t pid = 0;  // same-host peer process (shm), 0 if unknown
     bool dead = false;
     bool cleaned = false;
+    int refs = 0;      // InsertPeer calls not yet undone by a removal
+    int removals = 0;  // RemovePeer calls waiting for the slot to go quiet
     int64_t checked_ns = 0;
     std::atomic<int64_t> inflight{0};
   };
@@ -141,6 +150,8 @@ class Rail {
   // then fails (and takes back the credits of) their operations that can no
   // longer complete.
   void ReapDeadPeers();
+  // Progress thread: carries out RemovePeer for slots now quiet.
+  void ReapRemovedPeers();
   // Progress thread: with work in flight and nothing completing for
   // KVF_RAIL_STALL_MS, offers every queued and posted slice to its owner to
   // move elsewhere and takes the rail out of service for KVF_RAIL_RETRY_MS.
@@ -193,6 +204,7 @@ class Rail {
   bool per_peer_ep_ = false;
   std::vector<std::unique_ptr<RemotePeer>> peers_;  // by AV slot; guarded by post_mu_
   std::atomic<bool> dead_found_{false};
+  std::atomic<bool> removals_pending_{false};
   int64_t last_liveness_ns_ = 0;
 };
 

@@ -4,6 +4,7 @@
 
 #include "common/hex.h"
 #include "common/log.h"
+#include "memory/cuda.h"
 
 namespace kvfabric::memory {
 
@@ -47,8 +48,25 @@ Status MemoryRegistry::Register(void* addr, size_t length, const std::string& lo
   std::string kind;
   int index = 0;
   KVF_RETURN_IF_ERROR(ParseLocation(location, &kind, &index));
-  if (kind == "cuda")
-    return Status::Unavailable("register " + location + ": GPU memory support is not built into this engine yet");
+  const std::string range = "register [" + Address(a) + ", +" + std::to_string(length) + ")";
+  int device = -1;
+  if (kind == "cuda") {
+    if (!cuda_) return Status::Unavailable(range + " as " + location + ": GPU memory is off in this engine (KVF_CUDA=0)");
+    Status s = cuda::Load();
+    if (!s.ok())
+      return Status::Unavailable(range + " as " + location + ": " + s.message() +
+                                 "; GPU memory needs the NVIDIA driver (or register host memory as cpu:N)");
+    int last = -1;
+    if (!cuda::IsDevicePointer(addr, &device) ||
+        !cuda::IsDevicePointer(reinterpret_cast<const char*>(addr) + length - 1, &last) || last != device)
+      return Status::InvalidArgument(range + " as " + location +
+                                     ": not device memory the CUDA driver knows, in one allocation (host memory is cpu:N)");
+    if (device != index)
+      return Status::InvalidArgument(range + " as " + location + ": the memory is on cuda:" + std::to_string(device));
+  } else if (cuda_ && cuda::Load().ok() && cuda::IsDevicePointer(addr, &device)) {
+    return Status::InvalidArgument(range + " as " + location + ": this is device memory of cuda:" +
+                                   std::to_string(device) + "; register it as cuda:" + std::to_string(device));
+  }
 
   auto overlap = [&]() -> std::shared_ptr<const Buffer> {
     auto it = buffers_.upper_bound(a);
@@ -73,12 +91,17 @@ Status MemoryRegistry::Register(void* addr, size_t length, const std::string& lo
   buf->length = length;
   buf->location = kind + ":" + std::to_string(index);
   if (near_rails_) buf->near_rails = near_rails_(buf->location);
+  buf->device = kind == "cuda" ? index : -1;
   const size_t step = chunk_bytes_ == 0 ? length : chunk_bytes_;
   for (size_t off = 0; off < length; off += step) {
     Chunk c;
     c.addr = a + off;
     c.length = std::min(step, length - off);
     c.regions.resize(rails_.size());
+    if (buf->device >= 0) {  // no rail here registers GPU memory (FI_HMEM)
+      buf->chunks.push_back(std::move(c));
+      continue;
+    }
     for (fabric::Rail* r : rails_)
       KVF_RETURN_IF_ERROR(r->RegisterMemory(reinterpret_cast<void*>(c.addr), c.length,
                                             &c.regions[r->index()]));

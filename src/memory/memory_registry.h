@@ -30,6 +30,7 @@ struct Buffer {
   // Bit r set: rail r is near this memory (its NUMA node, or its GPU's
   // PCIe switch); transfers of this buffer prefer those rails.
   uint64_t near_rails = ~uint64_t{0};
+  int device = -1;  // CUDA device ordinal of GPU memory, -1 for host memory
   std::vector<Chunk> chunks;
 
   bool Contains(uintptr_t a, size_t len) const {
@@ -50,7 +51,12 @@ class MemoryRegistry {
   MemoryRegistry(std::vector<fabric::Rail*> rails, size_t chunk_bytes, NearRails near_rails = nullptr)
       : rails_(std::move(rails)), chunk_bytes_(chunk_bytes), near_rails_(std::move(near_rails)) {}
 
+  // GPU memory (cuda:N) must be device memory of device N, and device
+  // memory must not be registered as cpu:N. It is registered on no rail yet
+  // (none here offers FI_HMEM): same-process copies only.
   Status Register(void* addr, size_t length, const std::string& location);
+  // Whether cuda:N registrations are accepted (KVF_CUDA).
+  void set_cuda(bool enabled) { cuda_ = enabled; }
   // NotFound when `addr` is not the start of a registered buffer.
   Status Unregister(void* addr);
 
@@ -64,6 +70,7 @@ class MemoryRegistry {
   std::vector<fabric::Rail*> rails_;
   size_t chunk_bytes_;
   NearRails near_rails_;
+  bool cuda_ = false;
   mutable std::shared_mutex mu_;
   std::map<uintptr_t, std::shared_ptr<const Buffer>> buffers_;  // by start address
   uint64_t version_ = 0;

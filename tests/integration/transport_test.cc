@@ -102,6 +102,20 @@ class TransportTest : public ::testing::TestWithParam<Mode> {
     ASSERT_TRUE(s.ok()) << s.ToString();
   }
 
+  // Peers in the engine's address vectors, summed over its rails, once it
+  // equals `want` (stale slots leave when their operations are done), or
+  // after 10 s.
+  size_t WaitForPeerSlots(size_t want) {
+    size_t n = 0;
+    for (int i = 0; i < 200; ++i) {
+      n = 0;
+      for (const RailInfo& r : engine_->rails()) n += r.peer_slots;
+      if (n == want) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return n;
+  }
+
   EngineConfig cfg_;
   std::unique_ptr<Engine> engine_;
   void* local_ = nullptr;
@@ -631,6 +645,8 @@ TEST_P(PeerFailureTest, SegmentClosedWithWorkInFlight) {
   EXPECT_NE(agg.state, TaskState::kPending);
   EXPECT_TRUE(engine_->FreeBatch(b).ok());
   target_->Kill();
+  // The closed segment's address leaves the AV once its operations end.
+  EXPECT_EQ(WaitForPeerSlots(0), 0u);
 }
 
 TEST_P(PeerFailureTest, EngineDestroyedWithWorkInFlight) {
@@ -680,6 +696,17 @@ TEST_P(PeerFailureTest, PeerRestartedUnderTheSameName) {
     EXPECT_EQ(target_->Check(0, MiB, 122), MiB);
   }
   RecordProperty("first_request_after_restart", first.ToString());
+  // Only the new process stays in the address vector; a second restart
+  // leaves no more behind than the first.
+  EXPECT_EQ(WaitForPeerSlots(1), 1u);
+  ASSERT_TRUE(target_->Kill());
+  target_ = testing::StartProcessTarget(GetParam().protocol, 4 * MiB, fixed, &err);
+  ASSERT_NE(target_, nullptr) << err;
+  WritePattern(0, 0, MiB, 124);  // may meet the restart
+  Status third = WritePattern(MiB, MiB, MiB, 125);
+  ASSERT_TRUE(third.ok()) << third.ToString();
+  EXPECT_EQ(target_->Check(MiB, MiB, 125), MiB);
+  EXPECT_EQ(WaitForPeerSlots(1), 1u);
 }
 
 INSTANTIATE_TEST_SUITE_P(

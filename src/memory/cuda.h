@@ -1,0 +1,39 @@
+// CUDA through the driver API, loaded at run time: libcuda.so.1 is opened
+// with dlopen on first use (KVF_CUDA_LIBRARY names another file), so one
+// build serves hosts with and without GPUs and needs no CUDA toolkit. Without
+// the library, or without a device, every call says why in its Status.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "kvfabric/status.h"
+
+namespace kvfabric::memory::cuda {
+
+// Loads the driver library and calls cuInit once. `library` (empty: the
+// default libcuda.so.1) is honoured only by the first call in the process.
+// OK when at least one device is usable; else the reason, for example
+// "libcuda.so.1 not found (no NVIDIA driver on this host)".
+Status Load(const std::string& library = "");
+
+// Devices the driver reports (0 when Load failed).
+int DeviceCount();
+
+// Whether `p` is device memory the driver knows, and its device ordinal.
+// False (not an error) for host memory or when CUDA is not loaded.
+bool IsDevicePointer(const void* p, int* device);
+
+// The device's PCI bus id as sysfs writes it ("0000:4f:00.0").
+Status PciBusId(int device, std::string* out);
+
+// Copies between host and device memory, or device and device (unified
+// addressing: the driver works out which is which), under the device's
+// primary context. Synchronous.
+Status Copy(void* dst, const void* src, size_t n, int device);
+
+// Device memory (cuMemAlloc) on `device`, for tools and tests.
+Status Alloc(int device, size_t n, void** out);
+void Free(void* p);
+
+}  // namespace kvfabric::memory::cuda

@@ -1,0 +1,178 @@
+// GPU memory: the CUDA driver loaded at run time, registration checks,
+// same-process device copies, and clear errors where GPU memory cannot go.
+//
+// RealDriver* tests use the host's libcuda.so.1 and skip, saying why, where
+// there is none. FakeDriver* tests load tests/support/fake_cuda.c
+// (KVF_CUDA_LIBRARY), whose "device memory" is host memory it tracks, so the
+// engine's CUDA paths run on any host. The driver is loaded once per process:
+// ctest runs each test in its own process.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "kvfabric/engine.h"
+#include "memory/cuda.h"
+#include "tests/support/pattern.h"
+
+namespace kvfabric {
+namespace {
+
+constexpr size_t MiB = 1 << 20;
+
+std::unique_ptr<Engine> NewEngine(const std::string& cuda_library, bool cuda = true) {
+  EngineConfig cfg;
+  cfg.protocol = "tcp";
+  cfg.apply_environment = false;
+  cfg.settings.cuda = cuda;
+  cfg.settings.cuda_library = cuda_library;
+  cfg.settings.log_level = "warn";
+  std::unique_ptr<Engine> e;
+  Status s = Engine::Create(cfg, &e);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return e;
+}
+
+// Host -> device -> device -> host through the engine's own segment, every
+// byte checked; returns the device copies the driver made (fake only).
+void RoundTripThroughDevice(Engine& e, int device) {
+  void* d1 = nullptr;
+  void* d2 = nullptr;
+  ASSERT_TRUE(memory::cuda::Alloc(device, 4 * MiB, &d1).ok());
+  ASSERT_TRUE(memory::cuda::Alloc(device, 4 * MiB, &d2).ok());
+  std::vector<uint8_t> host(4 * MiB), back(4 * MiB);
+  testing::FillPattern(host.data(), host.size(), 0, 31);
+  const std::string loc = "cuda:" + std::to_string(device);
+  ASSERT_TRUE(e.RegisterMemory(d1, 4 * MiB, loc).ok());
+  ASSERT_TRUE(e.RegisterMemory(d2, 4 * MiB, loc).ok());
+  ASSERT_TRUE(e.RegisterMemory(host.data(), host.size()).ok());
+  ASSERT_TRUE(e.RegisterMemory(back.data(), back.size()).ok());
+  SegmentHandle self;
+  ASSERT_TRUE(e.OpenSegment(e.name(), &self).ok());
+  const auto d1a = reinterpret_cast<uint64_t>(d1), d2a = reinterpret_cast<uint64_t>(d2);
+  Status s = e.Transfer({{OpCode::kWrite, host.data(), self, d1a, 4 * MiB}});  // host -> device
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  s = e.Transfer({{OpCode::kWrite, d1, self, d2a, 4 * MiB}});  // device -> device
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  s = e.Transfer({{OpCode::kRead, back.data(), self, d2a, 4 * MiB}});  // device -> host
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(testing::CheckPattern(back.data(), back.size(), 0, 31), back.size());
+  for (void* p : {d1, d2, static_cast<void*>(host.data()), static_cast<void*>(back.data())})
+    EXPECT_TRUE(e.UnregisterMemory(p).ok());
+  memory::cuda::Free(d1);
+  memory::cuda::Free(d2);
+}
+
+TEST(GpuTest, RealDriverSameProcessCopiesAreByteExact) {
+  Status s = memory::cuda::Load();
+  if (!s.ok()) GTEST_SKIP() << "no usable CUDA driver here: " << s.message();
+  auto e = NewEngine("");
+  ASSERT_NE(e, nullptr);
+  for (int d = 0; d < memory::cuda::DeviceCount(); ++d) RoundTripThroughDevice(*e, d);
+}
+
+TEST(GpuTest, RealDriverHostMemoryAsCudaIsRefused) {
+  Status s = memory::cuda::Load();
+  if (!s.ok()) GTEST_SKIP() << "no usable CUDA driver here: " << s.message();
+  auto e = NewEngine("");
+  std::vector<uint8_t> host(MiB);
+  s = e->RegisterMemory(host.data(), host.size(), "cuda:0");
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << s.ToString();
+}
+
+TEST(GpuTest, FakeDriverSameProcessCopiesGoThroughTheDriver) {
+  auto e = NewEngine(KVF_FAKE_CUDA_PATH);
+  ASSERT_NE(e, nullptr);
+  ASSERT_EQ(memory::cuda::DeviceCount(), 2);
+  void* lib = dlopen(KVF_FAKE_CUDA_PATH, RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(lib, nullptr);
+  auto copies = reinterpret_cast<unsigned long (*)()>(dlsym(lib, "fake_cuda_copies"));
+  ASSERT_NE(copies, nullptr);
+  const unsigned long before = copies();
+  RoundTripThroughDevice(*e, 1);
+  EXPECT_EQ(copies() - before, 3u);  // each of the three copies was a device copy
+  std::string bus;
+  ASSERT_TRUE(memory::cuda::PciBusId(1, &bus).ok());
+  EXPECT_EQ(bus, "0000:1b:00.0");  // lower case, as sysfs writes it
+}
+
+TEST(GpuTest, FakeDriverRegistrationChecksTheDevice) {
+  auto e = NewEngine(KVF_FAKE_CUDA_PATH);
+  void* d = nullptr;
+  ASSERT_TRUE(memory::cuda::Alloc(1, MiB, &d).ok());
+  std::vector<uint8_t> host(MiB);
+  Status s = e->RegisterMemory(d, MiB, "cuda:0");  // it is on cuda:1
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("on cuda:1"), std::string::npos) << s.ToString();
+  s = e->RegisterMemory(d, MiB, "cpu:0");  // device memory as host memory
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("register it as cuda:1"), std::string::npos) << s.ToString();
+  s = e->RegisterMemory(host.data(), MiB, "cuda:0");  // host memory as device memory
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+  s = e->RegisterMemory(d, 2 * MiB, "cuda:1");  // runs past the allocation
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << s.ToString();
+  s = e->RegisterMemory(d, MiB, "cuda:1");
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  std::vector<RemoteBuffer> mine;
+  SegmentHandle self;
+  ASSERT_TRUE(e->OpenSegment(e->name(), &self).ok());
+  ASSERT_TRUE(e->GetSegmentBuffers(self, &mine).ok());
+  ASSERT_EQ(mine.size(), 1u);
+  EXPECT_EQ(mine[0].location, "cuda:1");
+  EXPECT_TRUE(e->UnregisterMemory(d).ok());
+  memory::cuda::Free(d);
+}
+
+TEST(GpuTest, FakeDriverGpuMemoryBetweenProcessesOverTcpFailsClearly) {
+  // No provider here offers FI_HMEM and the staging path is not built: a
+  // request from or to GPU memory in another engine must say so, not crash.
+  auto a = NewEngine(KVF_FAKE_CUDA_PATH);
+  auto b = NewEngine(KVF_FAKE_CUDA_PATH);
+  void* d = nullptr;
+  ASSERT_TRUE(memory::cuda::Alloc(0, MiB, &d).ok());
+  std::vector<uint8_t> host(MiB);
+  ASSERT_TRUE(a->RegisterMemory(d, MiB, "cuda:0").ok());
+  ASSERT_TRUE(b->RegisterMemory(host.data(), MiB).ok());
+  SegmentHandle to_b, to_a;
+  ASSERT_TRUE(a->OpenSegment(b->name(), &to_b).ok());
+  ASSERT_TRUE(b->OpenSegment(a->name(), &to_a).ok());
+  Status s = a->Transfer({{OpCode::kWrite, d, to_b, reinterpret_cast<uint64_t>(host.data()), MiB}});
+  EXPECT_EQ(s.code(), Status::Code::kUnavailable);
+  EXPECT_NE(s.message().find("FI_HMEM"), std::string::npos) << s.ToString();
+  s = b->Transfer({{OpCode::kWrite, host.data(), to_a, reinterpret_cast<uint64_t>(d), MiB}});
+  EXPECT_EQ(s.code(), Status::Code::kUnavailable);
+  EXPECT_NE(s.message().find("GPU memory (cuda:0)"), std::string::npos) << s.ToString();
+  a.reset();
+  memory::cuda::Free(d);
+}
+
+TEST(GpuTest, NoDriverRefusesGpuMemoryAndKeepsHostMemoryWorking) {
+  auto e = NewEngine("/nonexistent/libcuda.so.1");
+  ASSERT_NE(e, nullptr);
+  std::vector<uint8_t> buf(2 * MiB);
+  Status s = e->RegisterMemory(buf.data(), MiB, "cuda:0");
+  EXPECT_EQ(s.code(), Status::Code::kUnavailable);
+  EXPECT_NE(s.message().find("not found"), std::string::npos) << s.ToString();
+  ASSERT_TRUE(e->RegisterMemory(buf.data(), buf.size()).ok());
+  SegmentHandle self;
+  ASSERT_TRUE(e->OpenSegment(e->name(), &self).ok());
+  testing::FillPattern(buf.data(), MiB, 0, 9);
+  ASSERT_TRUE(e->Transfer({{OpCode::kWrite, buf.data(), self, reinterpret_cast<uint64_t>(buf.data()) + MiB, MiB}}).ok());
+  EXPECT_EQ(testing::CheckPattern(buf.data() + MiB, MiB, 0, 9), MiB);
+  // libfabric was told not to initialize CUDA.
+  const char* hmem = getenv("FI_HMEM");
+  ASSERT_NE(hmem, nullptr);
+  EXPECT_STREQ(hmem, "system");
+}
+
+TEST(GpuTest, CudaOffRefusesGpuMemory) {
+  auto e = NewEngine(KVF_FAKE_CUDA_PATH, /*cuda=*/false);
+  std::vector<uint8_t> buf(MiB);
+  Status s = e->RegisterMemory(buf.data(), MiB, "cuda:0");
+  EXPECT_EQ(s.code(), Status::Code::kUnavailable);
+  EXPECT_NE(s.message().find("KVF_CUDA=0"), std::string::npos) << s.ToString();
+}
+
+}  // namespace
+}  // namespace kvfabric

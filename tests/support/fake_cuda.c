@@ -1,0 +1,137 @@
+/* A stand-in for libcuda.so.1, for tests on hosts without a GPU
+ * (KVF_CUDA_LIBRARY=<this library>). "Device memory" is host memory handed
+ * out by fake_cuda_alloc and remembered with its device ordinal, so the
+ * engine's CUDA paths (pointer detection, location checks, device copies
+ * under a device's context) run for real; what it cannot show is the speed
+ * or the DMA of a real GPU, which the device tests measure where one is lent.
+ * FAKE_CUDA_DEVICES (default 2) sets the device count. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+
+enum { kMaxRanges = 1024, kInvalidValue = 1, kInvalidContext = 201 };
+
+static struct {
+  uintptr_t addr;
+  size_t length;
+  int device;
+} ranges[kMaxRanges];
+static int nranges;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static __thread void* current;
+static unsigned long copies;
+
+void* fake_cuda_alloc(size_t n, int device) {
+  void* p = NULL;
+  if (posix_memalign(&p, 4096, n) != 0) return NULL;
+  pthread_mutex_lock(&mu);
+  if (nranges == kMaxRanges) {
+    pthread_mutex_unlock(&mu);
+    free(p);
+    return NULL;
+  }
+  ranges[nranges].addr = (uintptr_t)p;
+  ranges[nranges].length = n;
+  ranges[nranges].device = device;
+  ++nranges;
+  pthread_mutex_unlock(&mu);
+  return p;
+}
+
+void fake_cuda_free(void* p) {
+  pthread_mutex_lock(&mu);
+  for (int i = 0; i < nranges; ++i)
+    if (ranges[i].addr == (uintptr_t)p) {
+      ranges[i] = ranges[--nranges];
+      break;
+    }
+  pthread_mutex_unlock(&mu);
+  free(p);
+}
+
+/* cuMemcpy calls so far: proves a copy went through the driver. */
+unsigned long fake_cuda_copies(void) { return __atomic_load_n(&copies, __ATOMIC_RELAXED); }
+
+static int device_of(CUdeviceptr p) {
+  int d = -1;
+  pthread_mutex_lock(&mu);
+  for (int i = 0; i < nranges; ++i)
+    if (p >= ranges[i].addr && p - ranges[i].addr < ranges[i].length) d = ranges[i].device;
+  pthread_mutex_unlock(&mu);
+  return d;
+}
+
+static int device_count(void) {
+  const char* s = getenv("FAKE_CUDA_DEVICES");
+  return s ? atoi(s) : 2;
+}
+
+CUresult cuInit(unsigned flags) {
+  (void)flags;
+  return 0;
+}
+
+CUresult cuDeviceGetCount(int* n) {
+  *n = device_count();
+  return 0;
+}
+
+CUresult cuDeviceGet(int* dev, int ordinal) {
+  if (ordinal < 0 || ordinal >= device_count()) return kInvalidValue;
+  *dev = ordinal;
+  return 0;
+}
+
+CUresult cuPointerGetAttribute(void* data, int attribute, CUdeviceptr p) {
+  const int d = device_of(p);
+  if (d < 0) return kInvalidValue; /* what the driver says for unknown host memory */
+  if (attribute == 2) *(unsigned*)data = 2; /* CU_MEMORYTYPE_DEVICE */
+  else if (attribute == 9) *(int*)data = d;
+  else return kInvalidValue;
+  return 0;
+}
+
+CUresult cuDevicePrimaryCtxRetain(void** ctx, int dev) {
+  *ctx = (void*)(uintptr_t)(dev + 1);
+  return 0;
+}
+
+CUresult cuCtxSetCurrent(void* ctx) {
+  current = ctx;
+  return 0;
+}
+
+CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+  if (current == NULL) return kInvalidContext;
+  memmove((void*)(uintptr_t)dst, (const void*)(uintptr_t)src, n);
+  __atomic_add_fetch(&copies, 1, __ATOMIC_RELAXED);
+  return 0;
+}
+
+CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t n) {
+  if (current == NULL) return kInvalidContext;
+  void* m = fake_cuda_alloc(n, (int)((uintptr_t)current - 1));
+  if (m == NULL) return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
+  *p = (CUdeviceptr)(uintptr_t)m;
+  return 0;
+}
+
+CUresult cuMemFree_v2(CUdeviceptr p) {
+  fake_cuda_free((void*)(uintptr_t)p);
+  return 0;
+}
+
+CUresult cuDeviceGetPCIBusId(char* buf, int len, int dev) {
+  snprintf(buf, (size_t)len, "0000:%02X:00.0", 0x1A + dev);
+  return 0;
+}
+
+CUresult cuGetErrorString(CUresult r, const char** s) {
+  *s = r == kInvalidContext ? "invalid device context (fake)" : "invalid argument (fake)";
+  return 0;
+}
