@@ -22,14 +22,19 @@ using Clock = std::chrono::steady_clock;
 class Batch;
 class Task;
 
-// Moves a slice that failed (`failed`) or stalled on one rail to another
-// rail of the same peer (the engine). Returns how many slices it queued there
-// (the bytes may be cut differently), after adding them to the task with
-// AddSlices; 0 when no other rail can take them.
+// What a task asks of the engine about its slices (the engine implements it).
 class Rerouter {
  public:
   virtual ~Rerouter() = default;
+  // Moves a slice that failed (`failed`) or stalled on one rail to another
+  // rail of the same peer. Returns how many slices it queued there (the bytes
+  // may be cut differently), after adding them to the task with AddSlices;
+  // 0 when no other rail can take them.
   virtual uint32_t Reroute(Task* task, const fabric::Slice& slice, bool failed) = 0;
+  // A slice that went through a staging slot ended: with `copy_back` (a READ
+  // that succeeded) its bytes go from the slot to device memory first; the
+  // slot is released either way.
+  virtual Status Unstage(const fabric::Slice& slice, bool copy_back) = 0;
 };
 
 class Task final : public fabric::SliceOwner {

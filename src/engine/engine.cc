@@ -19,6 +19,7 @@
 #include "fabric/rail.h"
 #include "memory/cuda.h"
 #include "memory/memory_registry.h"
+#include "memory/staging.h"
 #include "metadata/handshake.h"
 #include "metadata/segment_desc.h"
 #include "metadata/store.h"
@@ -55,6 +56,13 @@ struct Route {
   const metadata::BufferDesc* remote = nullptr;  // inside *desc
 };
 
+// The chunk of a peer's buffer holding remote address `ra` (inside it).
+std::vector<metadata::ChunkDesc>::const_iterator RemoteChunkAt(const std::vector<metadata::ChunkDesc>& chunks,
+                                                               uint64_t ra) {
+  return std::upper_bound(chunks.begin(), chunks.end(), ra,
+                          [](uint64_t a, const metadata::ChunkDesc& c) { return a < c.addr; }) - 1;
+}
+
 // Striped pieces: about this many per rail, so rails of unequal speed each
 // take a share that ends at the same time.
 constexpr size_t kPiecesPerRail = 4;
@@ -80,6 +88,8 @@ struct Engine::Impl final : engine::Rerouter {
   int shm_rail = -1;                  // same-host rail under protocol auto
   topology::Topology topo;
   std::unique_ptr<memory::MemoryRegistry> registry;
+  std::mutex staging_mu;
+  std::unique_ptr<memory::StagingPool> staging;  // created on the first staged transfer
   std::unique_ptr<fabric::Progress> progress;
   std::unique_ptr<metadata::HandshakeServer> server;
   std::unique_ptr<metadata::MetadataStore> store;  // null with p2p
@@ -112,6 +122,7 @@ struct Engine::Impl final : engine::Rerouter {
       zombies.clear();
     }
     registry.reset();  // MRs close while their domains are open
+    staging.reset();
     rails.clear();
   }
 
@@ -374,16 +385,9 @@ struct Engine::Impl final : engine::Rerouter {
     const auto& rchunks = route.remote->chunks;
     while (len > 0) {
       const memory::Chunk& lc = route.local->ChunkAt(l);
-      auto rc = std::upper_bound(rchunks.begin(), rchunks.end(), ra,
-                                 [](uint64_t a, const metadata::ChunkDesc& c) { return a < c.addr; }) - 1;
+      auto rc = RemoteChunkAt(rchunks, ra);
       const auto& key = rc->keys[peer_rail];
       const auto& mr = lc.regions[rail->index()];
-      if (!mr && route.local->device >= 0)
-        return Status::Unavailable("the local buffer is GPU memory (" + route.local->location + ") and rail " +
-                                   std::to_string(rail->index()) + " (" + rail->info().provider +
-                                   ") cannot register it (no FI_HMEM): GPU memory reaches other processes only "
-                                   "through a provider with FI_HMEM (efa, shm with CUDA); the pinned-host staging "
-                                   "path is not built yet");
       if (!key && route.remote->location.rfind("cuda", 0) == 0)
         return Status::Unavailable("segment " + peer->name() + "'s buffer is GPU memory (" + route.remote->location +
                                    ") its rail " + std::to_string(peer_rail) +
@@ -412,6 +416,95 @@ struct Engine::Impl final : engine::Rerouter {
     return Status::OK();
   }
 
+  Status EnsureStaging() {
+    std::lock_guard<std::mutex> g(staging_mu);
+    if (staging) return Status::OK();
+    std::vector<fabric::Rail*> raw;
+    for (auto& r : rails) raw.push_back(r.get());
+    const size_t bytes = static_cast<size_t>(std::max<int64_t>(settings.staging_bytes, 0));
+    return memory::StagingPool::Create(raw, bytes, std::min<size_t>(1 << 20, bytes / 4), &staging);
+  }
+
+  // A request whose local memory is on a GPU that the rails cannot register
+  // (no FI_HMEM): each slice goes through a pinned staging slot. A WRITE's
+  // slice is copied device -> slot here, on the submitting thread, while the
+  // slices before it are on the wire; a READ's is copied slot -> device by
+  // Unstage as it completes. Slices pick rails as any other; they are not
+  // moved to another rail on failure. Submit blocks while every slot is in use.
+  Status PostStaged(Batch* batch, engine::Task* task, const Plan& p, std::shared_ptr<Route> route,
+                    const size_t* cand, size_t ncand) {
+    const TransferRequest& r = *p.req;
+    const bool write = r.opcode == OpCode::kWrite;
+    KVF_RETURN_IF_ERROR(EnsureStaging().Annotate("GPU memory on " + rails[cand[0]]->info().provider));
+    const auto& rchunks = p.remote->chunks;
+    size_t max_msg = staging->slot_bytes();
+    for (size_t i = 0; i < ncand; ++i) {
+      max_msg = std::min(max_msg, rails[cand[i]]->info().max_msg_size);
+      const int pr = p.peer->PeerRail(cand[i]);
+      for (const auto& c : rchunks)
+        if (pr < 0 || !c.keys[pr])
+          return Status::Unavailable("segment " + p.peer->name() + "'s buffer is not reachable on its rail " +
+                                     std::to_string(pr) + (p.remote->location.rfind("cuda", 0) == 0
+                                                               ? " (GPU memory there, without FI_HMEM)" : ""));
+    }
+    // The slices: at most one slot each, cut at the peer's chunk edges.
+    std::vector<std::pair<uint64_t, size_t>> parts;
+    for (uint64_t off = 0; off < r.length;) {
+      const uint64_t ra = r.remote_addr + off;
+      auto rc = RemoteChunkAt(rchunks, ra);
+      const size_t n = std::min<uint64_t>({max_msg, r.length - off, rc->addr + rc->length - ra});
+      parts.emplace_back(off, n);
+      off += n;
+    }
+    task->Start(batch, static_cast<uint32_t>(parts.size()),
+                Clock::now() + std::chrono::milliseconds(settings.transfer_timeout_ms), settings.transfer_timeout_ms,
+                std::string(write ? "WRITE" : "READ") + " of " + std::to_string(r.length) + " bytes of " +
+                    p.local->location + " memory " + (write ? "to " : "from ") + p.peer->name(),
+                p.peer, this, route);
+    batch->outstanding_slices().fetch_add(static_cast<int64_t>(parts.size()));
+    uint64_t planned[Peer::kMaxRails] = {};
+    for (const auto& [off, n] : parts) {
+      const size_t ri = ncand == 1 ? cand[0] : PickRail(cand, ncand, n, planned);
+      planned[ri] += n;
+      const uint64_t ra = r.remote_addr + off;
+      auto rc = RemoteChunkAt(rchunks, ra);
+      const int pr = p.peer->PeerRail(ri);
+      fabric::Slice s;
+      s.owner = task;
+      s.rail = static_cast<uint32_t>(ri);
+      s.remote_va = ra;
+      s.write = write;
+      s.length = n;
+      s.remote_addr = p.desc->rails[pr].virt_addr ? ra : ra - rc->addr;
+      s.remote_key = *rc->keys[pr];
+      s.keepalive = route->local;
+      s.device = p.local->device;
+      s.device_addr = static_cast<uint8_t*>(r.local) + off;
+      s.staging_slot = static_cast<int32_t>(staging->Acquire());
+      s.local = staging->Address(static_cast<uint32_t>(s.staging_slot));
+      s.local_desc = staging->Desc(ri);
+      Status st;
+      if (!p.peer->Lookup(ri, &s.dest)) st = p.peer->Resolve(rails[ri].get(), &s.dest);
+      if (st.ok() && write) st = memory::cuda::Copy(s.local, s.device_addr, n, s.device);
+      if (!st.ok()) {
+        task->OnSliceDone(s, 0, st);  // releases the slot, fails the task
+        continue;
+      }
+      rails[ri]->Enqueue(&s, 1);
+    }
+    return Status::OK();
+  }
+
+  // engine::Rerouter
+  Status Unstage(const fabric::Slice& s, bool copy_back) override {
+    Status st;
+    if (copy_back)
+      st = memory::cuda::Copy(s.device_addr, staging->Address(static_cast<uint32_t>(s.staging_slot)), s.length,
+                              s.device);
+    staging->Release(static_cast<uint32_t>(s.staging_slot));
+    return st;
+  }
+
   // Splits one request into slices, striped across the peer's rails when it
   // is at least KVF_STRIPE_THRESHOLD long, and queues them.
   Status Post(Batch* batch, engine::Task* task, const Plan& p, std::vector<fabric::Slice>* scratch) {
@@ -422,6 +515,9 @@ struct Engine::Impl final : engine::Rerouter {
     size_t cand[Peer::kMaxRails];
     const size_t ncand = Candidates(*p.peer, *usable, NowNs(), -1, /*fallback=*/true, p.local->near_rails, cand);
     if (ncand == 0) return Status::Unavailable("segment " + p.peer->name() + " has no usable rail");
+    // GPU memory the rails did not register (no FI_HMEM): through staging.
+    if (p.local->device >= 0 && !p.local->chunks.front().regions[cand[0]])
+      return PostStaged(batch, task, p, std::move(route), cand, ncand);
     size_t piece = r.length;
     const size_t threshold = static_cast<size_t>(std::max<int64_t>(settings.stripe_threshold, 0));
     if (threshold > 0 && r.length >= threshold && ncand > 1) {
@@ -466,7 +562,7 @@ struct Engine::Impl final : engine::Rerouter {
   uint32_t Reroute(engine::Task* task, const fabric::Slice& s, bool failed) override {
     const std::shared_ptr<Peer>& peer = task->peer();
     const auto route = std::static_pointer_cast<const Route>(task->route());
-    if (!peer || !route) return 0;
+    if (!peer || !route || s.staging_slot >= 0) return 0;
     // Keys and slots of a restarted peer's new process do not fit this request.
     if (peer->desc()->epoch != route->desc->epoch) return 0;
     const int64_t now = NowNs();

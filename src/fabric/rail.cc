@@ -299,9 +299,9 @@ void Rail::ReapDeadPeers() {
   }
 }
 
-Status Rail::RegisterMemory(void* addr, size_t len, std::unique_ptr<MemoryRegion>* out) {
+Status Rail::RegisterMemory(void* addr, size_t len, std::unique_ptr<MemoryRegion>* out, bool local_only) {
   auto mr = std::make_unique<MemoryRegion>();
-  const uint64_t access = FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+  const uint64_t access = FI_READ | FI_WRITE | (local_only ? 0 : FI_REMOTE_READ | FI_REMOTE_WRITE);
   // Without FI_MR_PROV_KEY the application chooses keys, unique per domain.
   const uint64_t requested = prov_key_ ? 0 : next_key_.fetch_add(1);
   int rc = fi_mr_reg(domain_, addr, len, access, 0, requested, 0, &mr->mr_, nullptr);

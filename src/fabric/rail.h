@@ -67,8 +67,10 @@ class Rail {
   // AV slots in use: inserted and not yet removed.
   size_t peer_slots();
 
-  // Registers [addr, addr+len) for local and remote access.
-  Status RegisterMemory(void* addr, size_t len, std::unique_ptr<MemoryRegion>* out);
+  // Registers [addr, addr+len) for local and remote access, or with
+  // `local_only` for local access alone (staging buffers: no peer may touch
+  // them, whatever key it guesses).
+  Status RegisterMemory(void* addr, size_t len, std::unique_ptr<MemoryRegion>* out, bool local_only = false);
 
   // Queues slices and posts as many as credits allow. Never fails: a slice
   // that cannot be posted now stays queued; one the provider rejects is

@@ -32,6 +32,8 @@ struct Driver {
   CUresult (*cuGetErrorString)(CUresult, const char**) = nullptr;
   CUresult (*cuMemAlloc_v2)(CUdeviceptr*, size_t) = nullptr;
   CUresult (*cuMemFree_v2)(CUdeviceptr) = nullptr;
+  CUresult (*cuMemHostRegister_v2)(void*, size_t, unsigned) = nullptr;
+  CUresult (*cuMemHostUnregister)(void*) = nullptr;
 
   Status status = Status::Unavailable("CUDA not loaded");
   int count = 0;
@@ -76,6 +78,8 @@ Status LoadOnce(const std::string& library) {
   KVF_BIND(cuGetErrorString)
   KVF_BIND(cuMemAlloc_v2)
   KVF_BIND(cuMemFree_v2)
+  KVF_BIND(cuMemHostRegister_v2)
+  KVF_BIND(cuMemHostUnregister)
 #undef KVF_BIND
   if (missing != nullptr)
     return Status::Unavailable(path + " lacks " + missing + ": the NVIDIA driver is too old or not the CUDA driver");
@@ -155,6 +159,17 @@ Status Copy(void* dst, const void* src, size_t n, int device) {
   return r == 0 ? Status::OK()
                 : Status::FabricError("cuMemcpy of " + std::to_string(n) + " bytes on cuda:" + std::to_string(device) +
                                       " failed: " + d.Error(r));
+}
+
+Status PinHost(void* p, size_t n) {
+  KVF_RETURN_IF_ERROR(UseDevice(0));
+  // CU_MEMHOSTREGISTER_PORTABLE: pinned for every context.
+  CUresult r = D().cuMemHostRegister_v2(p, n, 1);
+  return r == 0 ? Status::OK() : Status::Unavailable("cuMemHostRegister of " + std::to_string(n) + " bytes: " + D().Error(r));
+}
+
+void UnpinHost(void* p) {
+  if (p != nullptr && Load().ok()) D().cuMemHostUnregister(p);
 }
 
 Status Alloc(int device, size_t n, void** out) {

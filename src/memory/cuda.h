@@ -32,6 +32,10 @@ Status PciBusId(int device, std::string* out);
 // primary context. Synchronous.
 Status Copy(void* dst, const void* src, size_t n, int device);
 
+// Page-locks host memory for fast device copies (cuMemHostRegister).
+Status PinHost(void* p, size_t n);
+void UnpinHost(void* p);
+
 // Device memory (cuMemAlloc) on `device`, for tools and tests.
 Status Alloc(int device, size_t n, void** out);
 void Free(void* p);

@@ -126,6 +126,16 @@ CUresult cuMemFree_v2(CUdeviceptr p) {
   return 0;
 }
 
+CUresult cuMemHostRegister_v2(void* p, size_t n, unsigned flags) {
+  (void)p, (void)n, (void)flags;
+  return 0;
+}
+
+CUresult cuMemHostUnregister(void* p) {
+  (void)p;
+  return 0;
+}
+
 CUresult cuDeviceGetPCIBusId(char* buf, int len, int dev) {
   snprintf(buf, (size_t)len, "0000:%02X:00.0", 0x1A + dev);
   return 0;
