@@ -139,7 +139,9 @@ bool IsDevicePointer(const void* p, int* device) {
 }
 
 Status PciBusId(int device, std::string* out) {
-  KVF_RETURN_IF_ERROR(UseDevice(device));
+  // No context needed (and none created: a primary context costs hundreds
+  // of MiB of GPU memory on each device it is made for).
+  KVF_RETURN_IF_ERROR(Load());
   Driver& d = D();
   CUdevice dev;
   char buf[32] = {0};

@@ -203,6 +203,17 @@ Status Topology::ApplyJson(const std::string& text, const std::string& where) {
   return Status::OK();
 }
 
+void Topology::SetCudaOrdinals(const std::vector<std::string>& pci_by_ordinal) {
+  std::vector<Gpu> seen;
+  for (size_t n = 0; n < pci_by_ordinal.size(); ++n)
+    for (const Gpu& g : gpus_)
+      if (g.pci == pci_by_ordinal[n]) {
+        seen.push_back(g);
+        seen.back().index = static_cast<int>(n);
+      }
+  gpus_ = std::move(seen);
+}
+
 void Topology::RailsFor(const std::string& location, std::vector<size_t>* preferred,
                         std::vector<size_t>* fallback) const {
   preferred->clear();

@@ -40,6 +40,12 @@ class Topology {
   Status ApplyFile(const std::string& path);
   Status ApplyJson(const std::string& text, const std::string& where);
 
+  // The CUDA driver's numbering: `pci_by_ordinal[N]` is cuda:N's PCI
+  // address. GPUs found there take that index (PCI order is only a guess:
+  // CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER change it); GPUs the driver
+  // does not show are dropped.
+  void SetCudaOrdinals(const std::vector<std::string>& pci_by_ordinal);
+
   const std::vector<Nic>& nics() const { return nics_; }
   const std::vector<Gpu>& gpus() const { return gpus_; }
 

@@ -87,6 +87,20 @@ TEST(TopologyTest, GpusInPciOrderWithTheRailsBehindTheirSwitch) {
   EXPECT_EQ(t.gpus()[2].nearest_rails, (std::vector<size_t>{2}));
 }
 
+TEST(TopologyTest, TheCudaDriversNumberingWins) {
+  FakeSysfs sys;
+  Topology t = Topology::Discover(Rails(), sys.root());
+  // CUDA_VISIBLE_DEVICES=1,0: cuda:0 is the second GPU in PCI order, and
+  // the third GPU is hidden.
+  t.SetCudaOrdinals({"0000:21:00.0", "0000:11:00.0"});
+  ASSERT_EQ(t.gpus().size(), 2u);
+  std::vector<size_t> pref, rest;
+  t.RailsFor("cuda:0", &pref, &rest);
+  EXPECT_EQ(pref, (std::vector<size_t>{1}));
+  t.RailsFor("cuda:1", &pref, &rest);
+  EXPECT_EQ(pref, (std::vector<size_t>{0}));
+}
+
 TEST(TopologyTest, LocationsMapToPreferredAndFallbackRails) {
   FakeSysfs sys;
   Topology t = Topology::Discover(Rails(), sys.root());

@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <thread>
 #include <vector>
@@ -26,6 +27,7 @@
 #include <unistd.h>
 
 #include "kvfabric/engine.h"
+#include "memory/cuda.h"
 #include "tests/support/pattern.h"
 #include "tools/bench/units.h"
 
@@ -54,6 +56,9 @@ struct Options {
   std::string device_name;
   bool verify = false;
   bool json = false;
+  bool use_vram = false;  // buffers in GPU memory (cuda:N)
+  int gpu_id = 0;         // with --use_vram: the device, or -1 for all (thread t on device t mod count)
+  bool init_mem = false;  // fill the buffers before the run (host memory is always touched)
   std::vector<std::string> set;
 };
 
@@ -62,18 +67,80 @@ int Fail(const std::string& what, const Status& s) {
   return 1;
 }
 
-void* AllocBuffer(size_t size) {
-  void* p = nullptr;
-  if (posix_memalign(&p, 1 << 21, size) != 0) return nullptr;
-  return p;
+// One buffer of the bench: host memory, or GPU memory with --use_vram
+// (filled and checked through a host copy).
+struct Memory {
+  uint8_t* base = nullptr;
+  size_t size = 0;
+  int device = -1;  // -1: host memory
+
+  Status Alloc(size_t n, int dev) {
+    size = n;
+    device = dev;
+    void* p = nullptr;
+    if (dev >= 0) {
+      KVF_RETURN_IF_ERROR(memory::cuda::Alloc(dev, n, &p));
+    } else if (posix_memalign(&p, 1 << 21, n) != 0) {
+      return Status::InvalidArgument("cannot allocate " + std::to_string(n) + " bytes of host memory");
+    }
+    base = static_cast<uint8_t*>(p);
+    return Status::OK();
+  }
+  std::string location() const { return device >= 0 ? "cuda:" + std::to_string(device) : "cpu:0"; }
+  // [off, off+n) gets the pattern of `seed` as it runs from byte
+  // `pattern_off` (the target's offset of the same bytes); seed < 0: zeros.
+  Status Fill(size_t off, size_t n, int seed, size_t pattern_off) {
+    if (device < 0) {
+      if (seed < 0) std::memset(base + off, 0, n);
+      else testing::FillPattern(base + off, n, pattern_off, static_cast<uint8_t>(seed));
+      return Status::OK();
+    }
+    std::vector<uint8_t> host(n, 0);
+    if (seed >= 0) testing::FillPattern(host.data(), n, pattern_off, static_cast<uint8_t>(seed));
+    return memory::cuda::Copy(base + off, host.data(), n, device);
+  }
+  // Bytes of [off, off+n) that hold that pattern.
+  size_t Check(size_t off, size_t n, int seed, size_t pattern_off) {
+    if (device < 0) return testing::CheckPattern(base + off, n, pattern_off, static_cast<uint8_t>(seed));
+    std::vector<uint8_t> host(n);
+    if (!memory::cuda::Copy(host.data(), base + off, n, device).ok()) return 0;
+    return testing::CheckPattern(host.data(), n, pattern_off, static_cast<uint8_t>(seed));
+  }
+  void Free() {
+    if (device >= 0) memory::cuda::Free(base);
+    else std::free(base);
+    base = nullptr;
+  }
+};
+
+// The devices --use_vram puts buffers on: --gpu_id, or all of them for -1.
+Status VramDevices(const Options& o, std::vector<int>* out) {
+  out->clear();
+  if (!o.use_vram) {
+    out->push_back(-1);
+    return Status::OK();
+  }
+  Status s = memory::cuda::Load();
+  if (!s.ok()) return s.Annotate("--use_vram");
+  const int n = memory::cuda::DeviceCount();
+  if (o.gpu_id >= n) return Status::InvalidArgument("--gpu_id=" + std::to_string(o.gpu_id) + ": " + std::to_string(n) + " GPU(s) here");
+  if (o.gpu_id >= 0) out->push_back(o.gpu_id);
+  else for (int d = 0; d < n; ++d) out->push_back(d);
+  return Status::OK();
 }
 
 int RunTarget(Engine& e, const Options& o) {
-  void* buf = AllocBuffer(o.buffer_size);
-  if (buf == nullptr) return Fail("allocate", Status::InvalidArgument("cannot allocate --buffer_size bytes"));
+  std::vector<int> devices;
+  Status s = VramDevices(o, &devices);
+  if (!s.ok()) return Fail("target", s);
+  Memory mem;
+  s = mem.Alloc(o.buffer_size, devices.front());
+  if (!s.ok()) return Fail("allocate", s);
   // Touch every page (and give --verify a known pattern to read back).
-  testing::FillPattern(buf, o.buffer_size, 0, 7);
-  Status s = e.RegisterMemory(buf, o.buffer_size);
+  s = mem.Fill(0, o.buffer_size, 7, 0);
+  if (!s.ok()) return Fail("fill", s);
+  void* buf = mem.base;
+  s = e.RegisterMemory(buf, o.buffer_size, mem.location());
   if (!s.ok()) return Fail("register", s);
   std::printf("kvfabric-bench target ready: %zu bytes registered on %zu rail(s) (%s). Run the initiator with "
               "--segment_id=%s\n",
@@ -82,7 +149,7 @@ int RunTarget(Engine& e, const Options& o) {
   // Serves until SIGINT/SIGTERM: the target's engine drives progress meanwhile.
   while (!g_stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   e.UnregisterMemory(buf);
-  std::free(buf);
+  mem.Free();
   return 0;
 }
 
@@ -92,9 +159,11 @@ struct Point {
 };
 
 // Registered memory and the opened target, shared by every point of a sweep.
+// Thread t works in region t of the buffers: on device t mod count with
+// --use_vram --gpu_id=-1, else all in one buffer.
 struct Setup {
-  uint8_t* base = nullptr;
-  size_t size = 0;
+  std::vector<Memory> mems;  // one per device in use
+  size_t region = 0;         // bytes per thread region (block x batch of the largest point)
   SegmentHandle seg = -1;
   uint64_t raddr = 0;
   double open_us = 0;  // OpenSegment alone: one handshake, every rail's address inserted
@@ -106,21 +175,33 @@ double Percentile(std::vector<double>& v, double p) {
   return v[static_cast<size_t>(p * (v.size() - 1))];
 }
 
-int Prepare(Engine& e, Options& o, size_t need, Setup* st) {
+// Thread t's region and its memory.
+Memory& MemOf(Setup& st, size_t t) { return st.mems[t % st.mems.size()]; }
+size_t RegionOffset(const Setup& st, size_t t) { return (t / st.mems.size()) * st.region; }
+
+int Prepare(Engine& e, Options& o, size_t region, size_t threads, Setup* st) {
   if (o.segment_id.empty())
     return Fail(o.mode, Status::InvalidArgument("--segment_id is required (the target prints it)"));
+  const size_t need = region * threads;
   if (o.buffer_size < need) {
     std::fprintf(stderr, "kvfabric-bench: --buffer_size raised from %zu to %zu (block x batch x threads)\n",
                  o.buffer_size, need);
     o.buffer_size = need;
   }
-  void* buf = AllocBuffer(o.buffer_size);
-  if (buf == nullptr) return Fail("allocate", Status::InvalidArgument("cannot allocate --buffer_size bytes"));
-  st->base = static_cast<uint8_t*>(buf);
-  st->size = o.buffer_size;
-  std::memset(buf, 0, o.buffer_size);
-  Status s = e.RegisterMemory(buf, o.buffer_size);
-  if (!s.ok()) return Fail("register", s);
+  std::vector<int> devices;
+  Status s = VramDevices(o, &devices);
+  if (!s.ok()) return Fail(o.mode, s);
+  st->region = region;
+  for (int d : devices) {
+    Memory m;
+    const size_t per = devices.size() == 1 ? o.buffer_size : region * ((threads + devices.size() - 1) / devices.size());
+    s = m.Alloc(per, d);
+    // Host memory is touched (zeroed) always, GPU memory with --init_mem.
+    if (s.ok() && (d < 0 || o.init_mem)) s = m.Fill(0, per, d < 0 ? -1 : 3, 0);
+    if (s.ok()) s = e.RegisterMemory(m.base, per, m.location());
+    if (!s.ok()) return Fail("allocate and register " + m.location() + " memory", s);
+    st->mems.push_back(m);
+  }
   const auto t_open = Clock::now();
   s = e.OpenSegment(o.segment_id, &st->seg);
   if (!s.ok()) return Fail("open segment", s);
@@ -137,11 +218,22 @@ int Prepare(Engine& e, Options& o, size_t need, Setup* st) {
 }
 
 // Runs one point for --duration; 0, or the exit code of a failure.
-int RunPoint(Engine& e, const Options& o, const Setup& st, const Point& pt, nlohmann::json* out) {
+int RunPoint(Engine& e, const Options& o, Setup& st, const Point& pt, nlohmann::json* out) {
   const OpCode op = o.operation == "read" ? OpCode::kRead : OpCode::kWrite;
-  const size_t need = pt.block_size * pt.batch_size * pt.threads;
-  if (o.verify && op == OpCode::kWrite) testing::FillPattern(st.base, need, 0, 5);
-  else std::memset(st.base, 0, need);
+  const size_t region = pt.block_size * pt.batch_size;  // per thread, here and at the target
+  // Each thread's region, with what it holds: the pattern to write, or zeros
+  // for reads to fill (target offset t x region).
+  auto each_region = [&](const std::function<Status(Memory&, size_t local, size_t remote)>& f) {
+    for (size_t t = 0; t < pt.threads; ++t) {
+      Status s = f(MemOf(st, t), RegionOffset(st, t), t * region);
+      if (!s.ok()) return s;
+    }
+    return Status::OK();
+  };
+  Status prep = each_region([&](Memory& m, size_t local, size_t remote) {
+    return m.Fill(local, region, o.verify && op == OpCode::kWrite ? 5 : -1, remote);
+  });
+  if (!prep.ok()) return Fail("fill", prep);
   std::vector<uint64_t> rail_before;
   for (const auto& r : e.rails()) rail_before.push_back(r.completed_bytes);
 
@@ -155,10 +247,9 @@ int RunPoint(Engine& e, const Options& o, const Setup& st, const Point& pt, nloh
   for (size_t t = 0; t < pt.threads; ++t) {
     threads.emplace_back([&, t] {
       std::vector<TransferRequest> reqs(pt.batch_size);
-      for (size_t i = 0; i < pt.batch_size; ++i) {
-        size_t off = (t * pt.batch_size + i) * pt.block_size;
-        reqs[i] = {op, st.base + off, st.seg, st.raddr + off, pt.block_size};
-      }
+      uint8_t* local = MemOf(st, t).base + RegionOffset(st, t);
+      for (size_t i = 0; i < pt.batch_size; ++i)
+        reqs[i] = {op, local + i * pt.block_size, st.seg, st.raddr + t * region + i * pt.block_size, pt.block_size};
       while (Clock::now() < until && !g_stop.load()) {
         BatchId b;
         auto b0 = Clock::now();
@@ -206,17 +297,25 @@ int RunPoint(Engine& e, const Options& o, const Setup& st, const Point& pt, nloh
   Status s;
   if (o.verify) {
     bool good = true;
+    const int seed = op == OpCode::kWrite ? 5 : 7;  // what was written, or the target's own pattern
     if (op == OpCode::kWrite) {
       // Read back what the target holds and compare with what was written.
-      std::memset(st.base, 0, need);
       std::vector<TransferRequest> back;
-      for (size_t off = 0; off < need; off += pt.block_size)
-        back.push_back({OpCode::kRead, st.base + off, st.seg, st.raddr + off, pt.block_size});
-      s = e.Transfer(back);
-      good = s.ok() && testing::CheckPattern(st.base, need, 0, 5) == need;
-    } else {
-      good = testing::CheckPattern(st.base, need, 0, 7) == need;
+      s = each_region([&](Memory& m, size_t local, size_t remote) {
+        for (size_t i = 0; i < pt.batch_size; ++i)
+          back.push_back({OpCode::kRead, m.base + local + i * pt.block_size, st.seg,
+                          st.raddr + remote + i * pt.block_size, pt.block_size});
+        return m.Fill(local, region, -1, 0);
+      });
+      if (s.ok()) s = e.Transfer(back);
     }
+    if (s.ok())
+      s = each_region([&](Memory& m, size_t local, size_t remote) {
+        return m.Check(local, region, seed, remote) == region
+                   ? Status::OK()
+                   : Status::Internal("thread " + std::to_string(remote / region) + "'s region differs");
+      });
+    good = s.ok();
     verdict = good ? "verified" : "DATA MISMATCH";
     if (!good) std::fprintf(stderr, "kvfabric-bench: --verify found wrong bytes %s\n", s.ToString().c_str());
   }
@@ -263,17 +362,25 @@ int WriteJson(const Options& o, Engine& e, nlohmann::json points) {
   return 0;
 }
 
+void Release(Engine& e, Setup& st) {
+  for (Memory& m : st.mems) {
+    e.UnregisterMemory(m.base);
+    m.Free();
+  }
+}
+
 int RunInitiator(Engine& e, Options o) {
-  size_t need = 0;
+  size_t region = 0, threads = 0;
   std::vector<Point> points;
   for (size_t th : o.thread_counts)
     for (size_t ba : o.batch_sizes)
       for (size_t bl : o.block_sizes) {
         points.push_back({bl, ba, th});
-        need = std::max(need, bl * ba * th);
+        region = std::max(region, bl * ba);
+        threads = std::max(threads, th);
       }
   Setup st;
-  if (int rc = Prepare(e, o, need, &st)) return rc;
+  if (int rc = Prepare(e, o, region, threads, &st)) return rc;
   Status s = e.Warmup(o.segment_id);
   if (!s.ok()) return Fail("warmup", s);
   nlohmann::json results = nlohmann::json::array();
@@ -286,8 +393,7 @@ int RunInitiator(Engine& e, Options o) {
     results.push_back(std::move(j));
   }
   if (int w = WriteJson(o, e, std::move(results))) rc = rc ? rc : w;
-  e.UnregisterMemory(st.base);
-  std::free(st.base);
+  Release(e, st);
   return rc;
 }
 
@@ -296,14 +402,14 @@ int RunProbe(Engine& e, Options o) {
   const size_t block = o.block_sizes.front();
   const OpCode op = o.operation == "read" ? OpCode::kRead : OpCode::kWrite;
   Setup st;
-  if (int rc = Prepare(e, o, block, &st)) return rc;
+  if (int rc = Prepare(e, o, block, 1, &st)) return rc;
   auto us = [](Clock::time_point a) { return std::chrono::duration<double, std::micro>(Clock::now() - a).count(); };
   const double open_us = st.open_us;
   const auto t_warm = Clock::now();
   Status s = e.Warmup(o.segment_id);
   if (!s.ok()) return Fail("warmup", s);
   const double warmup_us = us(t_warm);
-  const TransferRequest req{op, st.base, st.seg, st.raddr, block};
+  const TransferRequest req{op, st.mems.front().base, st.seg, st.raddr, block};
   const auto t_first = Clock::now();
   s = e.Transfer({req});
   if (!s.ok()) return Fail("first transfer", s);
@@ -327,8 +433,7 @@ int RunProbe(Engine& e, Options o) {
               rails.front().provider.c_str(), rails.size(), open_us, warmup_us, o.operation.c_str(), block,
               first_us, warm_p50);
   int rc = WriteJson(o, e, nlohmann::json::array({j}));
-  e.UnregisterMemory(st.base);
-  std::free(st.base);
+  Release(e, st);
   return rc;
 }
 
@@ -362,6 +467,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"GB", "GiB", "Gb", "MB", "MiB", "Mb", "KB", "KiB", "Kb"}));
   app.add_option("--device_name", o.device_name, "comma-separated NICs (libfabric domain names)");
   app.add_flag("--verify", o.verify, "check every byte moved");
+  app.add_flag("--use_vram", o.use_vram, "buffers in GPU memory (the CUDA driver is loaded at run time)");
+  app.add_option("--gpu_id", o.gpu_id, "with --use_vram: the GPU, or -1 for every GPU (thread t on GPU t mod count)")
+      ->check(CLI::Range(-1, 1 << 16));
+  app.add_flag("--init_mem", o.init_mem, "with --use_vram: write the buffers before the run (host memory is always)");
   app.add_flag("--json", o.json, "also print a JSON object per point (initiator, probe)");
   app.add_option("--json_out", o.json_out, "write every point and the rails to this JSON file");
   app.add_option("--set", o.set, "a setting, KVF_NAME=value (repeatable); see the list below");
