@@ -101,8 +101,7 @@ class MultiRailTest(unittest.TestCase):
         lab("down", check=False)
 
     def setUp(self):
-        # A fresh target per test: READ's check expects the target's own
-        # pattern, which an earlier WRITE would have overwritten.
+        # A fresh target per test: no test sees another's traffic.
         self.target = Target()
 
     def tearDown(self):

@@ -230,10 +230,29 @@ int RunPoint(Engine& e, const Options& o, Setup& st, const Point& pt, nlohmann::
     }
     return Status::OK();
   };
-  Status prep = each_region([&](Memory& m, size_t local, size_t remote) {
-    return m.Fill(local, region, o.verify && op == OpCode::kWrite ? 5 : -1, remote);
-  });
-  if (!prep.ok()) return Fail("fill", prep);
+  // Every region this point reads or writes, as one request per block.
+  auto requests = [&](OpCode kind) {
+    std::vector<TransferRequest> reqs;
+    each_region([&](Memory& m, size_t local, size_t remote) {
+      for (size_t i = 0; i < pt.batch_size; ++i)
+        reqs.push_back({kind, m.base + local + i * pt.block_size, st.seg, st.raddr + remote + i * pt.block_size,
+                        pt.block_size});
+      return Status::OK();
+    });
+    return reqs;
+  };
+  Status prep;
+  if (o.verify && op == OpCode::kRead) {
+    // The target's regions get a known pattern first (an earlier WRITE run
+    // may have changed them); the local ones are zeroed for the reads.
+    prep = each_region([&](Memory& m, size_t local, size_t remote) { return m.Fill(local, region, 7, remote); });
+    if (prep.ok()) prep = e.Transfer(requests(OpCode::kWrite));
+  }
+  if (prep.ok())
+    prep = each_region([&](Memory& m, size_t local, size_t remote) {
+      return m.Fill(local, region, o.verify && op == OpCode::kWrite ? 5 : -1, remote);
+    });
+  if (!prep.ok()) return Fail("prepare", prep);
   std::vector<uint64_t> rail_before;
   for (const auto& r : e.rails()) rail_before.push_back(r.completed_bytes);
 
@@ -297,17 +316,11 @@ int RunPoint(Engine& e, const Options& o, Setup& st, const Point& pt, nlohmann::
   Status s;
   if (o.verify) {
     bool good = true;
-    const int seed = op == OpCode::kWrite ? 5 : 7;  // what was written, or the target's own pattern
+    const int seed = op == OpCode::kWrite ? 5 : 7;  // what was written, or what the reads should find
     if (op == OpCode::kWrite) {
       // Read back what the target holds and compare with what was written.
-      std::vector<TransferRequest> back;
-      s = each_region([&](Memory& m, size_t local, size_t remote) {
-        for (size_t i = 0; i < pt.batch_size; ++i)
-          back.push_back({OpCode::kRead, m.base + local + i * pt.block_size, st.seg,
-                          st.raddr + remote + i * pt.block_size, pt.block_size});
-        return m.Fill(local, region, -1, 0);
-      });
-      if (s.ok()) s = e.Transfer(back);
+      s = each_region([&](Memory& m, size_t local, size_t) { return m.Fill(local, region, -1, 0); });
+      if (s.ok()) s = e.Transfer(requests(OpCode::kRead));
     }
     if (s.ok())
       s = each_region([&](Memory& m, size_t local, size_t remote) {
