@@ -449,7 +449,6 @@ void Rail::Finish(OpContext* op, const Status& error) {
     // Moved to another rail after a stall: its owner has forgotten it.
     op->detached = false;
     ReleaseContext(op);
-    detached_.fetch_sub(1);
     return;
   }
   Slice s = std::move(op->slice);
@@ -572,7 +571,6 @@ void Rail::CheckStall(int64_t now) {
     op->slice.owner = nullptr;
     inflight_.fetch_sub(1);
     load_bytes_.fetch_sub(op->slice.length);
-    detached_.fetch_add(1);
     ++moved;
   }
   std::deque<Slice> queued;

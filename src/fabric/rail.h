@@ -101,8 +101,6 @@ class Rail {
     const int64_t until = out_until_ns_.load(std::memory_order_relaxed);
     return until == 0 || (until <= now_ns && load_bytes() == 0);
   }
-  // Operations abandoned to the provider after a stall, not yet returned.
-  int64_t detached() const { return detached_.load(std::memory_order_relaxed); }
 
   // CQ wait object (an fd for epoll), or -1 when the provider has none.
   int wait_fd() const { return wait_fd_; }
@@ -199,7 +197,6 @@ class Rail {
   int64_t retry_ns_ = 0;
   std::atomic<int64_t> last_progress_ns_{0};  // last completion, or first post into an idle rail
   std::atomic<int64_t> out_until_ns_{0};
-  std::atomic<int64_t> detached_{0};
   std::function<void()> waker_;
 
   const fi_info* info_copy_ = nullptr;  // for per-peer endpoints (shm)
