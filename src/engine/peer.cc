@@ -54,6 +54,7 @@ Peer::Slots Peer::SetDesc(std::shared_ptr<const metadata::SegmentDesc> desc, con
 
 Peer::Slots Peer::ReleaseSlots() {
   std::lock_guard<std::mutex> g(mu_);
+  closed_ = true;
   return TakeSlotsLocked();
 }
 
@@ -86,6 +87,7 @@ bool Peer::MarkRailDown(size_t rail, int64_t now_ns, int64_t until_ns) {
 Status Peer::Resolve(fabric::Rail* rail, fi_addr_t* out) {
   std::lock_guard<std::mutex> g(mu_);
   const size_t i = rail->index();
+  if (closed_) return Status::NotFound("segment " + name_ + " was closed");
   if (i >= pairs_.size() || pairs_[i] < 0)
     return Status::Unavailable("segment " + name_ + " has no rail reachable from local rail " +
                                std::to_string(i) + " (" + rail->info().provider + ")");

@@ -40,7 +40,8 @@ class Peer {
   // an unchanged peer (same epoch) are kept, those of a restarted one are
   // returned for removal.
   Slots SetDesc(std::shared_ptr<const metadata::SegmentDesc> desc, const std::vector<RailInfo>& local);
-  // The segment is closed: every slot, for removal; later lookups fail.
+  // The segment is closed: every slot, for removal; later lookups and
+  // resolves fail (a request that raced the close inserts nothing).
   Slots ReleaseSlots();
 
   // Local rails usable for this peer, in preference order (filled by the
@@ -80,6 +81,7 @@ class Peer {
   std::vector<fi_addr_t> av_;
   std::shared_ptr<const std::vector<size_t>> usable_ = std::make_shared<const std::vector<size_t>>();
   std::atomic<bool> suspect_{false};
+  bool closed_ = false;  // guarded by mu_
   std::array<std::atomic<int64_t>, kMaxRails> down_until_{};
 };
 

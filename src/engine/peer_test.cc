@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "fabric/fabric_info.h"
+
 namespace kvfabric::engine {
 namespace {
 
@@ -35,6 +37,21 @@ TEST(PeerTest, FailedRailIsDownForThePeerUntilItsRetryTime) {
   EXPECT_FALSE(p.RailUp(3, 5999));
   EXPECT_TRUE(p.RailUp(3, 6000));
   EXPECT_TRUE(p.RailUp(2, 2000));  // other rails are not affected
+}
+
+TEST(PeerTest, ClosedSegmentResolvesNothing) {
+  // A request that validated before CloseSegment and posts after it must
+  // not put the peer back into the address vector.
+  fabric::InfoList infos;
+  ASSERT_TRUE(fabric::InfoList::Query("shm", &infos).ok());
+  std::unique_ptr<fabric::Rail> rail;
+  ASSERT_TRUE(fabric::Rail::Open(infos.entries().front(), Settings(), 0, &rail).ok());
+  Peer p(1, "127.0.0.1:15000");
+  EXPECT_TRUE(p.ReleaseSlots().empty());
+  fi_addr_t a;
+  Status s = p.Resolve(rail.get(), &a);
+  EXPECT_EQ(s.code(), Status::Code::kNotFound) << s.ToString();
+  EXPECT_EQ(rail->peer_slots(), 0u);
 }
 
 }  // namespace
