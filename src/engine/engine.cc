@@ -325,16 +325,16 @@ struct Engine::Impl final : engine::Rerouter {
   // the others only when none of those may take work.
   size_t Candidates(const Peer& peer, const std::vector<size_t>& usable, int64_t now, int exclude, bool fallback,
                     uint64_t near, size_t* out) const {
-    size_t n = 0;
-    for (size_t r : usable)
-      if ((near >> r & 1) && static_cast<int>(r) != exclude && rails[r]->InService(now) && peer.RailUp(r, now))
-        out[n++] = r;
-    if (n == 0)
+    auto take = [&](auto ok) {
+      size_t n = 0;
       for (size_t r : usable)
-        if (static_cast<int>(r) != exclude && rails[r]->InService(now) && peer.RailUp(r, now)) out[n++] = r;
-    if (n == 0 && fallback)
-      for (size_t r : usable)
-        if (static_cast<int>(r) != exclude) out[n++] = r;
+        if (static_cast<int>(r) != exclude && ok(r)) out[n++] = r;
+      return n;
+    };
+    auto serving = [&](size_t r) { return rails[r]->InService(now) && peer.RailUp(r, now); };
+    size_t n = take([&](size_t r) { return (near >> r & 1) && serving(r); });
+    if (n == 0) n = take(serving);
+    if (n == 0 && fallback) n = take([](size_t) { return true; });
     return n;
   }
 
@@ -346,11 +346,10 @@ struct Engine::Impl final : engine::Rerouter {
   // noise alone cost 3-20% when they were always used, so there the bytes
   // decide. A slow rail drains slower and takes less either way; dividing
   // by speed also keeps its share of one batch from finishing last.
-  size_t PickRail(const size_t* cand, size_t n, size_t len, const uint64_t* planned) const {
+  size_t PickRail(const size_t* cand, size_t n, size_t len, const uint64_t* planned, int64_t now) const {
     constexpr int64_t kFreshNs = 500000000;
     double speed[Peer::kMaxRails];
     double lo = 0, hi = 0;
-    const int64_t now = NowNs();
     for (size_t i = 0; i < n; ++i) {
       speed[i] = rails[cand[i]]->Throughput(now, kFreshNs);
       lo = i == 0 ? speed[i] : std::min(lo, speed[i]);
@@ -370,17 +369,39 @@ struct Engine::Impl final : engine::Rerouter {
     return best;
   }
 
+  // Points `s` at remote address `ra`, inside chunk `rc` of the route's
+  // remote buffer, through peer rail `peer_rail` (which has a key there).
+  static void AimAt(const Route& route, int peer_rail, uint64_t ra,
+                    std::vector<metadata::ChunkDesc>::const_iterator rc, fabric::Slice* s) {
+    s->remote_va = ra;
+    s->remote_addr = route.desc->rails[peer_rail].virt_addr ? ra : ra - rc->addr;
+    s->remote_key = *rc->keys[peer_rail];
+  }
+
+  // Arms `task` for `slices` slices of request `p` (its deadline, and its
+  // name in errors) and counts them against the batch.
+  void StartTask(Batch* batch, engine::Task* task, const Plan& p, std::shared_ptr<Route> route, size_t slices) {
+    const TransferRequest& r = *p.req;
+    const bool write = r.opcode == OpCode::kWrite;
+    const std::string memory = p.local->device >= 0 ? "of " + p.local->location + " memory " : "";
+    task->Start(batch, static_cast<uint32_t>(slices),
+                Clock::now() + std::chrono::milliseconds(settings.transfer_timeout_ms), settings.transfer_timeout_ms,
+                std::string(write ? "WRITE" : "READ") + " of " + std::to_string(r.length) + " bytes " + memory +
+                    (write ? "to " : "from ") + p.peer->name(),
+                p.peer, this, std::move(route));
+    batch->outstanding_slices().fetch_add(static_cast<int64_t>(slices));
+  }
+
   // Cuts [l, l+len) <-> [ra, ra+len) into slices for one rail: at the rail's
   // max_msg_size and at MR chunk boundaries on both sides.
   Status MakeSlices(const Route& route, bool write, Peer* peer, fabric::Rail* rail, uintptr_t l, uint64_t ra,
                     size_t len, uint32_t attempts, engine::Task* task, std::vector<fabric::Slice>* out) {
     fi_addr_t dest;
-    if (!peer->Lookup(rail->index(), &dest)) KVF_RETURN_IF_ERROR(peer->Resolve(rail, &dest));
+    KVF_RETURN_IF_ERROR(peer->Resolve(rail, &dest));
     const int peer_rail = peer->PeerRail(rail->index());
     if (peer_rail < 0 || static_cast<size_t>(peer_rail) >= route.desc->rails.size())
       return Status::Unavailable("segment " + peer->name() + " has no rail paired with local rail " +
                                  std::to_string(rail->index()));
-    const bool virt = route.desc->rails[peer_rail].virt_addr;
     const size_t max_msg = rail->info().max_msg_size;
     const auto& rchunks = route.remote->chunks;
     while (len > 0) {
@@ -399,14 +420,12 @@ struct Engine::Impl final : engine::Rerouter {
       s.owner = task;
       s.rail = static_cast<uint32_t>(rail->index());
       s.attempts = attempts;
-      s.remote_va = ra;
       s.write = write;
       s.local = reinterpret_cast<void*>(l);
       s.length = n;
       s.local_desc = mr->desc();
       s.dest = dest;
-      s.remote_addr = virt ? ra : ra - rc->addr;
-      s.remote_key = *key;
+      AimAt(route, peer_rail, ra, rc, &s);
       s.keepalive = route.local;
       out->push_back(std::move(s));
       l += n;
@@ -456,35 +475,26 @@ struct Engine::Impl final : engine::Rerouter {
       parts.emplace_back(off, n);
       off += n;
     }
-    task->Start(batch, static_cast<uint32_t>(parts.size()),
-                Clock::now() + std::chrono::milliseconds(settings.transfer_timeout_ms), settings.transfer_timeout_ms,
-                std::string(write ? "WRITE" : "READ") + " of " + std::to_string(r.length) + " bytes of " +
-                    p.local->location + " memory " + (write ? "to " : "from ") + p.peer->name(),
-                p.peer, this, route);
-    batch->outstanding_slices().fetch_add(static_cast<int64_t>(parts.size()));
+    StartTask(batch, task, p, route, parts.size());
     uint64_t planned[Peer::kMaxRails] = {};
+    const int64_t now = NowNs();
     for (const auto& [off, n] : parts) {
-      const size_t ri = ncand == 1 ? cand[0] : PickRail(cand, ncand, n, planned);
+      const size_t ri = ncand == 1 ? cand[0] : PickRail(cand, ncand, n, planned, now);
       planned[ri] += n;
       const uint64_t ra = r.remote_addr + off;
-      auto rc = RemoteChunkAt(rchunks, ra);
-      const int pr = p.peer->PeerRail(ri);
       fabric::Slice s;
       s.owner = task;
       s.rail = static_cast<uint32_t>(ri);
-      s.remote_va = ra;
       s.write = write;
       s.length = n;
-      s.remote_addr = p.desc->rails[pr].virt_addr ? ra : ra - rc->addr;
-      s.remote_key = *rc->keys[pr];
+      AimAt(*route, p.peer->PeerRail(ri), ra, RemoteChunkAt(rchunks, ra), &s);
       s.keepalive = route->local;
       s.device = p.local->device;
       s.device_addr = static_cast<uint8_t*>(r.local) + off;
       s.staging_slot = static_cast<int32_t>(staging->Acquire());
       s.local = staging->Address(static_cast<uint32_t>(s.staging_slot));
       s.local_desc = staging->Desc(ri);
-      Status st;
-      if (!p.peer->Lookup(ri, &s.dest)) st = p.peer->Resolve(rails[ri].get(), &s.dest);
+      Status st = p.peer->Resolve(rails[ri].get(), &s.dest);
       if (st.ok() && write) st = memory::cuda::Copy(s.local, s.device_addr, n, s.device);
       if (!st.ok()) {
         task->OnSliceDone(s, 0, st);  // releases the slot, fails the task
@@ -513,7 +523,8 @@ struct Engine::Impl final : engine::Rerouter {
     auto route = std::make_shared<Route>(Route{p.local, p.desc, p.remote});
     const auto usable = p.peer->usable_rails();
     size_t cand[Peer::kMaxRails];
-    const size_t ncand = Candidates(*p.peer, *usable, NowNs(), -1, /*fallback=*/true, p.local->near_rails, cand);
+    const int64_t now = NowNs();
+    const size_t ncand = Candidates(*p.peer, *usable, now, -1, /*fallback=*/true, p.local->near_rails, cand);
     if (ncand == 0) return Status::Unavailable("segment " + p.peer->name() + " has no usable rail");
     // GPU memory the rails did not register (no FI_HMEM): through staging.
     if (p.local->device >= 0 && !p.local->chunks.front().regions[cand[0]])
@@ -530,19 +541,13 @@ struct Engine::Impl final : engine::Rerouter {
     const uintptr_t l = reinterpret_cast<uintptr_t>(r.local);
     for (size_t off = 0; off < r.length;) {
       const size_t n = std::min(piece, r.length - off);
-      const size_t ri = ncand == 1 ? cand[0] : PickRail(cand, ncand, n, planned);
+      const size_t ri = ncand == 1 ? cand[0] : PickRail(cand, ncand, n, planned, now);
       planned[ri] += n;
       KVF_RETURN_IF_ERROR(MakeSlices(*route, write, p.peer.get(), rails[ri].get(), l + off, r.remote_addr + off, n,
                                      0, task, scratch));
       off += n;
     }
-    task->Start(batch, static_cast<uint32_t>(scratch->size()),
-                Clock::now() + std::chrono::milliseconds(settings.transfer_timeout_ms),
-                settings.transfer_timeout_ms,
-                std::string(write ? "WRITE" : "READ") + " of " + std::to_string(r.length) + " bytes " +
-                    (write ? "to " : "from ") + p.peer->name(),
-                p.peer, this, std::move(route));
-    batch->outstanding_slices().fetch_add(static_cast<int64_t>(scratch->size()));
+    StartTask(batch, task, p, std::move(route), scratch->size());
     if (piece < r.length)  // one queue operation per rail
       std::stable_sort(scratch->begin(), scratch->end(),
                        [](const fabric::Slice& a, const fabric::Slice& b) { return a.rail < b.rail; });
@@ -577,7 +582,7 @@ struct Engine::Impl final : engine::Rerouter {
         Candidates(*peer, *usable, now, static_cast<int>(s.rail), /*fallback=*/false, route->local->near_rails, cand);
     if (ncand == 0) return 0;
     uint64_t planned[Peer::kMaxRails] = {};
-    const size_t ri = PickRail(cand, ncand, s.length, planned);
+    const size_t ri = PickRail(cand, ncand, s.length, planned, now);
     fi_addr_t unused;
     if (!peer->Lookup(ri, &unused)) return 0;  // reconnecting after a restart: let the task fail
     std::vector<fabric::Slice> out;

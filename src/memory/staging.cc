@@ -14,18 +14,18 @@ Status StagingPool::Create(const std::vector<fabric::Rail*>& rails, size_t bytes
                                    std::to_string(slot_bytes) + ": needs at least 2 slots (KVF_STAGING_BYTES)");
   std::unique_ptr<StagingPool> p(new StagingPool());
   const size_t n = bytes / slot_bytes;
+  const size_t total = n * slot_bytes;
   p->slot_bytes_ = slot_bytes;
-  p->bytes_ = n * slot_bytes;
   void* mem = nullptr;
-  if (posix_memalign(&mem, 1 << 21, p->bytes_) != 0)
-    return Status::Unavailable("staging pool: cannot allocate " + std::to_string(p->bytes_) + " bytes");
+  if (posix_memalign(&mem, 1 << 21, total) != 0)
+    return Status::Unavailable("staging pool: cannot allocate " + std::to_string(total) + " bytes");
   p->base_ = static_cast<uint8_t*>(mem);
-  Status pin = cuda::PinHost(mem, p->bytes_);
+  Status pin = cuda::PinHost(mem, total);
   p->pinned_ = pin.ok();
   if (!pin.ok()) KVF_LOG_WARN("staging pool not pinned ({}): device copies will be slower", pin.message());
   p->regions_.resize(rails.size());
   for (fabric::Rail* r : rails)
-    KVF_RETURN_IF_ERROR(r->RegisterMemory(mem, p->bytes_, &p->regions_[r->index()], /*local_only=*/true)
+    KVF_RETURN_IF_ERROR(r->RegisterMemory(mem, total, &p->regions_[r->index()], /*local_only=*/true)
                             .Annotate("staging pool"));
   p->free_.reserve(n);
   for (size_t i = n; i-- > 0;) p->free_.push_back(static_cast<uint32_t>(i));

@@ -28,7 +28,6 @@ class StagingPool {
   StagingPool& operator=(const StagingPool&) = delete;
 
   size_t slot_bytes() const { return slot_bytes_; }
-  size_t slots() const { return free_.capacity(); }
   // Blocks until a slot is free. The caller must hand every slot back.
   uint32_t Acquire();
   void Release(uint32_t slot);
@@ -39,7 +38,6 @@ class StagingPool {
  private:
   StagingPool() = default;
   uint8_t* base_ = nullptr;
-  size_t bytes_ = 0;
   size_t slot_bytes_ = 0;
   bool pinned_ = false;
   std::vector<std::unique_ptr<fabric::MemoryRegion>> regions_;  // by rail index

@@ -24,6 +24,17 @@ def label_bytes(b):
     return "%d KiB" % (b >> 10) if b < (1 << 20) else "%d MiB" % (b >> 20)
 
 
+def finish(fig, ax, title, legend_loc, path):
+    """Title, legend and grid, then the PNG at `path` (returned)."""
+    ax.set_ylabel("MB/s")
+    ax.set_title(title)
+    ax.legend(fontsize=8, loc=legend_loc)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path
+
+
 def by_block(doc, out):
     rows = doc["even"]
     counts = sorted({r["rails"] for r in rows})
@@ -45,15 +56,9 @@ def by_block(doc, out):
     ax.set_xticks(blocks)
     ax.set_xticklabels([label_bytes(b) for b in blocks])
     ax.set_xlabel("block size (bytes per request)")
-    ax.set_ylabel("MB/s")
     ax.set_ylim(0, max(r["line_rate"] for r in rows) / 1e6 * 1.15)
-    ax.set_title("kvfabric over %s emulated rails (tcp, tbf-shaped veth)" % doc["args"]["rates"])
-    ax.legend(fontsize=8, loc="lower right")
-    ax.grid(alpha=0.3)
-    path = os.path.join(out, "lab-throughput-vs-block.png")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path
+    return finish(fig, ax, "kvfabric over %s emulated rails (tcp, tbf-shaped veth)" % doc["args"]["rates"],
+                  "lower right", os.path.join(out, "lab-throughput-vs-block.png"))
 
 
 def by_rails(doc, out):
@@ -75,15 +80,8 @@ def by_rails(doc, out):
             ax.plot(counts, ys, "-" + marker, label="kvfabric %s, %s blocks" % (op, label_bytes(b)))
     ax.set_xticks(counts)
     ax.set_xlabel("rails (each %s)" % doc["args"]["rates"])
-    ax.set_ylabel("MB/s")
     ax.set_ylim(0, max(lines) * 1.15)
-    ax.set_title("Throughput vs rails")
-    ax.legend(fontsize=8, loc="upper left")
-    ax.grid(alpha=0.3)
-    path = os.path.join(out, "lab-throughput-vs-rails.png")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path
+    return finish(fig, ax, "Throughput vs rails", "upper left", os.path.join(out, "lab-throughput-vs-rails.png"))
 
 
 def main():
