@@ -614,8 +614,14 @@ Status Engine::Create(const EngineConfig& config, std::unique_ptr<Engine>* out) 
   uint16_t port = 0;
   KVF_RETURN_IF_ERROR(metadata::ParseHostPort(config.local_server_name, &host, &port)
                           .Annotate("local_server_name"));
-  std::string bind_ip;
-  KVF_RETURN_IF_ERROR(metadata::ResolveIPv4(host, &bind_ip));
+  metadata::SocketAddress handshake_addr;
+  KVF_RETURN_IF_ERROR(metadata::ResolveHost(host, &handshake_addr).Annotate("local_server_name"));
+  // Only the handshake and the metadata go over IPv6: the fabric's data path
+  // stays IPv4, and SelectDomains picks the tcp interface by its IPv4
+  // address. So an IPv6 host asks for loopback (::1) or else the first
+  // non-loopback interface ("").
+  const bool v6 = handshake_addr.family() == AF_INET6;
+  std::string bind_ip = !v6 ? handshake_addr.ip() : handshake_addr.loopback() ? "127.0.0.1" : "";
 
   // GPU memory is possible only with the driver; without it libfabric must
   // not initialize CUDA either.
@@ -666,7 +672,7 @@ Status Engine::Create(const EngineConfig& config, std::unique_ptr<Engine>* out) 
   impl->registry->set_cuda(impl->settings.cuda);
 
   metadata::HandshakeServer::Options so;
-  so.host = bind_ip;
+  so.host = handshake_addr.ip();
   so.port = port;
   so.timeout_ms = impl->settings.handshake_timeout_ms;
   so.max_frame = static_cast<size_t>(impl->settings.handshake_max_frame);
@@ -676,7 +682,7 @@ Status Engine::Create(const EngineConfig& config, std::unique_ptr<Engine>* out) 
   KVF_RETURN_IF_ERROR(metadata::HandshakeServer::Start(
       so, [ip](uint16_t t, const std::string& p, std::string* r) { return ip->HandleRequest(t, p, r); },
       &impl->server));
-  impl->name = host + ":" + std::to_string(impl->server->port());
+  impl->name = metadata::FormatHostPort(host, impl->server->port());
 
   impl->progress = std::make_unique<fabric::Progress>(
       raw, static_cast<int>(impl->settings.progress_threads), impl->settings.progress_spin_us,

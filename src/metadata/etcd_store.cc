@@ -14,6 +14,7 @@
 
 #include "common/base64.h"
 #include "common/log.h"
+#include "metadata/frame.h"
 #include "metadata/store_impl.h"
 
 namespace kvfabric::metadata {
@@ -21,9 +22,15 @@ namespace {
 
 using nlohmann::json;
 
+struct Endpoint {
+  std::string name;  // as the URI spells it, for messages
+  std::string host;  // without brackets
+  uint16_t port = 0;
+};
+
 class EtcdStore final : public MetadataStore {
  public:
-  EtcdStore(std::string uri, std::vector<std::string> endpoints, const Settings& s)
+  EtcdStore(std::string uri, std::vector<Endpoint> endpoints, const Settings& s)
       : uri_(std::move(uri)), endpoints_(std::move(endpoints)), prefix_(s.metadata_prefix),
         lease_s_(s.metadata_lease_s), timeout_ms_(s.handshake_timeout_ms) {}
 
@@ -75,21 +82,24 @@ class EtcdStore final : public MetadataStore {
     const size_t n = endpoints_.size();
     for (size_t k = 0; k < n; ++k) {
       const size_t i = (current_.load() + k) % n;
-      httplib::Client c("http://" + endpoints_[i]);
+      // From host and port, not a URL: httplib 0.11 parses "http://[v6]" only
+      // for addresses of digits and colons ([::1] but not [fe80::1]).
+      const Endpoint& ep = endpoints_[i];
+      httplib::Client c(ep.host, ep.port);
       const int ms = static_cast<int>(timeout_ms_);
       c.set_connection_timeout(ms / 1000, (ms % 1000) * 1000);
       c.set_read_timeout(ms / 1000, (ms % 1000) * 1000);
       auto res = c.Post(path, body.dump(), "application/json");
       if (!res) {
-        last_error = endpoints_[i] + ": " + httplib::to_string(res.error());
+        last_error = ep.name + ": " + httplib::to_string(res.error());
         continue;
       }
       if (res->status != 200)
-        return Status::ProtocolError("etcd " + endpoints_[i] + path + ": HTTP " + std::to_string(res->status) + " " +
+        return Status::ProtocolError("etcd " + ep.name + path + ": HTTP " + std::to_string(res->status) + " " +
                                      res->body.substr(0, 200));
       *reply = json::parse(res->body, nullptr, /*allow_exceptions=*/false);
       if (reply->is_discarded())
-        return Status::ProtocolError("etcd " + endpoints_[i] + path + ": the reply is not JSON");
+        return Status::ProtocolError("etcd " + ep.name + path + ": the reply is not JSON");
       current_.store(i);
       return Status::OK();
     }
@@ -127,7 +137,7 @@ class EtcdStore final : public MetadataStore {
   }
 
   std::string uri_;
-  std::vector<std::string> endpoints_;
+  std::vector<Endpoint> endpoints_;
   std::string prefix_;
   int64_t lease_s_;
   int64_t timeout_ms_;
@@ -140,14 +150,24 @@ class EtcdStore final : public MetadataStore {
   bool stop_ = false;
 };
 
+// "host:port,[v6addr]:port,..." -> endpoints.
+Status ParseEndpoints(const std::string& uri, std::vector<Endpoint>* out) {
+  std::istringstream list(uri.substr(7));
+  for (std::string name; std::getline(list, name, ',');) {
+    if (name.empty()) continue;
+    Endpoint ep{name, "", 0};
+    KVF_RETURN_IF_ERROR(ParseHostPort(name, &ep.host, &ep.port).Annotate("metadata '" + uri + "'"));
+    out->push_back(std::move(ep));
+  }
+  if (out->empty()) return Status::InvalidArgument("metadata '" + uri + "': expected etcd://host:port[,host:port]");
+  return Status::OK();
+}
+
 }  // namespace
 
 Status OpenEtcdStore(const std::string& uri, const Settings& settings, std::unique_ptr<MetadataStore>* out) {
-  std::vector<std::string> endpoints;
-  std::istringstream list(uri.substr(7));
-  for (std::string ep; std::getline(list, ep, ',');)
-    if (!ep.empty()) endpoints.push_back(ep);
-  if (endpoints.empty()) return Status::InvalidArgument("metadata '" + uri + "': expected etcd://host:port[,host:port]");
+  std::vector<Endpoint> endpoints;
+  KVF_RETURN_IF_ERROR(ParseEndpoints(uri, &endpoints));
   if (settings.metadata_lease_s < 1) return Status::InvalidArgument("KVF_METADATA_LEASE_S must be at least 1");
   auto store = std::make_unique<EtcdStore>(uri, std::move(endpoints), settings);
   json r;

@@ -1,5 +1,3 @@
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -19,25 +17,23 @@ Status HandshakeServer::Start(const Options& options, Handler handler,
   std::unique_ptr<HandshakeServer> s(new HandshakeServer());
   s->options_ = options;
   s->handler_ = std::move(handler);
-  std::string ip;
-  KVF_RETURN_IF_ERROR(ResolveIPv4(options.host, &ip));
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(options.port);
-  inet_pton(AF_INET, ip.c_str(), &sa.sin_addr);
-  s->listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (s->listen_fd_ < 0) return Status::NetworkError(std::string("socket: ") + std::strerror(errno));
+  // The family follows the address: an IPv6 host gets an AF_INET6 socket
+  // bound to exactly that address (IPV6_V6ONLY stays the system default).
+  SocketAddress sa;
+  KVF_RETURN_IF_ERROR(ResolveHost(options.host, &sa).Annotate("handshake server"));
+  sa.set_port(options.port);
+  const std::string where = FormatHostPort(options.host, options.port);
+  KVF_RETURN_IF_ERROR(OpenTcpSocket(sa.family(), where, &s->listen_fd_).Annotate("handshake server"));
   int one = 1;
   setsockopt(s->listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  const std::string where = options.host + ":" + std::to_string(options.port);
-  if (bind(s->listen_fd_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0)
+  if (bind(s->listen_fd_, sa.get(), sa.length) != 0)
     return Status::NetworkError("handshake server cannot bind " + where + ": " + std::strerror(errno) +
                                 " (choose another port or a local address)");
   if (listen(s->listen_fd_, 128) != 0)
     return Status::NetworkError("listen on " + where + ": " + std::strerror(errno));
-  socklen_t len = sizeof(sa);
-  getsockname(s->listen_fd_, reinterpret_cast<sockaddr*>(&sa), &len);
-  s->port_ = ntohs(sa.sin_port);
+  socklen_t len = sizeof(sa.storage);
+  getsockname(s->listen_fd_, sa.get(), &len);
+  s->port_ = sa.port();
   s->stop_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   HandshakeServer* raw = s.get();
   s->acceptor_ = std::thread([raw] { raw->AcceptLoop(); });

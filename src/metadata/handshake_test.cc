@@ -10,6 +10,8 @@
 #include <chrono>
 #include <thread>
 
+#include "metadata/store.h"
+
 namespace kvfabric::metadata {
 namespace {
 
@@ -209,6 +211,171 @@ TEST(FrameTest, ParseHostPort) {
   EXPECT_FALSE(ParseHostPort("a:", &h, &p).ok());
   EXPECT_FALSE(ParseHostPort("a:99999", &h, &p).ok());
   EXPECT_FALSE(ParseHostPort("a:8x", &h, &p).ok());
+}
+
+TEST(FrameTest, ParseHostPortIPv6) {
+  std::string h;
+  uint16_t p = 1;
+  ASSERT_TRUE(ParseHostPort("[::1]:15000", &h, &p).ok());
+  EXPECT_EQ(h, "::1");
+  EXPECT_EQ(p, 15000);
+  ASSERT_TRUE(ParseHostPort("[fe80::1:abcd]:0", &h, &p).ok());
+  EXPECT_EQ(h, "fe80::1:abcd");
+  EXPECT_EQ(p, 0);
+  ASSERT_TRUE(ParseHostPort("[2001:db8::a]:65535", &h, &p).ok());
+  EXPECT_EQ(h, "2001:db8::a");
+  EXPECT_EQ(p, 65535);
+  // A bare IPv6 literal, with or without something that might be a port.
+  for (const char* bare : {"::1", "fe80::1", "::1:80", "2001:db8::a:15000"}) {
+    Status s = ParseHostPort(bare, &h, &p);
+    EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << bare;
+    EXPECT_NE(s.message().find("[addr]:port"), std::string::npos) << s.ToString();
+    EXPECT_NE(s.message().find(bare), std::string::npos) << s.ToString();
+  }
+  for (const char* bad : {"[::1]", "[::1]:", "[::1]80", "[::1:80", "[]:80", "[host]:80", "a[b]:80", "::1]:80",
+                          "[::1]:99999", "[::1]:-1", "a:+80", "a: 80", "a:-0"})
+    EXPECT_EQ(ParseHostPort(bad, &h, &p).code(), Status::Code::kInvalidArgument) << bad;
+}
+
+TEST(FrameTest, FormatHostPortRoundTrips) {
+  EXPECT_EQ(FormatHostPort("::1", 15000), "[::1]:15000");
+  EXPECT_EQ(FormatHostPort("fe80::1", 0), "[fe80::1]:0");
+  EXPECT_EQ(FormatHostPort("10.0.0.2", 80), "10.0.0.2:80");
+  EXPECT_EQ(FormatHostPort("host.example", 65535), "host.example:65535");
+  for (const std::string host : {"::1", "2001:db8::a", "127.0.0.1", "localhost"}) {
+    std::string h;
+    uint16_t p = 0;
+    ASSERT_TRUE(ParseHostPort(FormatHostPort(host, 4242), &h, &p).ok()) << host;
+    EXPECT_EQ(h, host);
+    EXPECT_EQ(p, 4242);
+  }
+}
+
+TEST(FrameTest, ResolveHostBothFamilies) {
+  SocketAddress a;
+  ASSERT_TRUE(ResolveHost("127.0.0.1", &a).ok());
+  EXPECT_EQ(a.family(), AF_INET);
+  EXPECT_EQ(a.ip(), "127.0.0.1");
+  EXPECT_TRUE(a.loopback());
+  a.set_port(15000);
+  EXPECT_EQ(a.port(), 15000);
+  ASSERT_TRUE(ResolveHost("::1", &a).ok());
+  EXPECT_EQ(a.family(), AF_INET6);
+  EXPECT_EQ(a.length, sizeof(sockaddr_in6));
+  EXPECT_EQ(a.ip(), "::1");
+  EXPECT_TRUE(a.loopback());
+  a.set_port(15001);
+  EXPECT_EQ(a.port(), 15001);
+  ASSERT_TRUE(ResolveHost("2001:db8::a", &a).ok());
+  EXPECT_EQ(a.family(), AF_INET6);
+  EXPECT_EQ(a.ip(), "2001:db8::a");
+  EXPECT_FALSE(a.loopback());
+  ASSERT_TRUE(ResolveHost("10.1.2.3", &a).ok());
+  EXPECT_FALSE(a.loopback());
+  // A name that has an IPv4 address resolves to it, as before IPv6 support.
+  std::string v4;
+  ASSERT_TRUE(ResolveHost("localhost", &a).ok());
+  EXPECT_TRUE(a.loopback()) << a.ip();
+  if (ResolveIPv4("localhost", &v4).ok()) {
+    EXPECT_EQ(a.family(), AF_INET);
+    EXPECT_EQ(a.ip(), v4);
+  }
+}
+
+TEST(FrameTest, ResolveErrorsNameTheHost) {
+  SocketAddress a;
+  Status s = ResolveHost("fe80::zz", &a);
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("'fe80::zz'"), std::string::npos) << s.ToString();
+  s = ResolveHost("no-such-host.invalid", &a);
+  EXPECT_EQ(s.code(), Status::Code::kNotFound);
+  EXPECT_NE(s.message().find("'no-such-host.invalid'"), std::string::npos) << s.ToString();
+  EXPECT_FALSE(ResolveHost("", &a).ok());
+  std::string ip;
+  s = ResolveIPv4("::1", &ip);
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("IPv6"), std::string::npos) << s.ToString();
+}
+
+// Whether this host can bind the IPv6 loopback (containers often cannot).
+bool HaveIPv6Loopback() {
+  int fd = socket(AF_INET6, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  sockaddr_in6 sa{};
+  sa.sin6_family = AF_INET6;
+  sa.sin6_addr = in6addr_loopback;
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0;
+  close(fd);
+  return ok;
+}
+
+TEST(HandshakeIPv6Test, ServerOnV6LoopbackAnswersBracketedNames) {
+  if (!HaveIPv6Loopback()) GTEST_SKIP() << "this host cannot bind the IPv6 loopback ::1 (IPv6 disabled?)";
+  static const char kRaw[] = "{\"segment\":\0\xff}";  // embedded NUL and a high byte
+  const std::string desc(kRaw, sizeof(kRaw) - 1);
+  HandshakeServer::Options o;
+  o.host = "::1";
+  o.timeout_ms = 1000;
+  std::unique_ptr<HandshakeServer> server;
+  ASSERT_TRUE(HandshakeServer::Start(o, [&desc](uint16_t type, const std::string& p, std::string* r) {
+    if (type == kProbe) *r = "[::1]:probe";
+    else if (type == kGetSegment) *r = desc;
+    else *r = "notify:" + p;
+    return Status::OK();
+  }, &server).ok());
+  ASSERT_NE(server->port(), 0);
+  const std::string addr = FormatHostPort("::1", server->port());
+  EXPECT_EQ(addr, "[::1]:" + std::to_string(server->port()));
+  std::string r;
+  ASSERT_TRUE(HandshakeCall(addr, kProbe, "", {1000, 4096, ""}, &r).ok());
+  EXPECT_EQ(r, "[::1]:probe");
+  ASSERT_TRUE(HandshakeCall(addr, kGetSegment, "", {1000, 4096, ""}, &r).ok());
+  EXPECT_EQ(r, desc);
+  ASSERT_TRUE(HandshakeCall(addr, kNotify, std::string("a\0b", 3), {1000, 4096, ""}, &r).ok());
+  EXPECT_EQ(r, std::string("notify:a\0b", 10));
+  // Bound to ::1 exactly: not reachable over IPv4, and the bare form is refused.
+  EXPECT_EQ(HandshakeCall("127.0.0.1:" + std::to_string(server->port()), kProbe, "", {500, 4096, ""}, &r).code(),
+            Status::Code::kNetworkError);
+  Status s = HandshakeCall("::1:" + std::to_string(server->port()), kProbe, "", {500, 4096, ""}, &r);
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("[addr]:port"), std::string::npos) << s.ToString();
+}
+
+TEST(HandshakeIPv6Test, ConnectErrorsNameTheBracketedAddress) {
+  if (!HaveIPv6Loopback()) GTEST_SKIP() << "this host cannot bind the IPv6 loopback ::1 (IPv6 disabled?)";
+  std::string r;
+  Status s = HandshakeCall("[::1]:1", kProbe, "", {500, 4096, ""}, &r);
+  EXPECT_EQ(s.code(), Status::Code::kNetworkError) << s.ToString();
+  EXPECT_NE(s.message().find("[::1]:1"), std::string::npos) << s.ToString();
+  // Binding an address this host does not have fails and says where.
+  HandshakeServer::Options o;
+  o.host = "2001:db8::1";
+  std::unique_ptr<HandshakeServer> server;
+  s = HandshakeServer::Start(o, [](uint16_t, const std::string&, std::string*) { return Status::OK(); }, &server);
+  EXPECT_EQ(s.code(), Status::Code::kNetworkError) << s.ToString();
+  EXPECT_NE(s.message().find("[2001:db8::1]:0"), std::string::npos) << s.ToString();
+}
+
+TEST(StoreUriTest, IPv6EndpointsNeedBrackets) {
+  Settings settings;
+  settings.handshake_timeout_ms = 300;
+  std::unique_ptr<MetadataStore> store;
+  for (const char* uri : {"etcd://::1:2379", "etcd://127.0.0.1:2379,::1:2379", "http://::1:8080/metadata",
+                          "http://fe80::1/metadata"}) {
+    Status s = OpenMetadataStore(uri, settings, &store);
+    EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << uri;
+    EXPECT_NE(s.message().find("[addr]:port"), std::string::npos) << s.ToString();
+    EXPECT_NE(s.message().find(uri), std::string::npos) << s.ToString();
+  }
+  // Bracketed, they parse; nothing listens on port 1, and the errors say where.
+  Status s = OpenMetadataStore("etcd://[::1]:1", settings, &store);
+  EXPECT_EQ(s.code(), Status::Code::kNetworkError) << s.ToString();
+  EXPECT_NE(s.message().find("[::1]:1"), std::string::npos) << s.ToString();
+  ASSERT_TRUE(OpenMetadataStore("http://[::1]:1/metadata", settings, &store).ok());
+  std::string d;
+  s = store->Fetch("x", &d);
+  EXPECT_EQ(s.code(), Status::Code::kNetworkError) << s.ToString();
+  EXPECT_NE(s.message().find("http://[::1]:1/metadata"), std::string::npos) << s.ToString();
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 #include <httplib.h>
 
 #include "common/log.h"
+#include "metadata/frame.h"
 #include "metadata/store_impl.h"
 
 namespace kvfabric::metadata {
@@ -9,8 +10,10 @@ namespace {
 
 class HttpStore final : public MetadataStore {
  public:
-  HttpStore(std::string uri, std::string base, std::string path, const Settings& s)
-      : uri_(std::move(uri)), path_(std::move(path)), prefix_(s.metadata_prefix), client_(base) {
+  // From host and port, not a URL: httplib 0.11 parses "http://[v6]" only for
+  // addresses of digits and colons ([::1] but not [fe80::1]).
+  HttpStore(std::string uri, const std::string& host, uint16_t port, std::string path, const Settings& s)
+      : uri_(std::move(uri)), path_(std::move(path)), prefix_(s.metadata_prefix), client_(host, port) {
     const int ms = static_cast<int>(s.handshake_timeout_ms);
     client_.set_connection_timeout(ms / 1000, (ms % 1000) * 1000);
     client_.set_read_timeout(ms / 1000, (ms % 1000) * 1000);
@@ -61,16 +64,28 @@ class HttpStore final : public MetadataStore {
   httplib::Client client_;
 };
 
+// The authority of an http:// URI: "host:port" or "[v6addr]:port"; without
+// a port, 80.
+Status ParseAuthority(const std::string& authority, std::string* host, uint16_t* port) {
+  const size_t end = authority.rfind(']');
+  const bool has_port = authority.find(':', end == std::string::npos ? 0 : end) != std::string::npos;
+  if (has_port || authority.empty()) return ParseHostPort(authority, host, port);
+  return ParseHostPort(authority + ":80", host, port);
+}
+
 }  // namespace
 
 Status OpenHttpStore(const std::string& uri, const Settings& settings, std::unique_ptr<MetadataStore>* out) {
   // http://host:port/path
   const std::string rest = uri.substr(7);
   const size_t slash = rest.find('/');
-  const std::string hostport = rest.substr(0, slash);
+  const std::string authority = rest.substr(0, slash);
   const std::string path = slash == std::string::npos ? "/" : rest.substr(slash);
-  if (hostport.empty()) return Status::InvalidArgument("metadata '" + uri + "': expected http://host:port/path");
-  *out = std::make_unique<HttpStore>(uri, "http://" + hostport, path, settings);
+  if (authority.empty()) return Status::InvalidArgument("metadata '" + uri + "': expected http://host:port/path");
+  std::string host;
+  uint16_t port = 0;
+  KVF_RETURN_IF_ERROR(ParseAuthority(authority, &host, &port).Annotate("metadata '" + uri + "'"));
+  *out = std::make_unique<HttpStore>(uri, host, port, path, settings);
   return Status::OK();
 }
 

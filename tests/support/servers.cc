@@ -1,6 +1,7 @@
 #include "tests/support/servers.h"
 
 #include <httplib.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -17,16 +18,40 @@
 
 namespace kvfabric::testing {
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+int FreePort(const std::string& host) {
+  const bool v6 = host.find(':') != std::string::npos;
+  sockaddr_storage a{};
+  socklen_t len = v6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+  if (v6) {
+    auto* a6 = reinterpret_cast<sockaddr_in6*>(&a);
+    a6->sin6_family = AF_INET6;
+    if (inet_pton(AF_INET6, host.c_str(), &a6->sin6_addr) != 1) return 0;
+  } else {
+    auto* a4 = reinterpret_cast<sockaddr_in*>(&a);
+    a4->sin_family = AF_INET;
+    if (inet_pton(AF_INET, host.c_str(), &a4->sin_addr) != 1) return 0;
+  }
+  int fd = socket(a.ss_family, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), len) == 0 &&
                   getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
   close(fd);
-  return ok ? ntohs(a.sin_port) : 0;
+  if (!ok) return 0;
+  return ntohs(v6 ? reinterpret_cast<sockaddr_in6*>(&a)->sin6_port : reinterpret_cast<sockaddr_in*>(&a)->sin_port);
+}
+
+bool WaitHttpReady(const std::string& host, int port, const std::string& method, const std::string& path, pid_t pid) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < until) {
+    int st;
+    if (waitpid(pid, &st, WNOHANG) == pid) return false;
+    httplib::Client c(host, port);
+    c.set_connection_timeout(0, 200000);
+    auto r = method == "POST" ? c.Post(path, "{}", "application/json") : c.Get(path);
+    if (r && r->status < 500) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
 }
 
 namespace {
@@ -44,21 +69,6 @@ pid_t Spawn(const std::vector<std::string>& argv) {
     _exit(127);
   }
   return pid;
-}
-
-// Polls `path` on 127.0.0.1:port until it answers (any HTTP status) or 20 s pass.
-bool WaitReady(int port, const std::string& method, const std::string& path, pid_t pid) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (std::chrono::steady_clock::now() < until) {
-    int st;
-    if (waitpid(pid, &st, WNOHANG) == pid) return false;
-    httplib::Client c("127.0.0.1", port);
-    c.set_connection_timeout(0, 200000);
-    auto r = method == "POST" ? c.Post(path, "{}", "application/json") : c.Get(path);
-    if (r && r->status < 500) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return false;
 }
 
 }  // namespace
@@ -89,7 +99,7 @@ std::unique_ptr<Server> StartEtcd(std::string* error) {
   s->pid = Spawn({bin, "--name", "kvf-test", "--data-dir", s->data_dir, "--listen-client-urls", c,
                   "--advertise-client-urls", c, "--listen-peer-urls", p, "--initial-advertise-peer-urls", p,
                   "--initial-cluster", "kvf-test=" + p});
-  if (!WaitReady(client, "POST", "/v3/maintenance/status", s->pid)) {
+  if (!WaitHttpReady("127.0.0.1", client, "POST", "/v3/maintenance/status", s->pid)) {
     *error = "etcd did not start on " + c;
     return nullptr;
   }
@@ -101,7 +111,7 @@ std::unique_ptr<Server> StartHttpMetadataServer(std::string* error) {
   auto s = std::make_unique<Server>();
   const int port = FreePort();
   s->pid = Spawn({KVF_METADATA_SERVER_PATH, "--port", std::to_string(port)});
-  if (!WaitReady(port, "GET", "/metadata?key=probe", s->pid)) {
+  if (!WaitHttpReady("127.0.0.1", port, "GET", "/metadata?key=probe", s->pid)) {
     *error = std::string("kvfabric-metadata-server did not start (") + KVF_METADATA_SERVER_PATH + ")";
     return nullptr;
   }

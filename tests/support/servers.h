@@ -17,9 +17,14 @@ class Server {
   std::string data_dir;  // removed at the end
 };
 
-// A loopback TCP port that was free a moment ago (for servers that need a
-// fixed port, such as a target restarted under the same name); 0 if none.
-int FreePort();
+// A TCP port of `host` (an IPv4 or IPv6 literal: "127.0.0.1", "::1") that
+// was free a moment ago (for servers that need a fixed port, such as a
+// target restarted under the same name); 0 if none, e.g. no IPv6 loopback.
+int FreePort(const std::string& host = "127.0.0.1");
+
+// Whether an HTTP server on host:port answers `method` `path` (any status
+// below 500) within 20 s, while process `pid` runs.
+bool WaitHttpReady(const std::string& host, int port, const std::string& method, const std::string& path, pid_t pid);
 
 // Null with `error` saying why (for example, no etcd binary: tests skip).
 std::unique_ptr<Server> StartEtcd(std::string* error);

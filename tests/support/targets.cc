@@ -1,5 +1,7 @@
 #include "tests/support/targets.h"
 
+#include "tests/support/process.h"
+
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -97,17 +99,7 @@ class ProcessTarget : public Target {
     Send(cmd);
     return ReadLine(60000);
   }
-  std::string ReadLine(int timeout_ms) {
-    std::string line;
-    for (;;) {
-      pollfd p{out_, POLLIN, 0};
-      if (poll(&p, 1, timeout_ms) <= 0) return line + " <timeout>";
-      char c;
-      if (read(out_, &c, 1) != 1) return line + " <eof>";
-      if (c == '\n') return line;
-      line.push_back(c);
-    }
-  }
+  std::string ReadLine(int timeout_ms) { return testing::ReadLine(out_, timeout_ms); }
   pid_t pid_ = -1;
   int in_ = -1, out_ = -1;
 };
