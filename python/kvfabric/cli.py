@@ -142,16 +142,81 @@ def cmd_doctor(args: argparse.Namespace, rest: list[str]) -> int:
     return 1 if any(l == "fail" for l, _, _ in rows) else 0
 
 
+def _shim_loads(st: dict) -> str:
+    """What `import mooncake.engine` gave, in words, from shim.status()."""
+    if st["loads"] == "kvfabric":
+        return f"kvfabric's shim ({st['module']}, {st['file']})"
+    if st["loads"] == "mooncake":
+        return f"the real Mooncake ({st['file']}{'; ' + st['version'] if st['version'] else ''})"
+    return f"nothing importable ({st['error']})"
+
+
+def _shim_advice(st: dict) -> str:
+    """What to do when the shim is not what loads."""
+    if st["disabled"]:
+        return "KVF_MOONCAKE_SHIM=0 is set in this environment: unset it to turn the shim on"
+    if st["mode"] is None:
+        if st["real"]:
+            return ("run `kvfabric mooncake-shim install --force` to make it load kvfabric beside the real Mooncake "
+                    "(or pip uninstall -y mooncake-transfer-engine, then `kvfabric mooncake-shim install`)")
+        return "run `kvfabric mooncake-shim install` to make it load kvfabric"
+    if st["loads"] == "mooncake" and st["mode"] == "default":
+        return ("the real Mooncake wins over the shim: pip uninstall -y mooncake-transfer-engine, or "
+                "`kvfabric mooncake-shim install --force` to put kvfabric first")
+    if st["loads"] is None:
+        return "the shim is installed but the import fails: the error above says why"
+    return (f"the shim is installed but a fresh interpreter did not take it: is {os.path.dirname(st['pth'])} "
+            "one of its site directories?")
+
+
+def _print_shim_status(st: dict) -> None:
+    print(f"import mooncake.engine loads: {_shim_loads(st)}")
+    if st["mode"] is None:
+        print(f"shim: not installed (no {st['pth']})")
+    else:
+        print(f"shim: installed{' with --force' if st['mode'] == 'forced' else ''}: {st['pth']}")
+    real = ", ".join(st["real"]) + (f" ({st['version']})" if st["version"] else "") if st["real"] else "none found"
+    print(f"real Mooncake package: {real}")
+
+
 def cmd_mooncake_shim(args: argparse.Namespace, rest: list[str]) -> int:
+    """install / uninstall / status of the Mooncake shim. Every action reports
+    what `import mooncake.engine` then loads in a fresh interpreter; status and
+    install exit 0 only when that is kvfabric."""
     from .compat import shim
 
+    if args.force and args.action != "install":
+        print("kvfabric: --force applies to `mooncake-shim install` only", file=sys.stderr)
+        return 2
+    path = shim.pth_path(args.site_dir)
+    if args.action == "status":
+        st = shim.status(args.site_dir)
+        _print_shim_status(st)
+        if st["loads"] != "kvfabric":
+            print(_shim_advice(st))
+            return 1
+        return 0
+    try:
+        if args.action == "install":
+            shim.install(force=args.force, site_dir=args.site_dir)
+            print(f"installed {path}" + (" with --force: kvfabric goes ahead of a real Mooncake" if args.force else ""))
+        else:
+            print(f"removed {path}" if shim.uninstall(args.site_dir) else f"was not installed (no {path})")
+    except shim.MooncakePresentError as err:
+        print(f"kvfabric: not installing the Mooncake shim: {err}", file=sys.stderr)
+        return 1
+    except OSError as err:
+        hint = "; run as the owner of this environment" if isinstance(err, PermissionError) else ""
+        print(f"kvfabric: cannot {'write' if args.action == 'install' else 'remove'} {path}: {err.strerror}{hint}",
+              file=sys.stderr)
+        return 1
+    st = shim.status(args.site_dir)
+    print(f"import mooncake.engine now loads: {_shim_loads(st)}")
     if args.action == "install":
-        print(f"installed {shim.install()}: `from mooncake.engine import TransferEngine` now gives kvfabric's "
-              "(a real Mooncake, if installed, still wins; KVF_MOONCAKE_SHIM=0 disables it per process)")
-    elif args.action == "uninstall":
-        print("removed" if shim.uninstall() else "was not installed")
-    else:
-        print(f"installed: {shim.pth_path()}" if os.path.exists(shim.pth_path()) else "not installed")
+        if st["loads"] != "kvfabric":
+            print(_shim_advice(st))
+            return 1
+        print("KVF_MOONCAKE_SHIM=0 turns it off for one process")
     return 0
 
 
@@ -179,8 +244,21 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("doctor", help="check this host for known EFA/libfabric pitfalls")
     d.add_argument("--json", action="store_true")
     d.set_defaults(fn=cmd_doctor)
-    ms = sub.add_parser("mooncake-shim", help="let `import mooncake.engine` load kvfabric (vLLM, SGLang unchanged)")
+    ms = sub.add_parser("mooncake-shim", help="let `import mooncake.engine` load kvfabric (vLLM, SGLang unchanged)",
+                        description="install writes kvfabric_mooncake_shim.pth into site-packages so that "
+                                    "`import mooncake.engine` loads kvfabric.compat.mooncake; it refuses (exit 1) "
+                                    "when a real Mooncake package is importable, unless --force. uninstall removes it. "
+                                    "status reports what `import mooncake.engine` really loads in a fresh "
+                                    "interpreter: exit 0 when it is kvfabric's shim, 1 otherwise. "
+                                    "See docs/mooncake-shim.md.")
     ms.add_argument("action", choices=["install", "uninstall", "status"])
+    ms.add_argument("--force", action="store_true",
+                    help="install: put kvfabric ahead of an installed Mooncake for mooncake.engine; the real "
+                         "package's other modules stay importable")
+    ms.add_argument("--site-dir", default=None,
+                    help="the directory that holds the .pth (default: this environment's site-packages); "
+                         "the fresh interpreter that checks the result processes it with site.addsitedir. "
+                         "For tests")
     ms.set_defaults(fn=cmd_mooncake_shim)
     return ap
 
