@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build python run test fuzz soak bench lab-bench docs clean
+.PHONY: all deps build python run test check fuzz soak bench lab-bench docs clean
 
 all: build
 
@@ -40,6 +40,12 @@ test: build python
 	scripts/fuzz.sh
 	$(MAKE) --no-print-directory soak
 
+# The edit loop: build, the C++ tests and pytest, without the fuzzers and
+# the soak that `make test` (what CI runs) adds.
+check: build python
+	cd $(BUILD) && ctest --output-on-failure --timeout 300 -E 'Lab\.'
+	$(PY) -m pytest -q python/tests
+
 # Randomized multi-process run with target restarts, every byte verified;
 # SOAK_SECONDS long (2 minutes in make test).
 SOAK_SECONDS ?= 120
@@ -53,7 +59,8 @@ fuzz: deps
 # The figures of docs/benchmarks.md: more repetitions, medians.
 bench: build python
 	python3 tools/bench/compare.py --build $(BUILD) --reps 5 --duration 4 --verify --json_out $(BUILD)/bench.json
-	$(PY) tools/bench/python_vs_cpp.py --build $(BUILD) --reps 5 --duration 3 --ops write,read --json_out $(BUILD)/bench-python.json
+	$(PY) tools/bench/python_vs_cpp.py --build $(BUILD) --reps 5 --duration 3 --ops write,read \
+	    --shapes 65536x128,128x1048576 --json_out $(BUILD)/bench-python.json
 
 # The multi-rail figures of docs/benchmarks.md on the emulated fabric (root:
 # tests/lab/lab.sh builds 2 namespaces x 4 rails at 2 Gbit/s), then the plots.

@@ -91,7 +91,8 @@ void kvf_engine_destroy(kvf_engine* engine);
 /* The name peers open this engine by ("host:port"); owned by the engine. */
 const char* kvf_engine_name(const kvf_engine* engine);
 
-/* location: "cpu:N" or "cuda:N"; NULL means "cpu:0". */
+/* location: "cpu:N", "cuda:N" or "*" (detect: device memory the CUDA driver
+ * knows becomes cuda:N, anything else cpu:<its NUMA node>); NULL means "*". */
 int kvf_register_memory(kvf_engine* engine, void* addr, size_t length, const char* location);
 int kvf_unregister_memory(kvf_engine* engine, void* addr);
 int kvf_register_memory_batch(kvf_engine* engine, void* const* addrs, const size_t* lengths, size_t count,

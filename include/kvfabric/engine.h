@@ -48,7 +48,9 @@ struct TransferStatus {
 struct BufferEntry {
   void* addr = nullptr;
   size_t length = 0;
-  std::string location = "cpu:0";  // "cpu:N" (NUMA node) or "cuda:N"
+  // "cpu:N" (NUMA node), "cuda:N", or "*": ask the CUDA driver whether this
+  // is device memory (and whose), else the NUMA node of its first page.
+  std::string location = "*";
 };
 
 // A registered buffer of a segment, as its owner published it.
@@ -97,8 +99,9 @@ class Engine {
   // The rails with their counters as of now.
   std::vector<RailInfo> rails() const;
 
-  // Memory. Registration covers every rail that serves `location`.
-  Status RegisterMemory(void* addr, size_t length, const std::string& location = "cpu:0");
+  // Memory. Registration covers every rail that serves `location` (see
+  // BufferEntry::location; "*" detects it).
+  Status RegisterMemory(void* addr, size_t length, const std::string& location = "*");
   Status UnregisterMemory(void* addr);
   Status RegisterMemoryBatch(const std::vector<BufferEntry>& buffers);
   Status UnregisterMemoryBatch(const std::vector<void*>& addrs);

@@ -76,14 +76,14 @@ def buffer_address(buf: Local, length: int | None = None, writable: bool = False
     if isinstance(buf, int):
         if length is None:
             raise InvalidArgumentError("an int address needs a length")
-        return buf, int(length), "cpu:0"
+        return buf, int(length), "*"  # the engine asks the CUDA driver: host or cuda:N
     addr, nbytes, dev_type, dev_id, readonly = _core.buffer_info(buf)
     if readonly and writable:
         raise InvalidArgumentError(
             f"a read-only {type(buf).__name__} cannot be registered: peers could write into it; "
             "use a bytearray or a writable array")
     if dev_type in (_DL_CPU, _DL_CUDA_HOST):
-        location = "cpu:0"
+        location = "*"  # host memory: the engine finds its NUMA node
     elif dev_type == _DL_CUDA:
         location = f"cuda:{dev_id}"
     else:
@@ -218,7 +218,10 @@ class Engine:
 
         ``buf`` is an int address (with ``length``), or a bytearray, memoryview,
         numpy array, torch tensor or any DLPack object (kept alive until
-        unregistered). ``location`` defaults to the buffer's device.
+        unregistered). ``location`` ("cpu:N", "cuda:N" or "*") defaults to the
+        object's DLPack device, and for an int address to "*": the engine asks
+        the CUDA driver whether it is device memory (a raw CUDA tensor
+        pointer registers as cuda:N), else host memory on its NUMA node.
         """
         addr, nbytes, loc = buffer_address(buf, length, writable=True)
         self._core.register(addr, nbytes, location or loc)

@@ -10,6 +10,10 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <ctime>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -19,8 +23,11 @@
 
 #include <rdma/fabric.h>
 
+#include "common/log.h"
 #include "fabric/fabric_info.h"
 #include "kvfabric/engine.h"
+#include "memory/cuda.h"
+#include "topology/topology.h"
 
 namespace nb = nanobind;
 using kvfabric::Status;
@@ -57,6 +64,35 @@ std::vector<kvfabric::TransferRequest> ToRequests(const std::vector<Request>& in
               raddr, static_cast<size_t>(len)};
   }
   return out;
+}
+
+// Mooncake's batch shape: one target, one opcode, and parallel lists of local
+// addresses, remote addresses and lengths, already converted from Python
+// (nanobind converts each list in one pass, with the GIL held).
+std::vector<kvfabric::TransferRequest> ListRequests(kvfabric::SegmentHandle target, int op,
+                                                    const std::vector<uint64_t>& locals,
+                                                    const std::vector<uint64_t>& remotes,
+                                                    const std::vector<uint64_t>& lengths) {
+  if (op != 0 && op != 1) Check(Status::InvalidArgument("opcode must be 0 (READ) or 1 (WRITE)"));
+  if (locals.size() != remotes.size() || locals.size() != lengths.size())
+    Check(Status::InvalidArgument(std::to_string(locals.size()) + " local addresses, " +
+                                  std::to_string(remotes.size()) + " remote addresses and " +
+                                  std::to_string(lengths.size()) + " lengths: the lists must have one entry each"));
+  const auto opcode = op == 0 ? kvfabric::OpCode::kRead : kvfabric::OpCode::kWrite;
+  std::vector<kvfabric::TransferRequest> out(locals.size());
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i] = {opcode, reinterpret_cast<void*>(static_cast<uintptr_t>(locals[i])), target, remotes[i],
+              static_cast<size_t>(lengths[i])};
+  return out;
+}
+
+// A peer name as Mooncake's callers write it: vLLM builds f"{get_ip()}:{port}",
+// so an IPv6 peer arrives as "fe80::1:15000"; the engine names it
+// "[fe80::1]:15000" (the last colon separates the port).
+std::string MooncakeName(const std::string& name) {
+  if (name.empty() || name.front() == '[' || std::count(name.begin(), name.end(), ':') < 2) return name;
+  const size_t colon = name.rfind(':');
+  return "[" + name.substr(0, colon) + "]" + name.substr(colon);
 }
 
 StatusTuple ToTuple(const kvfabric::TransferStatus& s) {
@@ -173,8 +209,72 @@ class PyEngine {
   void FreeBatch(uint64_t batch) { Check(e().FreeBatch(batch)); }
   void Transfer(const std::vector<kvfabric::TransferRequest>& reqs) { Check(e().Transfer(reqs)); }
 
+  // The list forms (called with the GIL released): the target by name
+  // (opened once, then cached by the engine; see MooncakeName), one opcode,
+  // parallel lists.
+  void TransferTo(const std::string& target, int op, const std::vector<uint64_t>& locals,
+                  const std::vector<uint64_t>& remotes, const std::vector<uint64_t>& lengths) {
+    EngineTime t(this);
+    auto reqs = ListRequests(OpenSegment(MooncakeName(target)), op, locals, remotes, lengths);
+    if (!reqs.empty()) Transfer(reqs);
+  }
+  // Allocates a batch, submits the lists and returns its id (never 0); on
+  // any failure nothing stays allocated.
+  uint64_t SubmitTo(const std::string& target, int op, const std::vector<uint64_t>& locals,
+                    const std::vector<uint64_t>& remotes, const std::vector<uint64_t>& lengths) {
+    EngineTime t(this);
+    auto reqs = ListRequests(OpenSegment(MooncakeName(target)), op, locals, remotes, lengths);
+    if (reqs.empty()) Check(Status::InvalidArgument("an empty batch"));
+    const uint64_t batch = AllocateBatch(reqs.size());
+    Status s = e().Submit(batch, reqs);
+    if (!s.ok()) {
+      (void)e().FreeBatch(batch);
+      Check(s);
+    }
+    return batch;
+  }
+  void RegisterList(const std::vector<uint64_t>& addrs, const std::vector<uint64_t>& lengths,
+                    const std::string& location) {
+    if (addrs.size() != lengths.size())
+      Check(Status::InvalidArgument(std::to_string(addrs.size()) + " addresses but " + std::to_string(lengths.size()) +
+                                    " lengths"));
+    std::vector<kvfabric::BufferEntry> v(addrs.size());
+    for (size_t i = 0; i < v.size(); ++i)
+      v[i] = {reinterpret_cast<void*>(static_cast<uintptr_t>(addrs[i])), static_cast<size_t>(lengths[i]), location};
+    Check(e().RegisterMemoryBatch(v));
+  }
+  uintptr_t ptr() { return reinterpret_cast<uintptr_t>(&e()); }
+  // Nanoseconds the list calls spent past their argument conversion, GIL
+  // released: wall time, and the calling thread's CPU time. A caller's own
+  // time minus these is what Python and the list conversion cost
+  // (tools/bench/python_vs_cpp.py reports it per request).
+  uint64_t engine_ns() const { return engine_ns_.load(std::memory_order_relaxed); }
+  uint64_t engine_cpu_ns() const { return engine_cpu_ns_.load(std::memory_order_relaxed); }
+
  private:
+  // Adds the wall and this thread's CPU time of a scope to two totals.
+  struct EngineTime {
+    explicit EngineTime(PyEngine* e) : e(e), wall0(std::chrono::steady_clock::now()), cpu0(ThreadCpuNs()) {}
+    ~EngineTime() {
+      const auto wall = std::chrono::steady_clock::now() - wall0;
+      e->engine_ns_.fetch_add(
+          static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(wall).count()),
+          std::memory_order_relaxed);
+      e->engine_cpu_ns_.fetch_add(ThreadCpuNs() - cpu0, std::memory_order_relaxed);
+    }
+    static uint64_t ThreadCpuNs() {
+      timespec ts{};
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+      return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
+    }
+    PyEngine* e;
+    std::chrono::steady_clock::time_point wall0;
+    uint64_t cpu0;
+  };
+
   std::unique_ptr<kvfabric::Engine> engine_;
+  std::atomic<uint64_t> engine_ns_{0};
+  std::atomic<uint64_t> engine_cpu_ns_{0};
 };
 
 // The address, size and device of anything nanobind's ndarray caster takes
@@ -247,6 +347,57 @@ NB_MODULE(_core, m) {
                      {"hmem", (i->caps & FI_HMEM) ? "yes" : "no"}});
     return out;
   }, nb::arg("protocol"), "The usable libfabric domains (rails) of a protocol; empty when it is absent.");
+  m.def("log", [](const std::string& level, const std::string& message) {
+    // Python's lines go where the engine's go, under the same KVF_LOG_LEVEL.
+    if (level == "error") KVF_LOG_ERROR("{}", message);
+    else if (level == "warn") KVF_LOG_WARN("{}", message);
+    else if (level == "debug") KVF_LOG_DEBUG("{}", message);
+    else KVF_LOG_INFO("{}", message);
+  }, nb::arg("level"), nb::arg("message"), "Writes one line to the engine's log (error, warn, info or debug).");
+  m.def("mooncake_name", &MooncakeName, nb::arg("name"),
+        "A peer name as Mooncake's callers write it, as the engine names it ([v6]:port).");
+  m.def("cuda_device_of", [](uintptr_t addr) {
+    int device = -1;
+    return kvfabric::memory::cuda::IsDevicePointer(reinterpret_cast<const void*>(addr), &device) ? device : -1;
+  }, nb::arg("addr"), "The CUDA device ordinal of device memory at `addr`, or -1 (host memory, or no driver loaded).");
+  m.def("cuda_stream_synchronize", [](uintptr_t stream, int device) {
+    Check(kvfabric::memory::cuda::StreamSynchronize(stream, device));
+  }, nb::arg("stream"), nb::arg("device"), Release(),
+        "Waits for the work queued on a CUstream (0: the legacy default stream) of `device`.");
+  m.def("local_topology", [](const std::string& protocol, const std::string& devices) {
+    // What an engine of this protocol would use, by location: Mooncake's
+    // get_local_topology() shape (topology::Topology::ToLocationMatrixJson).
+    kvfabric::Settings settings;
+    Check(settings.ApplyEnvironment());
+    std::string provider;
+    if (protocol == "auto")
+      provider = kvfabric::fabric::ProviderAvailable("efa") ? "efa" : "tcp;ofi_rxm";
+    else
+      Check(kvfabric::fabric::ProviderForProtocol(protocol, &provider));
+    kvfabric::fabric::InfoList infos;
+    Check(kvfabric::fabric::InfoList::Query(provider, &infos));
+    std::vector<fi_info*> chosen = infos.entries();
+    if (!devices.empty()) Check(kvfabric::fabric::SelectDomains(infos, devices, "", &chosen));
+    std::vector<kvfabric::RailInfo> rails;
+    for (const fi_info* i : chosen) {
+      kvfabric::RailInfo r;
+      r.provider = i->fabric_attr->prov_name;
+      r.domain = i->domain_attr->name;
+      rails.push_back(r);
+    }
+    auto topo = kvfabric::topology::Topology::Discover(rails);
+    if (settings.cuda && kvfabric::memory::cuda::Load(settings.cuda_library).ok()) {
+      std::vector<std::string> pci;
+      for (int d = 0; d < kvfabric::memory::cuda::DeviceCount(); ++d) {
+        std::string id;
+        if (kvfabric::memory::cuda::PciBusId(d, &id).ok()) pci.push_back(id);
+      }
+      topo.SetCudaOrdinals(pci);
+    }
+    if (!settings.topology_file.empty()) Check(topo.ApplyFile(settings.topology_file));
+    return topo.ToLocationMatrixJson();
+  }, nb::arg("protocol"), nb::arg("devices"), Release(),
+        "The rails near each location (cpu:N, cuda:N) as JSON: {location: [[near], [other]]}.");
   m.def("setting_table", [] {
     std::vector<std::tuple<std::string, std::string, std::string, std::string>> out;
     for (const auto& s : kvfabric::Settings::Table()) out.emplace_back(s.env, s.type, s.default_value, s.meaning);
@@ -287,6 +438,15 @@ NB_MODULE(_core, m) {
       .def("batch_status", &PyEngine::BatchStatus)
       .def("wait_batch", &PyEngine::WaitBatch, Release())
       .def("free_batch", &PyEngine::FreeBatch)
+      .def("transfer_to", &PyEngine::TransferTo, nb::arg("target"), nb::arg("opcode"), nb::arg("locals"),
+           nb::arg("remotes"), nb::arg("lengths"), Release())
+      .def("submit_to", &PyEngine::SubmitTo, nb::arg("target"), nb::arg("opcode"), nb::arg("locals"),
+           nb::arg("remotes"), nb::arg("lengths"), Release())
+      .def("register_list", &PyEngine::RegisterList, nb::arg("addrs"), nb::arg("lengths"), nb::arg("location"),
+           Release())
+      .def_prop_ro("ptr", &PyEngine::ptr)
+      .def_prop_ro("engine_ns", &PyEngine::engine_ns)
+      .def_prop_ro("engine_cpu_ns", &PyEngine::engine_cpu_ns)
       .def(
           "transfer",
           [](PyEngine& self, const std::vector<Request>& reqs) {

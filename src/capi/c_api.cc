@@ -114,7 +114,7 @@ const char* kvf_engine_name(const kvf_engine* engine) {
 int kvf_register_memory(kvf_engine* e, void* addr, size_t length, const char* location) {
   return Guard([&]() -> Status {
     KVF_RETURN_IF_ERROR(NeedEngine(e));
-    return e->engine->RegisterMemory(addr, length, location ? location : "cpu:0");
+    return e->engine->RegisterMemory(addr, length, location ? location : "*");
   });
 }
 
@@ -132,7 +132,7 @@ int kvf_register_memory_batch(kvf_engine* e, void* const* addrs, const size_t* l
     if (count > 0 && (addrs == nullptr || lengths == nullptr))
       return Status::InvalidArgument("addrs or lengths is NULL");
     std::vector<kvfabric::BufferEntry> v(count);
-    for (size_t i = 0; i < count; ++i) v[i] = {addrs[i], lengths[i], location ? location : "cpu:0"};
+    for (size_t i = 0; i < count; ++i) v[i] = {addrs[i], lengths[i], location ? location : "*"};
     return e->engine->RegisterMemoryBatch(v);
   });
 }

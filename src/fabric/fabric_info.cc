@@ -5,10 +5,14 @@
 #include <rdma/fi_domain.h>
 #include <rdma/fi_errno.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <set>
 #include <sstream>
+
+#include "common/log.h"
 
 namespace kvfabric::fabric {
 
@@ -31,14 +35,52 @@ void ApplyProviderDefaults(bool rxm_fast_connect, bool host_memory_only) {
   setenv("FI_OFI_RXM_BUFFER_SIZE", "256", 0);
 }
 
+namespace {
+
+bool SocketBased(const std::string& provider) {
+  return provider.rfind("tcp", 0) == 0 || provider.rfind("sockets", 0) == 0 ||
+         provider.rfind("verbs", 0) == 0;
+}
+
+}  // namespace
+
 Status ProviderForProtocol(const std::string& p, std::string* provider) {
   if (p == "tcp") *provider = "tcp;ofi_rxm";
-  else if (p == "verbs" || p == "rdma") *provider = "verbs;ofi_rxm";
+  else if (p == "verbs") *provider = "verbs;ofi_rxm";
   else if (p == "efa" || p == "shm" || p == "sockets") *provider = p;
-  else
+  else if (p == "rdma") {
+    const bool efa = ProviderAvailable("efa");
+    if (!efa && !ProviderAvailable("verbs;ofi_rxm"))
+      return Status::Unavailable(
+          "protocol rdma: this host has no RDMA fabric (neither the efa nor the verbs provider finds a device; "
+          "`kvfabric doctor` lists what libfabric sees); use protocol tcp (Mooncake callers: MC_FORCE_TCP=1)");
+    *provider = efa ? "efa" : "verbs;ofi_rxm";
+    KVF_LOG_INFO("protocol rdma: using {} ({})", *provider,
+                 efa ? "this host has EFA devices" : "no EFA device here; InfiniBand/RoCE through verbs");
+  } else {
     return Status::InvalidArgument("unknown protocol '" + p +
-                                   "': use efa, tcp, shm, verbs, sockets or auto");
+                                   "': use efa, tcp, shm, verbs, rdma (efa or verbs, whichever the host has), "
+                                   "sockets or auto");
+  }
   return Status::OK();
+}
+
+std::string DomainForDevice(const std::string& device, const std::vector<std::string>& domains,
+                            const std::string& provider, const std::string& sysfs_root) {
+  auto has = [&](const std::string& d) {
+    for (const auto& x : domains)
+      if (x == d) return true;
+    return false;
+  };
+  if (has(device)) return device;
+  if (provider == "efa" && has(device + "-rdm")) return device + "-rdm";
+  if (SocketBased(provider) && provider.rfind("verbs", 0) != 0) {
+    std::error_code ec;
+    const std::filesystem::path net = std::filesystem::path(sysfs_root) / "class/infiniband" / device / "device/net";
+    for (const auto& e : std::filesystem::directory_iterator(net, ec))
+      if (has(e.path().filename().string())) return e.path().filename().string();
+  }
+  return "";
 }
 
 InfoList::~InfoList() {
@@ -46,11 +88,6 @@ InfoList::~InfoList() {
 }
 
 namespace {
-
-bool SocketBased(const std::string& provider) {
-  return provider.rfind("tcp", 0) == 0 || provider.rfind("sockets", 0) == 0 ||
-         provider.rfind("verbs", 0) == 0;
-}
 
 fi_info* MakeHints(const std::string& provider) {
   fi_info* h = fi_allocinfo();
@@ -116,20 +153,26 @@ Status SelectDomains(const InfoList& infos, const std::string& nic_filter,
   out->clear();
   const auto& all = infos.entries();
   if (!nic_filter.empty()) {
+    const std::string provider = all.front()->fabric_attr->prov_name;
+    std::vector<std::string> domains;
+    for (fi_info* i : all) domains.push_back(i->domain_attr->name);
     std::stringstream ss(nic_filter);
     std::string name;
     while (std::getline(ss, name, ',')) {
+      name.erase(0, name.find_first_not_of(" \t"));
+      name.erase(name.find_last_not_of(" \t") + 1);
       if (name.empty()) continue;
+      const std::string domain = DomainForDevice(name, domains, provider);
+      if (domain.empty()) {
+        std::string have;
+        for (const auto& d : domains) have += (have.empty() ? "" : ", ") + d;
+        return Status::NotFound("device '" + name + "' is not a NIC of provider " + provider + " (it has: " + have +
+                                "); name one of those, its ibverbs device, or none to use them all");
+      }
       fi_info* found = nullptr;
       for (fi_info* i : all)
-        if (name == i->domain_attr->name) { found = i; break; }
-      if (found == nullptr) {
-        std::string have;
-        for (fi_info* i : all) have += std::string(have.empty() ? "" : ", ") + i->domain_attr->name;
-        return Status::NotFound("NIC '" + name + "' is not a domain of provider " +
-                                all.front()->fabric_attr->prov_name + " (have: " + have + ")");
-      }
-      out->push_back(found);
+        if (domain == i->domain_attr->name) { found = i; break; }
+      if (std::find(out->begin(), out->end(), found) == out->end()) out->push_back(found);
     }
     if (out->empty()) return Status::InvalidArgument("NIC filter '" + nic_filter + "' names no domain");
     return Status::OK();

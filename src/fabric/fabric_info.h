@@ -23,8 +23,20 @@ uint32_t ApiVersion();
 void ApplyProviderDefaults(bool rxm_fast_connect, bool host_memory_only);
 
 // "tcp" -> "tcp;ofi_rxm", "verbs" -> "verbs;ofi_rxm", "efa", "shm", "sockets".
-// Unknown names are an InvalidArgument listing the accepted ones.
+// "rdma" (what Mooncake users pass) is the RDMA fabric this host has: efa
+// where the efa provider finds a device, else verbs; one info line says
+// which. Unknown names are an InvalidArgument listing the accepted ones.
 Status ProviderForProtocol(const std::string& protocol, std::string* provider);
+
+// The domain a user's device name means, among `domains` of `provider`:
+//  - the domain of that exact name ("rdmap79s0-rdm", "mlx5_0", "eth0");
+//  - an EFA ibverbs device name ("rdmap79s0") -> its RDM domain "rdmap79s0-rdm";
+//  - for socket providers (tcp, sockets), an ibverbs device name ("mlx5_0")
+//    -> the network interface it carries, read from
+//    <sysfs_root>/class/infiniband/<name>/device/net/<ifname>.
+// Returns "" when none matches. Pure but for that sysfs read.
+std::string DomainForDevice(const std::string& device, const std::vector<std::string>& domains,
+                            const std::string& provider, const std::string& sysfs_root = "/sys");
 
 // Owns an fi_getinfo result and exposes the usable entries: one per
 // (domain, fabric), IPv4 for socket-based providers (tcp;ofi_rxm returns every
@@ -54,8 +66,9 @@ class InfoList {
 bool ProviderAvailable(const std::string& provider);
 
 // Picks the rails of one provider:
-//  - a non-empty `nic_filter` (comma-separated domain names) keeps exactly those,
-//    and names a missing one in the error;
+//  - a non-empty `nic_filter` (comma-separated device or domain names, see
+//    DomainForDevice; blanks around names ignored) keeps exactly those, and
+//    an unknown name is a NotFound that lists the domains that exist;
 //  - else EFA/verbs/shm keep every domain, and socket providers keep the
 //    interface that carries `bind_ip` (loopback for 127.0.0.1), or the first
 //    non-loopback interface when none does.

@@ -34,6 +34,7 @@ struct Driver {
   CUresult (*cuMemFree_v2)(CUdeviceptr) = nullptr;
   CUresult (*cuMemHostRegister_v2)(void*, size_t, unsigned) = nullptr;
   CUresult (*cuMemHostUnregister)(void*) = nullptr;
+  CUresult (*cuStreamSynchronize)(void*) = nullptr;
 
   Status status = Status::Unavailable("CUDA not loaded");
   int count = 0;
@@ -80,6 +81,7 @@ Status LoadOnce(const std::string& library) {
   KVF_BIND(cuMemFree_v2)
   KVF_BIND(cuMemHostRegister_v2)
   KVF_BIND(cuMemHostUnregister)
+  KVF_BIND(cuStreamSynchronize)
 #undef KVF_BIND
   if (missing != nullptr)
     return Status::Unavailable(path + " lacks " + missing + ": the NVIDIA driver is too old or not the CUDA driver");
@@ -161,6 +163,15 @@ Status Copy(void* dst, const void* src, size_t n, int device) {
   return r == 0 ? Status::OK()
                 : Status::FabricError("cuMemcpy of " + std::to_string(n) + " bytes on cuda:" + std::to_string(device) +
                                       " failed: " + d.Error(r));
+}
+
+Status StreamSynchronize(uintptr_t stream, int device) {
+  KVF_RETURN_IF_ERROR(UseDevice(device));
+  Driver& d = D();
+  CUresult r = d.cuStreamSynchronize(reinterpret_cast<void*>(stream));
+  return r == 0 ? Status::OK()
+                : Status::FabricError("cuStreamSynchronize(" + std::to_string(stream) + ") on cuda:" +
+                                      std::to_string(device) + " failed: " + d.Error(r));
 }
 
 Status PinHost(void* p, size_t n) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "kvfabric/status.h"
@@ -31,6 +32,11 @@ Status PciBusId(int device, std::string* out);
 // addressing: the driver works out which is which), under the device's
 // primary context. Synchronous.
 Status Copy(void* dst, const void* src, size_t n, int device);
+
+// Waits until the work queued on `stream` (a CUstream handle as an integer;
+// 0 is the legacy default stream) has finished, under `device`'s primary
+// context (the one frameworks' streams belong to).
+Status StreamSynchronize(uintptr_t stream, int device);
 
 // Page-locks host memory for fast device copies (cuMemHostRegister).
 Status PinHost(void* p, size_t n);

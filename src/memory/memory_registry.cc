@@ -1,5 +1,8 @@
 #include "memory/memory_registry.h"
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <mutex>
 
 #include "common/hex.h"
@@ -40,7 +43,21 @@ Status ParseLocation(const std::string& location, std::string* kind, int* index)
   return Status::OK();
 }
 
-Status MemoryRegistry::Register(void* addr, size_t length, const std::string& location) {
+std::string DetectLocation(const void* addr, bool cuda) {
+  int device = -1;
+  if (cuda && cuda::Load().ok() && cuda::IsDevicePointer(addr, &device)) return "cuda:" + std::to_string(device);
+  // move_pages with no target nodes only reports where each page lives
+  // (negative errno in `node` for a page not yet faulted in). Called through
+  // syscall() so kvfabric needs no libnuma.
+  const long page = sysconf(_SC_PAGESIZE);
+  void* pages[1] = {reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(addr) & ~static_cast<uintptr_t>(page - 1))};
+  int node = -1;
+  if (syscall(SYS_move_pages, 0, 1UL, pages, nullptr, &node, 0) != 0 || node < 0) node = 0;
+  return "cpu:" + std::to_string(node);
+}
+
+Status MemoryRegistry::Register(void* addr, size_t length, const std::string& requested) {
+  const std::string location = requested == kAnyLocation && addr != nullptr ? DetectLocation(addr, cuda_) : requested;
   const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
   if (addr == nullptr || length == 0)
     return Status::InvalidArgument("register: null address or zero length");

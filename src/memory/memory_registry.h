@@ -43,6 +43,16 @@ struct Buffer {
 // "cpu", "cpu:N" or "cuda:N"; anything else is an InvalidArgument.
 Status ParseLocation(const std::string& location, std::string* kind, int* index);
 
+// The wildcard location: "find out", as Mooncake's register_memory defaults
+// to. Frameworks register CUDA tensors by raw pointer without saying so.
+inline constexpr const char* kAnyLocation = "*";
+
+// What "*" means for the memory at `addr`: "cuda:N" when `cuda` is true and
+// the CUDA driver reports device memory of device N; else "cpu:N" with N the
+// NUMA node of the page holding `addr` (0 when the kernel cannot say, e.g.
+// the page was never touched or the host has no NUMA). Never fails.
+std::string DetectLocation(const void* addr, bool cuda);
+
 class MemoryRegistry {
  public:
   // `near_rails` maps a location ("cpu:0") to its Buffer::near_rails mask;
@@ -51,8 +61,9 @@ class MemoryRegistry {
   MemoryRegistry(std::vector<fabric::Rail*> rails, size_t chunk_bytes, NearRails near_rails = nullptr)
       : rails_(std::move(rails)), chunk_bytes_(chunk_bytes), near_rails_(std::move(near_rails)) {}
 
-  // GPU memory (cuda:N) must be device memory of device N, and device
-  // memory must not be registered as cpu:N. It is registered on no rail yet
+  // `location` is cpu[:N], cuda:N or "*" (DetectLocation). GPU memory
+  // (cuda:N) must be device memory of device N, and device memory must not
+  // be registered as cpu:N. It is registered on no rail yet
   // (none here offers FI_HMEM): same-process copies only.
   Status Register(void* addr, size_t length, const std::string& location);
   // Whether cuda:N registrations are accepted (KVF_CUDA).

@@ -47,6 +47,17 @@ TEST_F(MemoryRegistryTest, RegisterFindUnregister) {
   EXPECT_EQ(reg.Snapshot().size(), 1u);
 }
 
+TEST_F(MemoryRegistryTest, WildcardLocationIsHostMemoryWithoutCuda) {
+  MemoryRegistry reg({rail_.get()}, 0);
+  ASSERT_TRUE(reg.Register(buf_.data(), 4096, kAnyLocation).ok());
+  auto b = reg.Find(at(0), 1);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->location.rfind("cpu:", 0), 0u) << b->location;
+  EXPECT_EQ(b->device, -1);
+  EXPECT_EQ(DetectLocation(buf_.data(), /*cuda=*/false), b->location);
+  EXPECT_EQ(reg.Register(nullptr, 10, kAnyLocation).code(), Status::Code::kInvalidArgument);
+}
+
 TEST_F(MemoryRegistryTest, BadArgumentsChangeNothing) {
   MemoryRegistry reg({rail_.get()}, 0);
   EXPECT_EQ(reg.Register(nullptr, 10, "cpu:0").code(), Status::Code::kInvalidArgument);

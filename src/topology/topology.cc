@@ -255,4 +255,28 @@ std::string Topology::ToJson() const {
   return nlohmann::json({{"nics", nics}, {"gpus", gpus}}).dump(2);
 }
 
+std::string Topology::ToLocationMatrixJson() const {
+  std::vector<std::string> locations;
+  for (const Nic& n : nics_) {
+    const std::string loc = "cpu:" + std::to_string(n.numa);
+    if (n.numa >= 0 && std::find(locations.begin(), locations.end(), loc) == locations.end())
+      locations.push_back(loc);
+  }
+  if (locations.empty()) locations.push_back("cpu:0");
+  std::sort(locations.begin(), locations.end());
+  for (const Gpu& g : gpus_) locations.push_back("cuda:" + std::to_string(g.index));
+  auto names = [&](const std::vector<size_t>& rails) {
+    nlohmann::json out = nlohmann::json::array();
+    for (size_t r : rails) out.push_back(nics_[r].device.empty() ? nics_[r].domain : nics_[r].device);
+    return out;
+  };
+  nlohmann::json matrix = nlohmann::json::object();
+  for (const std::string& loc : locations) {
+    std::vector<size_t> near, rest;
+    RailsFor(loc, &near, &rest);
+    matrix[loc] = nlohmann::json::array({names(near), names(rest)});
+  }
+  return matrix.dump();
+}
+
 }  // namespace kvfabric::topology

@@ -57,6 +57,13 @@ class Topology {
 
   std::string ToJson() const;
 
+  // The rail matrix by location, the shape Mooncake's get_local_topology()
+  // returns: {"cpu:N": [[near NICs], [other NICs]], "cuda:N": [...]} for
+  // every NUMA node that holds a NIC (cpu:0 when none reports one) and every
+  // GPU. A NIC is named by its kernel device ("mlx5_0", "rdmap79s0"), or its
+  // domain where it has none.
+  std::string ToLocationMatrixJson() const;
+
  private:
   void FindNearestRails();
 

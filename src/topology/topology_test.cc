@@ -122,6 +122,20 @@ TEST(TopologyTest, LocationsMapToPreferredAndFallbackRails) {
   EXPECT_EQ(pref.size(), 4u);
 }
 
+TEST(TopologyTest, LocationMatrixHasMooncakesShape) {
+  FakeSysfs sys;
+  Topology t = Topology::Discover(Rails(), sys.root());
+  EXPECT_EQ(t.ToLocationMatrixJson(),
+            "{\"cpu:0\":[[\"rdmap16s0\",\"rdmap32s0\"],[\"eth1\",\"shm\"]],"
+            "\"cpu:1\":[[\"eth1\"],[\"rdmap16s0\",\"rdmap32s0\",\"shm\"]],"
+            "\"cuda:0\":[[\"rdmap16s0\"],[\"rdmap32s0\",\"eth1\",\"shm\"]],"
+            "\"cuda:1\":[[\"rdmap32s0\"],[\"rdmap16s0\",\"eth1\",\"shm\"]],"
+            "\"cuda:2\":[[\"eth1\"],[\"rdmap16s0\",\"rdmap32s0\",\"shm\"]]}");
+  // No NIC reports a NUMA node and no GPU: one host location, every rail near.
+  Topology bare = Topology::Discover({Rail("tcp;ofi_rxm", "lo")}, sys.root() + "/none");
+  EXPECT_EQ(bare.ToLocationMatrixJson(), "{\"cpu:0\":[[\"lo\"],[]]}");
+}
+
 TEST(TopologyTest, FileCorrectsWhatSysfsGotWrong) {
   FakeSysfs sys;
   Topology t = Topology::Discover(Rails(), sys.root());

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
 #include <vector>
 
 #include "kvfabric/engine.h"
@@ -123,6 +124,34 @@ TEST(GpuTest, FakeDriverRegistrationChecksTheDevice) {
   EXPECT_EQ(mine[0].location, "cuda:1");
   EXPECT_TRUE(e->UnregisterMemory(d).ok());
   memory::cuda::Free(d);
+}
+
+TEST(GpuTest, FakeDriverWildcardLocationFindsTheDevice) {
+  // Frameworks register CUDA tensors by raw pointer with Mooncake's default
+  // location "*": the driver says which device, and host memory stays host.
+  auto e = NewEngine(KVF_FAKE_CUDA_PATH);
+  void* d0 = nullptr;
+  void* d1 = nullptr;
+  ASSERT_TRUE(memory::cuda::Alloc(0, MiB, &d0).ok());
+  ASSERT_TRUE(memory::cuda::Alloc(1, MiB, &d1).ok());
+  std::vector<uint8_t> host(MiB, 1);
+  Status s = e->RegisterMemoryBatch({{d0, MiB, "*"}, {d1, MiB, "*"}, {host.data(), MiB, "*"}});
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  SegmentHandle self;
+  ASSERT_TRUE(e->OpenSegment(e->name(), &self).ok());
+  std::vector<RemoteBuffer> mine;
+  ASSERT_TRUE(e->GetSegmentBuffers(self, &mine).ok());
+  std::map<uint64_t, std::string> where;
+  for (const auto& b : mine) where[b.addr] = b.location;
+  EXPECT_EQ(where[reinterpret_cast<uint64_t>(d0)], "cuda:0");
+  EXPECT_EQ(where[reinterpret_cast<uint64_t>(d1)], "cuda:1");
+  EXPECT_EQ(where[reinterpret_cast<uint64_t>(host.data())].rfind("cpu:", 0), 0u);
+  // "*" still checks the range: past the end of a device allocation is refused.
+  s = e->RegisterMemory(static_cast<uint8_t*>(d0) + MiB / 2, MiB, "*");
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << s.ToString();
+  for (void* p : {d0, d1, static_cast<void*>(host.data())}) EXPECT_TRUE(e->UnregisterMemory(p).ok());
+  memory::cuda::Free(d0);
+  memory::cuda::Free(d1);
 }
 
 TEST(GpuTest, FakeDriverGpuMemoryMovesOverTcpThroughStaging) {

@@ -25,6 +25,7 @@ static int nranges;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static __thread void* current;
 static unsigned long copies;
+static unsigned long stream_syncs;
 
 void* fake_cuda_alloc(size_t n, int device) {
   void* p = NULL;
@@ -53,6 +54,9 @@ void fake_cuda_free(void* p) {
   pthread_mutex_unlock(&mu);
   free(p);
 }
+
+/* cuStreamSynchronize calls so far: proves a stream was waited for. */
+unsigned long fake_cuda_stream_syncs(void) { return __atomic_load_n(&stream_syncs, __ATOMIC_RELAXED); }
 
 /* cuMemcpy calls so far: proves a copy went through the driver. */
 unsigned long fake_cuda_copies(void) { return __atomic_load_n(&copies, __ATOMIC_RELAXED); }
@@ -110,6 +114,13 @@ CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) {
   if (current == NULL) return kInvalidContext;
   memmove((void*)(uintptr_t)dst, (const void*)(uintptr_t)src, n);
   __atomic_add_fetch(&copies, 1, __ATOMIC_RELAXED);
+  return 0;
+}
+
+CUresult cuStreamSynchronize(void* stream) {
+  (void)stream;
+  if (current == NULL) return kInvalidContext;
+  __atomic_add_fetch(&stream_syncs, 1, __ATOMIC_RELAXED);
   return 0;
 }
 

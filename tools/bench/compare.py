@@ -16,9 +16,6 @@ import subprocess
 import sys
 import time
 
-# The leading engine's own TCP transport on this machine (docs/benchmarks.md).
-LEADING_ENGINE_TCP_GBPS = 0.85
-
 
 def start_target(cmd, pattern, timeout=30):
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -113,7 +110,7 @@ def main():
     results = []
     print("block %d B, engine batch %d x threads %d, bare queue depth %d, %d x %g s runs, medians"
           % (a.block, a.batch, a.threads, a.queue_depth, a.reps, a.duration))
-    print("%-6s %-5s %12s %12s %8s %14s" % ("proto", "op", "bare GB/s", "engine GB/s", "ratio", "vs 0.85 GB/s"))
+    print("%-6s %-5s %12s %12s %8s" % ("proto", "op", "bare GB/s", "engine GB/s", "ratio"))
     failed = False
     for proto in a.protocols.split(","):
         for op in a.ops.split(","):
@@ -123,11 +120,9 @@ def main():
                 e.append(engine(a, proto, op)["bytes_per_s"] / 1e9)
             mb, me = statistics.median(b), statistics.median(e)
             row = {"protocol": proto, "operation": op, "block_size": a.block, "bare_gbps": b, "engine_gbps": e,
-                   "bare_median": mb, "engine_median": me, "ratio": me / mb,
-                   "vs_leading_tcp": me / LEADING_ENGINE_TCP_GBPS}
+                   "bare_median": mb, "engine_median": me, "ratio": me / mb}
             results.append(row)
-            print("%-6s %-5s %12.2f %12.2f %7.0f%% %13.1fx" % (proto, op, mb, me, 100 * me / mb,
-                                                                 me / LEADING_ENGINE_TCP_GBPS))
+            print("%-6s %-5s %12.2f %12.2f %7.0f%%" % (proto, op, mb, me, 100 * me / mb))
             sys.stdout.flush()
     if a.json_out:
         with open(a.json_out, "w") as f:

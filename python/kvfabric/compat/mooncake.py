@@ -1,15 +1,24 @@
-"""A drop-in for the Mooncake transfer engine's Python API.
+"""A drop-in for the Mooncake transfer engine's Python API (``mooncake.engine``).
 
-``kvfabric.compat.mooncake.TransferEngine`` has the method names, arguments
-and integer return codes that vLLM's ``MooncakeConnector`` and SGLang's
-mooncake backend call, so they run on kvfabric unchanged: 0 for success and
-a negative value for failure; batch ids, with 0 (async batch calls) or a
-negative value (``transfer_submit_write``) for failure; ``transfer_check_status``
-gives 1 done, 0 running, -1 failed, -2 timed out. Failures are logged with
-the engine's message on the ``kvfabric.compat.mooncake`` logger, never raised.
+``kvfabric.compat.mooncake.TransferEngine`` has the names, keywords, defaults
+and integer return codes of Mooncake's binding
+(``mooncake-integration/transfer_engine/transfer_engine_py.cpp``), so vLLM's
+MooncakeConnector, SGLang's Mooncake wrapper and checkpoint-engine run on
+kvfabric unchanged:
 
-Under ``P2PHANDSHAKE`` a peer is named ``host:rpc_port``, where the port is
-what the peer's ``get_rpc_port()`` returns.
+- ``initialize``, register, sync transfers, ``get_batch_transfer_status``:
+  0 ok, negative on failure; ``send_probe``: 0 reachable, non-zero otherwise.
+- ``batch_transfer_async*`` and ``transfer_submit_write``: a batch id, **0**
+  on failure (never -1: callers test ``!= 0``).
+- ``transfer_check_status``: 1 completed, 0 pending, -1 failed, -2 timed out.
+- ``register_memory(addr, length, location="*")``: ``"*"`` asks the CUDA
+  driver whether the pointer is device memory, so raw CUDA tensor pointers
+  register as ``cuda:N``.
+
+Failures are logged with the engine's message (one log stream with the C++
+engine, under ``KVF_LOG_LEVEL``), never raised, except where Mooncake raises
+(the ``*_on_cuda`` calls). Batch calls hand their lists to C++ in one step and
+release the GIL. What still differs from Mooncake is listed in docs/python.md.
 """
 
 from __future__ import annotations
@@ -17,22 +26,55 @@ from __future__ import annotations
 import ctypes
 import enum
 import json
-import logging
 import mmap
+import os
+import random
+import socket
 import threading
-from typing import Callable, List, Optional
+import time
+from typing import Callable, List, Optional, Sequence
 
-from ..engine import Engine, Op, Request, State
+from ..engine import Engine
 from ..errors import KvfabricError
 
-log = logging.getLogger(__name__)
+# Module attributes Mooncake's binding sets from its build flags. kvfabric
+# reaches EFA and CUDA memory at run time; the vendor transports it lacks.
+SUPPORT_EFA = True
+SUPPORT_CUDA = True
+SUPPORT_HIP = False
+SUPPORT_MNNVL = False
+SUPPORT_MUSA = False
+SUPPORT_INTRA_NVLINK = False
 
-PROTOCOLS = {"efa": "efa", "tcp": "tcp", "rdma": "verbs", "verbs": "verbs", "shm": "shm", "auto": "auto"}
+# Mooncake protocol name -> kvfabric protocol. "rdma" is the RDMA fabric the
+# host has (efa on EFA hosts, else verbs: the engine says which).
+PROTOCOLS = {"rdma": "rdma", "efa": "efa", "tcp": "tcp", "verbs": "verbs", "shm": "shm", "auto": "auto"}
+# Mooncake transports that are not libfabric fabrics: refused with the reason.
+VENDOR_PROTOCOLS = ("nvlink", "nvlink_intra", "hip", "musa", "ascend", "cxl", "barex", "xgmi", "cxi", "ubshmem")
+
+_DEFAULT_RPC_PORTS = (15000, 17000)
+# What a call turns into Mooncake's failure codes (AttributeError: no engine).
+_FAILURES = (KvfabricError, ValueError, TypeError, OverflowError, AttributeError)  # Mooncake's MC_MIN_RPC_PORT, MC_MAX_RPC_PORT
+
+
+def _log(level: str, message: str) -> None:
+    from .. import _core
+
+    _core.log(level, f"mooncake compat: {message}")
 
 
 class TransferOpcode(enum.IntEnum):
+    """Mooncake's ``TransferOpcode`` (``Read``/``Write``); ``READ``/``WRITE`` alias them."""
+
+    Read = 0
+    Write = 1
     READ = 0
     WRITE = 1
+
+
+# pybind11's export_values(): the members are module attributes too.
+Read = TransferOpcode.Read
+Write = TransferOpcode.Write
 
 
 class TransferNotify:
@@ -65,35 +107,174 @@ def parse_metadata(metadata_server: str, metadata_type: str = "") -> str:
     return ("http://" if kind == "http" else "etcd://") + m
 
 
+def split_local_name(name: str) -> tuple[str, Optional[int]]:
+    """(host, port) of a Mooncake ``local_hostname``; port None when absent.
+
+    Accepts ``host``, ``host:port``, ``[v6]``, ``[v6]:port`` and a bare IPv6
+    literal (``fe80::1``, what ``get_ip()`` returns on IPv6 hosts). The host
+    comes back without brackets."""
+    s = name.strip()
+    if s.startswith("["):
+        end = s.find("]")
+        if end < 0:
+            raise ValueError(f"local name '{name}': unbalanced '['")
+        host, rest = s[1:end], s[end + 1:]
+        if not rest:
+            return host, None
+        if not rest.startswith(":") or not rest[1:].isdigit():
+            raise ValueError(f"local name '{name}': expected [address]:port")
+        return host, int(rest[1:])
+    if s.count(":") > 1:  # an IPv6 literal: no port can be told apart
+        return s, None
+    host, sep, port = s.partition(":")
+    if not sep:
+        return host, None
+    if not port.isdigit():
+        raise ValueError(f"local name '{name}': port '{port}' is not a number")
+    return host, int(port)
+
+
+def join_host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def segment_name(target: str) -> str:
+    """A peer name as the engine knows it: ``[v6]:port`` for an IPv6 peer
+    that a caller wrote as ``v6:port`` (f"{get_ip()}:{port}"). The batch
+    calls do the same in C++."""
+    from .. import _core
+
+    return _core.mooncake_name(target)
+
+
+def _port_range() -> tuple[int, int]:
+    lo, hi = _DEFAULT_RPC_PORTS
+    try:
+        lo = int(os.environ.get("MC_MIN_RPC_PORT", lo))
+        hi = int(os.environ.get("MC_MAX_RPC_PORT", hi))
+    except ValueError:
+        lo, hi = _DEFAULT_RPC_PORTS
+    if not (0 < lo <= hi < 65536):
+        lo, hi = _DEFAULT_RPC_PORTS
+    return lo, hi
+
+
+def _free_ports(host: str, tries: int = 32):
+    """Ports of Mooncake's RPC range (MC_MIN_RPC_PORT..MC_MAX_RPC_PORT,
+    15000-17000 by default) that bind on ``host`` now, from a random start."""
+    lo, hi = _port_range()
+    start = random.randint(lo, hi)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    found = 0
+    for i in range(hi - lo + 1):
+        port = lo + (start - lo + i) % (hi - lo + 1)
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+        yield port
+        found += 1
+        if found == tries:
+            return
+
+
+def _environment_settings(protocol: str) -> tuple[str, dict]:
+    """The protocol and KVF_* settings that Mooncake's MC_* variables ask
+    for; one info line names each that took effect, one names the rest."""
+    settings: dict = {}
+    used, ignored = [], []
+    if os.environ.get("MC_FORCE_TCP"):
+        if protocol != "tcp":
+            used.append(f"MC_FORCE_TCP -> protocol tcp (instead of {protocol})")
+        protocol = "tcp"
+    if "MC_TRANSFER_TIMEOUT" in os.environ:
+        if "KVF_TRANSFER_TIMEOUT_MS" in os.environ:
+            used.append("MC_TRANSFER_TIMEOUT: KVF_TRANSFER_TIMEOUT_MS is set and wins")
+        else:
+            try:
+                seconds = max(5, int(os.environ["MC_TRANSFER_TIMEOUT"]))  # Mooncake's floor
+                settings["KVF_TRANSFER_TIMEOUT_MS"] = seconds * 1000
+                used.append(f"MC_TRANSFER_TIMEOUT={os.environ['MC_TRANSFER_TIMEOUT']} -> "
+                            f"KVF_TRANSFER_TIMEOUT_MS={seconds * 1000}")
+            except ValueError:
+                used.append(f"MC_TRANSFER_TIMEOUT={os.environ['MC_TRANSFER_TIMEOUT']!r} is not a number: ignored")
+    known = {"MC_FORCE_TCP", "MC_TRANSFER_TIMEOUT", "MC_TE_METRIC", "MC_TE_METRIC_INTERVAL_SECONDS",
+             "MC_MIN_RPC_PORT", "MC_MAX_RPC_PORT"}
+    for k in ("MC_MIN_RPC_PORT", "MC_MAX_RPC_PORT"):
+        if k in os.environ:
+            used.append(f"{k}={os.environ[k]}: the port range a bare local host name picks from")
+    if _metric_interval() is not None:
+        used.append(f"MC_TE_METRIC: a throughput line every {_metric_interval()} s")
+    ignored = sorted(k for k in os.environ if k.startswith("MC_") and k not in known)
+    for line in used:
+        _log("info", line)
+    if ignored:
+        _log("info", f"no meaning in kvfabric, ignored: {', '.join(ignored)} (docs/python.md lists why)")
+    return protocol, settings
+
+
+def _metric_interval() -> Optional[int]:
+    """Seconds between throughput lines when MC_TE_METRIC asks for them."""
+    if os.environ.get("MC_TE_METRIC", "").strip().lower() not in ("1", "true", "yes", "on"):
+        return None
+    try:
+        n = int(os.environ.get("MC_TE_METRIC_INTERVAL_SECONDS", "5"))
+    except ValueError:
+        n = 5
+    return n if n > 0 else 5
+
+
+class _ThroughputLog(threading.Thread):
+    """MC_TE_METRIC: every interval, the bytes the engine's rails moved."""
+
+    def __init__(self, engine: Engine, interval: int):
+        super().__init__(name="kvfabric-mc-metric", daemon=True)
+        self._engine, self._interval = engine, interval
+        self.stop = threading.Event()
+
+    def _total(self) -> int:
+        return sum(int(r["completed_bytes"]) for r in self._engine.rails())
+
+    def run(self) -> None:
+        last, t0 = self._total(), time.monotonic()
+        while not self.stop.wait(self._interval):
+            try:
+                now, t1 = self._total(), time.monotonic()
+            except KvfabricError:
+                return  # the engine closed
+            if now > last:
+                _log("info", f"throughput {(now - last) / (t1 - t0) / 1e6:.1f} MB/s over {t1 - t0:.1f} s "
+                             f"({now - last} bytes)")
+            last, t0 = now, t1
+
+
 class TransferEngine:
     """The Mooncake ``TransferEngine`` API on a kvfabric engine."""
 
+    TransferOpcode = TransferOpcode
+
     def __init__(self) -> None:
         self._engine: Optional[Engine] = None
+        self._core = None  # self._engine._core: the C++ engine, for the batch calls
+        self._protocol = "auto"
         self._lock = threading.Lock()
         self._regions: dict[int, int] = {}  # registered or managed: address -> length
         self._managed: dict[int, tuple[mmap.mmap, ctypes.Array]] = {}
-        self._async: dict[int, object] = {}  # batch id -> kvfabric Transfer
-        self._next_id = 1
+        self._metric: Optional[_ThroughputLog] = None
 
     # -- helpers --------------------------------------------------------
-    def _run(self, what: str, fn: Callable[[], object], failure: int = -1):
-        if self._engine is None:
-            log.error("%s: the engine is not initialized; call initialize() first", what)
+    def _call(self, what: str, fn: Callable[[], object], failure: int = -1):
+        """fn()'s result (0 for None), or `failure` with the reason logged."""
+        if self._core is None:
+            _log("error", f"{what}: the engine is not initialized; call initialize() first")
             return failure
         try:
             out = fn()
             return 0 if out is None else out
         except (KvfabricError, ValueError, TypeError, OverflowError) as e:
-            log.error("%s: %s", what, e)
+            _log("error", f"{what}: {e}")
             return failure
-
-    def _track(self, transfer) -> int:
-        with self._lock:
-            bid = self._next_id
-            self._next_id += 1
-            self._async[bid] = transfer
-        return bid
 
     def _inside(self, addr: int, length: int) -> bool:
         return any(a <= addr and addr + length <= a + n for a, n in self._regions.items())
@@ -106,21 +287,47 @@ class TransferEngine:
         self, local_hostname: str, metadata_server: str, protocol: str, device_name: str, metadata_type: str
     ) -> int:
         if self._engine is not None:
-            log.error("initialize: already initialized as %s", self._engine.name)
+            _log("error", f"initialize: already initialized as {self._engine.name}")
             return -1
         try:
-            metadata = parse_metadata(metadata_server, metadata_type)
-            proto = PROTOCOLS.get(protocol.lower())
-            if proto is None:
-                raise ValueError(f"protocol '{protocol}': use one of {', '.join(sorted(PROTOCOLS))}")
-            host = local_hostname or "127.0.0.1"
-            if host.count(":") != 1:  # no port given: pick one (an IPv6 literal is not supported)
-                host = f"{host}:0"
-            self._engine = Engine(host, metadata, proto, device_name or "")
+            metadata = parse_metadata(metadata_server or "", metadata_type or "")
+            proto = (protocol or "").strip().lower()
+            if proto in VENDOR_PROTOCOLS:
+                raise ValueError(f"protocol '{protocol}' is a Mooncake vendor transport that kvfabric does not "
+                                 "have; kvfabric moves memory over libfabric: use rdma (efa or verbs), efa, tcp or shm")
+            if proto not in PROTOCOLS:
+                raise ValueError(f"protocol '{protocol}': use one of {', '.join(PROTOCOLS)}")
+            proto, settings = _environment_settings(PROTOCOLS[proto])
+            host, port = split_local_name(local_hostname or "127.0.0.1")
+            self._engine = self._start(host, port, metadata, proto, device_name or "", settings)
+            self._core = self._engine._core
+            self._protocol = proto
+            interval = _metric_interval()
+            if interval is not None:
+                self._metric = _ThroughputLog(self._engine, interval)
+                self._metric.start()
             return 0
-        except (KvfabricError, ValueError) as e:
-            log.error("initialize: %s", e)
+        except (KvfabricError, ValueError, OSError) as e:
+            _log("error", f"initialize: {e}")
             return -1
+
+    @staticmethod
+    def _start(host: str, port: Optional[int], metadata: str, protocol: str, devices: str, settings: dict) -> Engine:
+        if port is not None:
+            return Engine(join_host_port(host, port), metadata, protocol, devices, settings)
+        # A bare host: like Mooncake, a free port of the RPC range; another
+        # process may take it between the probe and the bind, so try a few.
+        last: Optional[Exception] = None
+        for p in _free_ports(host):
+            try:
+                return Engine(join_host_port(host, p), metadata, protocol, devices, settings)
+            except KvfabricError as e:
+                if "in use" not in str(e).lower():
+                    raise
+                last = e
+        lo, hi = _port_range()
+        raise OSError(f"no free port for {host} in {lo}-{hi} (MC_MIN_RPC_PORT/MC_MAX_RPC_PORT)"
+                      + (f": {last}" if last else ""))
 
     def get_rpc_port(self) -> int:
         if self._engine is None:
@@ -128,54 +335,64 @@ class TransferEngine:
         return int(self._engine.name.rsplit(":", 1)[1])
 
     def get_local_hostname(self) -> str:
+        """Not in Mooncake's API: this engine's ``host:port``."""
         return self._engine.name if self._engine is not None else ""
 
     def get_engine(self) -> Optional[Engine]:
-        """The kvfabric engine underneath."""
+        """The kvfabric engine underneath (Mooncake returns its C++ engine)."""
         return self._engine
 
+    def get_engine_ptr(self) -> int:
+        """The address of the C++ ``kvfabric::Engine`` (0 before initialize)."""
+        return self._core.ptr if self._core is not None else 0
+
+    def get_local_topology(self, device_name: Optional[str] = None) -> str:
+        """Mooncake's topology JSON: ``{"cpu:N"|"cuda:N": [[near NICs], [other NICs]]}``."""
+        from .. import _core
+
+        return _core.local_topology(self._protocol, device_name or "")
+
     # -- memory ---------------------------------------------------------
-    def register_memory(self, buffer_addr: int, capacity: int) -> int:
+    def register_memory(self, buffer_addr: int, capacity: int, location: str = "*") -> int:
         def go():
-            self._engine.register(int(buffer_addr), int(capacity))
+            self._core.register(int(buffer_addr), int(capacity), location)
             self._regions[int(buffer_addr)] = int(capacity)
 
-        return self._run("register_memory", go)
+        return self._call("register_memory", go)
 
     def unregister_memory(self, buffer_addr: int) -> int:
         def go():
-            self._engine.unregister(int(buffer_addr))
+            self._core.unregister(int(buffer_addr))
             self._regions.pop(int(buffer_addr), None)
 
-        return self._run("unregister_memory", go)
+        return self._call("unregister_memory", go)
 
-    def batch_register_memory(self, buffer_addresses: List[int], capacities: List[int]) -> int:
+    def batch_register_memory(self, buffer_addresses: List[int], capacities: List[int], location: str = "*") -> int:
         def go():
-            if len(buffer_addresses) != len(capacities):
-                raise ValueError(f"{len(buffer_addresses)} addresses but {len(capacities)} capacities")
-            pairs = [(int(a), int(n)) for a, n in zip(buffer_addresses, capacities)]
-            self._engine.register_many(pairs)
-            self._regions.update(pairs)
+            self._core.register_list(buffer_addresses, capacities, location)
+            self._regions.update(zip(map(int, buffer_addresses), map(int, capacities)))
 
-        return self._run("batch_register_memory", go)
+        return self._call("batch_register_memory", go)
 
     def batch_unregister_memory(self, buffer_addresses: List[int]) -> int:
         def go():
-            self._engine.unregister_many([int(a) for a in buffer_addresses])
+            self._core.unregister_batch(buffer_addresses)
             for a in buffer_addresses:
                 self._regions.pop(int(a), None)
 
-        return self._run("batch_unregister_memory", go)
+        return self._call("batch_unregister_memory", go)
 
     def allocate_managed_buffer(self, length: int) -> int:
         """A page-aligned buffer, registered; its address, or 0 on failure."""
 
         def go():
+            if int(length) <= 0:
+                raise ValueError(f"length {length} must be positive")
             mm = mmap.mmap(-1, int(length))
             view = (ctypes.c_char * int(length)).from_buffer(mm)
             addr = ctypes.addressof(view)
             try:
-                self._engine.register(addr, int(length))
+                self._core.register(addr, int(length), "cpu:0")
             except BaseException:
                 del view
                 mm.close()
@@ -184,157 +401,214 @@ class TransferEngine:
             self._regions[addr] = int(length)
             return addr
 
-        return self._run("allocate_managed_buffer", go, failure=0)
+        return self._call("allocate_managed_buffer", go, failure=0)
 
     def free_managed_buffer(self, buffer_addr: int, length: int) -> int:
         def go():
             if int(buffer_addr) not in self._managed or self._regions.get(int(buffer_addr)) != int(length):
                 raise ValueError(f"no managed buffer of {length} bytes at {int(buffer_addr):#x}")
-            self._engine.unregister(int(buffer_addr))
+            self._core.unregister(int(buffer_addr))
             del self._regions[int(buffer_addr)]
             mm, view = self._managed.pop(int(buffer_addr))
             del view  # the last export of the mapping: now it can close
             mm.close()
 
-        return self._run("free_managed_buffer", go)
+        return self._call("free_managed_buffer", go)
 
     def write_bytes_to_buffer(self, dest_address: int, src_ptr: bytes, length: int) -> int:
         def go():
-            if length > len(src_ptr):
-                raise ValueError(f"length {length} exceeds the {len(src_ptr)} bytes given")
-            if not self._inside(int(dest_address), int(length)):
-                raise ValueError(f"[{int(dest_address):#x}, +{length}) is not inside a registered or managed buffer")
-            ctypes.memmove(int(dest_address), src_ptr, int(length))
+            n = int(length)
+            if n < 0 or n > len(src_ptr):
+                raise ValueError(f"length {length}: give 0 to {len(src_ptr)}, the bytes passed")
+            if not self._inside(int(dest_address), n):
+                raise ValueError(f"[{int(dest_address):#x}, +{n}) is not inside a registered or managed buffer")
+            ctypes.memmove(int(dest_address), src_ptr, n)
 
-        return self._run("write_bytes_to_buffer", go)
+        return self._call("write_bytes_to_buffer", go)
 
     def read_bytes_from_buffer(self, source_address: int, length: int) -> bytes:
-        if not self._inside(int(source_address), int(length)):
-            log.error("read_bytes_from_buffer: [%#x, +%d) is not inside a registered or managed buffer",
-                      int(source_address), int(length))
+        n = int(length)
+        if n < 0 or not self._inside(int(source_address), n):
+            _log("error", f"read_bytes_from_buffer: [{int(source_address):#x}, +{length}) is not inside a "
+                          "registered or managed buffer")
             return b""
-        return ctypes.string_at(int(source_address), int(length))
+        return ctypes.string_at(int(source_address), n)
 
     # -- transfers ------------------------------------------------------
-    @staticmethod
-    def _requests(op: Op, buffers, peer_addresses, lengths) -> list:
-        if not (len(buffers) == len(peer_addresses) == len(lengths)):
-            raise ValueError(
-                f"{len(buffers)} buffers, {len(peer_addresses)} peer addresses and {len(lengths)} lengths differ"
-            )
-        return [Request(op, int(b), int(p), int(n)) for b, p, n in zip(buffers, peer_addresses, lengths)]
+    # The batch paths stay short: on a 2-core host, after a large transfer
+    # every Python frame runs from cold caches (see tools/bench/python_vs_cpp.py).
+    def _failed(self, what: str, target: str, e: Exception, failure: int = -1) -> int:
+        if self._core is None:
+            _log("error", f"{what}: the engine is not initialized; call initialize() first")
+        else:
+            _log("error", f"{what} to {target}: {e}")
+        return failure
 
-    def _notify(self, target: str, notify: Optional[TransferNotify]) -> None:
-        if notify is not None:
-            self._engine.notify(target, json.dumps({"name": notify.name, "msg": notify.msg}))
+    def _sync(self, what: str, target: str, op: int, buffers, peers, lengths, notify=None) -> int:
+        try:
+            self._core.transfer_to(target, op, buffers, peers, lengths)
+            if notify is not None:
+                self._core.send_notify(segment_name(target), json.dumps({"name": notify.name, "msg": notify.msg}))
+        except _FAILURES as e:
+            return self._failed(what, target, e)
+        return 0
 
-    def transfer_sync_write(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int) -> int:
-        return self.transfer_sync(target_hostname, buffer, peer_buffer_address, length, TransferOpcode.WRITE)
+    def _submit(self, what: str, target: str, op: int, buffers, peers, lengths) -> int:
+        """A batch id, or 0 (Mooncake's failure sentinel for batch ids)."""
+        try:
+            return self._core.submit_to(target, op, buffers, peers, lengths)
+        except _FAILURES as e:
+            return self._failed(what, target, e, failure=0)
 
-    def transfer_sync_read(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int) -> int:
-        return self.transfer_sync(target_hostname, buffer, peer_buffer_address, length, TransferOpcode.READ)
+    def transfer_sync_write(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int,
+                            transport_hint: str = "") -> int:
+        return self._sync("transfer_sync_write", target_hostname, 1, [buffer], [peer_buffer_address], [length])
 
-    def transfer_sync(
-        self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int, opcode, notify=None
-    ) -> int:
-        return self.batch_transfer_sync(target_hostname, [buffer], [peer_buffer_address], [length], opcode, notify)
+    def transfer_sync_read(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int,
+                           transport_hint: str = "") -> int:
+        return self._sync("transfer_sync_read", target_hostname, 0, [buffer], [peer_buffer_address], [length])
 
-    def batch_transfer_sync_write(self, target_hostname: str, buffers, peer_buffer_addresses, lengths) -> int:
-        return self.batch_transfer_sync(target_hostname, buffers, peer_buffer_addresses, lengths, TransferOpcode.WRITE)
+    def transfer_sync(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int, opcode,
+                      notify: Optional[TransferNotify] = None, transport_hint: str = "") -> int:
+        return self._sync("transfer_sync", target_hostname, int(opcode), [buffer], [peer_buffer_address], [length],
+                          notify)
 
-    def batch_transfer_sync_read(self, target_hostname: str, buffers, peer_buffer_addresses, lengths) -> int:
-        return self.batch_transfer_sync(target_hostname, buffers, peer_buffer_addresses, lengths, TransferOpcode.READ)
+    def batch_transfer_sync_write(self, target_hostname: str, buffers: Sequence[int],
+                                  peer_buffer_addresses: Sequence[int], lengths: Sequence[int],
+                                  transport_hint: str = "") -> int:
+        return self._sync("batch_transfer_sync_write", target_hostname, 1, buffers, peer_buffer_addresses, lengths)
 
-    def batch_transfer_sync(
-        self, target_hostname: str, buffers, peer_buffer_addresses, lengths, opcode, notify=None
-    ) -> int:
-        def go():
-            reqs = self._requests(Op(int(opcode)), buffers, peer_buffer_addresses, lengths)
-            if reqs:
-                self._engine.transfer(reqs, target_hostname)
-            self._notify(target_hostname, notify)
+    def batch_transfer_sync_read(self, target_hostname: str, buffers: Sequence[int],
+                                 peer_buffer_addresses: Sequence[int], lengths: Sequence[int],
+                                 transport_hint: str = "") -> int:
+        return self._sync("batch_transfer_sync_read", target_hostname, 0, buffers, peer_buffer_addresses, lengths)
 
-        return self._run("batch_transfer_sync", go)
+    def batch_transfer_sync(self, target_hostname: str, buffers: Sequence[int], peer_buffer_addresses: Sequence[int],
+                            lengths: Sequence[int], opcode, notify: Optional[TransferNotify] = None,
+                            transport_hint: str = "") -> int:
+        return self._sync("batch_transfer_sync", target_hostname, int(opcode), buffers, peer_buffer_addresses,
+                          lengths, notify)
 
-    def batch_transfer_async_write(self, target_hostname: str, buffers, peer_buffer_addresses, lengths) -> int:
-        return self.batch_transfer_async(target_hostname, buffers, peer_buffer_addresses, lengths, TransferOpcode.WRITE)
+    def batch_transfer_async_write(self, target_hostname: str, buffers: Sequence[int],
+                                   peer_buffer_addresses: Sequence[int], lengths: Sequence[int],
+                                   transport_hint: str = "") -> int:
+        return self._submit("batch_transfer_async_write", target_hostname, 1, buffers, peer_buffer_addresses, lengths)
 
-    def batch_transfer_async_read(self, target_hostname: str, buffers, peer_buffer_addresses, lengths) -> int:
-        return self.batch_transfer_async(target_hostname, buffers, peer_buffer_addresses, lengths, TransferOpcode.READ)
+    def batch_transfer_async_read(self, target_hostname: str, buffers: Sequence[int],
+                                  peer_buffer_addresses: Sequence[int], lengths: Sequence[int],
+                                  transport_hint: str = "") -> int:
+        return self._submit("batch_transfer_async_read", target_hostname, 0, buffers, peer_buffer_addresses, lengths)
 
-    def batch_transfer_async(self, target_hostname: str, buffers, peer_buffer_addresses, lengths, opcode) -> int:
-        """A batch id (never 0), or 0 on failure."""
+    def batch_transfer_async(self, target_hostname: str, buffers: Sequence[int], peer_buffer_addresses: Sequence[int],
+                             lengths: Sequence[int], opcode, transport_hint: str = "") -> int:
+        return self._submit("batch_transfer_async", target_hostname, int(opcode), buffers, peer_buffer_addresses,
+                            lengths)
 
-        def go():
-            reqs = self._requests(Op(int(opcode)), buffers, peer_buffer_addresses, lengths)
-            if not reqs:
-                raise ValueError("an empty batch")
-            return self._track(self._engine.submit(reqs, target_hostname))
-
-        return self._run("batch_transfer_async", go, failure=0)
+    def transfer_submit_write(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int,
+                              transport_hint: str = "") -> int:
+        """A batch id, or 0 on failure (as Mooncake)."""
+        return self._submit("transfer_submit_write", target_hostname, 1, [buffer], [peer_buffer_address], [length])
 
     def get_batch_transfer_status(self, batch_ids: List[int]) -> int:
-        """Waits for every batch; 0 when all completed, -1 when any failed."""
+        """Waits for every batch and frees it; 0 when all completed, -1 when any
+        failed, timed out or is unknown."""
+        if self._core is None:
+            return self._call("get_batch_transfer_status", lambda: None)
         rc = 0
         for bid in batch_ids:
-            with self._lock:
-                t = self._async.pop(int(bid), None)
-            if t is None:
-                log.error("get_batch_transfer_status: unknown batch id %s", bid)
+            try:
+                st = self._core.wait_batch(int(bid), -1)
+                self._core.free_batch(int(bid))
+            except (KvfabricError, ValueError, TypeError, OverflowError) as e:
+                _log("error", f"get_batch_transfer_status: batch {bid}: {e}")
                 rc = -1
                 continue
-            try:
-                t.wait()
-            except KvfabricError as e:
-                log.error("get_batch_transfer_status: batch %s: %s", bid, e)
+            if st[0] != 1:
+                _log("error", f"get_batch_transfer_status: batch {bid}: {st[3]}")
                 rc = -1
         return rc
 
-    def transfer_submit_write(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int) -> int:
-        """A batch id (positive), or a negative value on failure."""
-
-        def go():
-            reqs = self._requests(Op.WRITE, [buffer], [peer_buffer_address], [length])
-            return self._track(self._engine.submit(reqs, target_hostname))
-
-        return self._run("transfer_submit_write", go, failure=-1)
-
     def transfer_check_status(self, batch_id: int) -> int:
-        """1 completed, 0 still running, -1 failed (or unknown id), -2 timed out."""
-        with self._lock:
-            t = self._async.get(int(batch_id))
-        if t is None:
-            log.error("transfer_check_status: unknown batch id %s", batch_id)
+        """1 completed, 0 still running, -1 failed (or unknown id), -2 timed out.
+        A completed or failed batch is freed (its id is then unknown); a timed
+        out one keeps answering -2, as in Mooncake."""
+        if self._core is None:
+            return self._call("transfer_check_status", lambda: None)
+        try:
+            state, _, _, error = self._core.batch_status(int(batch_id))
+        except (KvfabricError, ValueError, TypeError, OverflowError) as e:
+            _log("error", f"transfer_check_status: batch {batch_id}: {e}")
             return -1
-        st = t.status()
-        if st.state == State.PENDING:
+        if state == 0:
             return 0
-        with self._lock:
-            self._async.pop(int(batch_id), None)
-        if st.state == State.COMPLETED:
+        if state == 3:
+            return -2
+        self._core.free_batch(int(batch_id))
+        if state == 1:
             return 1
-        log.error("transfer_check_status: batch %s: %s", batch_id, st.error)
-        return -2 if st.state == State.TIMEOUT else -1
+        _log("error", f"transfer_check_status: batch {batch_id}: {error}")
+        return -1
+
+    # -- transfers ordered after a CUDA stream ------------------------------
+    def _on_cuda(self, what: str, target: str, op: int, buffers, peers, lengths, stream_ptr: int) -> None:
+        """Mooncake enqueues the transfer on the stream; kvfabric waits for the
+        stream's work here, then moves the bytes before returning, so work the
+        caller queues afterwards sees them (docs/python.md: the caller's
+        thread blocks, where Mooncake's returns at once)."""
+        from .. import _core
+
+        if self._core is None:
+            raise RuntimeError(f"{what}: the engine is not initialized; call initialize() first")
+        if not (len(buffers) == len(peers) == len(lengths)):
+            raise RuntimeError("buffers, peer_buffer_addresses and lengths have different size")
+        device = next((d for d in map(_core.cuda_device_of, buffers) if d >= 0), 0)
+        try:
+            _core.cuda_stream_synchronize(int(stream_ptr), device)
+            self._core.transfer_to(target, op, buffers, peers, lengths)
+        except KvfabricError as e:
+            raise RuntimeError(f"{what} to {target}: {e}") from e
+
+    def transfer_write_on_cuda(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int,
+                               stream_ptr: int = 0, transport_hint: str = "") -> None:
+        self._on_cuda("transfer_write_on_cuda", target_hostname, 1, [buffer], [peer_buffer_address], [length],
+                      stream_ptr)
+
+    def transfer_read_on_cuda(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int,
+                              stream_ptr: int = 0, transport_hint: str = "") -> None:
+        self._on_cuda("transfer_read_on_cuda", target_hostname, 0, [buffer], [peer_buffer_address], [length],
+                      stream_ptr)
+
+    def batch_transfer_write_on_cuda(self, target_hostname: str, buffers: Sequence[int],
+                                     peer_buffer_addresses: Sequence[int], lengths: Sequence[int],
+                                     stream_ptr: int = 0, transport_hint: str = "") -> None:
+        self._on_cuda("batch_transfer_write_on_cuda", target_hostname, 1, buffers, peer_buffer_addresses, lengths,
+                      stream_ptr)
+
+    def batch_transfer_read_on_cuda(self, target_hostname: str, buffers: Sequence[int],
+                                    peer_buffer_addresses: Sequence[int], lengths: Sequence[int],
+                                    stream_ptr: int = 0, transport_hint: str = "") -> None:
+        self._on_cuda("batch_transfer_read_on_cuda", target_hostname, 0, buffers, peer_buffer_addresses, lengths,
+                      stream_ptr)
 
     # -- segments, peers, notifications -----------------------------------
-    def get_first_buffer_address(self, segment_name: str) -> int:
+    def get_first_buffer_address(self, segment_name_: str) -> int:
         def go():
-            bufs = self._engine.buffers(segment_name)
-            return bufs[0].addr if bufs else 0
+            bufs = self._core.segment_buffers(self._core.open_segment(segment_name(segment_name_)))
+            return bufs[0][0] if bufs else 0
 
-        return self._run("get_first_buffer_address", go, failure=0)
+        return self._call("get_first_buffer_address", go, failure=0)
 
-    def warmup_efa_segment(self, segment_name: str) -> int:
-        return self._run("warmup_efa_segment", lambda: self._engine.warmup(segment_name))
+    def warmup_efa_segment(self, segment_name_: str) -> int:
+        return self._call("warmup_efa_segment", lambda: self._core.warmup(segment_name(segment_name_)))
 
     def send_probe(self, peer_server_name: str) -> int:
-        return self._run("send_probe", lambda: self._engine.probe(peer_server_name))
+        return self._call("send_probe", lambda: self._core.probe(segment_name(peer_server_name)))
 
     def get_notifies(self) -> List[TransferNotify]:
-        if self._engine is None:
+        if self._core is None:
             return []
         out = []
-        for text in self._engine.notifies():
+        for text in self._core.get_notifies():
             try:
                 d = json.loads(text)
                 out.append(TransferNotify(str(d.get("name", "")), str(d.get("msg", ""))))
@@ -344,9 +618,13 @@ class TransferEngine:
 
     def close(self) -> None:
         """Not in Mooncake's API: stops the engine and frees managed buffers."""
+        if self._metric is not None:
+            self._metric.stop.set()
+            self._metric = None
         if self._engine is not None:
             self._engine.close()
             self._engine = None
+            self._core = None
         while self._managed:
             _, (mm, view) = self._managed.popitem()
             del view
