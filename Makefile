@@ -60,7 +60,7 @@ fuzz: deps
 bench: build python
 	python3 tools/bench/compare.py --build $(BUILD) --reps 5 --duration 4 --verify --json_out $(BUILD)/bench.json
 	$(PY) tools/bench/python_vs_cpp.py --build $(BUILD) --reps 5 --duration 3 --ops write,read \
-	    --shapes 65536x128,128x1048576 --json_out $(BUILD)/bench-python.json
+	    --shapes 65536x128,128x128,128x1048576 --json_out $(BUILD)/bench-python.json
 
 # The multi-rail figures of docs/benchmarks.md on the emulated fabric (root:
 # tests/lab/lab.sh builds 2 namespaces x 4 rails at 2 Gbit/s), then the plots.

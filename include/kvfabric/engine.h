@@ -86,6 +86,15 @@ struct EngineConfig {
   bool apply_environment = true;  // ... overlaid with KVF_* variables
 };
 
+// Sets what libfabric must see in the environment before its first use in
+// the process, from `settings`: FI_HMEM=system when GPU memory is off
+// (KVF_CUDA=0) or the CUDA driver cannot load (so no provider creates a CUDA
+// context), and the rxm connection settings of KVF_RXM_FAST_CONNECT; a
+// variable the user set keeps its value. Engine::Create calls it; a program
+// that asks libfabric anything earlier (kvfabric doctor, topology) calls it
+// first. Returns whether GPU memory is usable: OK, or the reason.
+Status PrepareLibfabric(const Settings& settings);
+
 class Engine {
  public:
   static Status Create(const EngineConfig& config, std::unique_ptr<Engine>* out);

@@ -86,6 +86,16 @@ std::vector<kvfabric::TransferRequest> ListRequests(kvfabric::SegmentHandle targ
   return out;
 }
 
+// Before any libfabric query of this module: what an engine would set first
+// (kvfabric::PrepareLibfabric), or libfabric starts without it and this
+// process's rxm cannot talk to kvfabric peers' (FI_OFI_RXM_BUFFER_SIZE).
+kvfabric::Settings PrepareFromEnvironment() {
+  kvfabric::Settings settings;
+  Check(settings.ApplyEnvironment());
+  (void)kvfabric::PrepareLibfabric(settings);  // GPU memory unusable is not an error here
+  return settings;
+}
+
 // A peer name as Mooncake's callers write it: vLLM builds f"{get_ip()}:{port}",
 // so an IPv6 peer arrives as "fe80::1:15000"; the engine names it
 // "[fe80::1]:15000" (the last colon separates the port).
@@ -334,6 +344,7 @@ NB_MODULE(_core, m) {
                                               {"requested", fmt(kvfabric::fabric::ApiVersion())}};
   }, "The loaded libfabric's version, the one kvfabric was built against, and the API version it requests.");
   m.def("fabric_domains", [](const std::string& protocol) {
+    PrepareFromEnvironment();
     std::vector<std::map<std::string, std::string>> out;
     std::string provider;
     Check(kvfabric::fabric::ProviderForProtocol(protocol, &provider));
@@ -367,8 +378,7 @@ NB_MODULE(_core, m) {
   m.def("local_topology", [](const std::string& protocol, const std::string& devices) {
     // What an engine of this protocol would use, by location: Mooncake's
     // get_local_topology() shape (topology::Topology::ToLocationMatrixJson).
-    kvfabric::Settings settings;
-    Check(settings.ApplyEnvironment());
+    const kvfabric::Settings settings = PrepareFromEnvironment();
     std::string provider;
     if (protocol == "auto")
       provider = kvfabric::fabric::ProviderAvailable("efa") ? "efa" : "tcp;ofi_rxm";

@@ -186,3 +186,49 @@ def test_module_names_keywords_and_topology():
         assert te.read_bytes_from_buffer(a, -1) == b""
     finally:
         te.close()
+
+
+def test_mc_te_metric_logs_throughput_every_interval():
+    code = """
+import ctypes, time
+from kvfabric.compat.mooncake import TransferEngine
+a, b = TransferEngine(), TransferEngine()
+assert a.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
+assert b.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
+src, dst = (ctypes.c_uint8 * (1 << 20))(), (ctypes.c_uint8 * (1 << 20))()
+assert a.register_memory(ctypes.addressof(src), 1 << 20) == 0
+assert b.register_memory(ctypes.addressof(dst), 1 << 20) == 0
+peer = f"127.0.0.1:{b.get_rpc_port()}"
+until = time.monotonic() + 2.5
+while time.monotonic() < until:
+    assert a.transfer_sync_write(peer, ctypes.addressof(src), ctypes.addressof(dst), 1 << 20) == 0
+a.close(); b.close()
+print("ok")
+"""
+    r = run_python(code, env={"MC_TE_METRIC": "1", "MC_TE_METRIC_INTERVAL_SECONDS": "1"})
+    assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr
+    assert "MC_TE_METRIC: a throughput line every 1 s" in r.stderr
+    lines = [x for x in r.stderr.splitlines() if "mooncake compat: throughput" in x and "MB/s" in x]
+    assert len(lines) >= 2, r.stderr  # the writer logs at 1 s and at 2 s (a target completes no operations)
+
+
+def test_libfabric_queried_before_the_first_engine_still_reaches_peers(peer_factory):
+    """get_local_topology() before initialize(), or kvfabric doctor's domain
+    list, starts libfabric; it must start with what an engine sets first (the
+    rxm buffer size peers must agree on), or every tcp transfer to another
+    process hangs until its deadline."""
+    peer = peer_factory("tcp", api="mooncake")
+    code = f"""
+import ctypes
+from kvfabric import _core
+from kvfabric.compat.mooncake import TransferEngine
+_core.fabric_domains("verbs")
+te = TransferEngine()
+print(len(te.get_local_topology()) > 2)
+assert te.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
+buf = (ctypes.c_uint8 * (1 << 20))()
+assert te.register_memory(ctypes.addressof(buf), 1 << 20) == 0
+print("rc", te.transfer_sync_read("{peer.name}", ctypes.addressof(buf), {peer.addr}, 1 << 20))
+"""
+    r = run_python(code, env={"KVF_TRANSFER_TIMEOUT_MS": "5000"})
+    assert "rc 0" in r.stdout, r.stdout + r.stderr

@@ -211,3 +211,23 @@ def test_cluster_metadata_backends(backend, request, peer_factory):
         assert te.get_first_buffer_address("127.0.0.1:1") == 0  # never published
     finally:
         te.close()
+
+
+def test_a_batch_seen_ended_can_always_be_freed(peer_factory):
+    """transfer_check_status frees a batch as soon as it reports it ended; a
+    task's state used to flip before its batch counted it, and the free in
+    between was refused (BusyError out of a call that must return a code)."""
+    peer = peer_factory("tcp", api="mooncake")
+    te = TransferEngine()
+    assert te.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
+    try:
+        local = np.zeros(4096, dtype=np.uint8)
+        assert te.register_memory(local.ctypes.data, local.nbytes) == 0
+        for _ in range(2000):
+            bid = te.transfer_submit_write(peer.name, local.ctypes.data, peer.addr, 4096)
+            assert bid != 0
+            while (rc := te.transfer_check_status(bid)) == 0:
+                pass
+            assert rc == 1
+    finally:
+        te.close()

@@ -148,7 +148,10 @@ TransferStatus Batch::Aggregate() {
       agg.error = s.error;
     }
   }
-  if (pending) agg.state = TaskState::kPending;
+  // A task's state flips before the batch counts it (Task::Finish): until the
+  // count catches up the batch is still pending, so a caller that sees it
+  // ended can always free it (FreeBatch checks the count).
+  if (pending || finished_.load() < used) agg.state = TaskState::kPending;
   return agg;
 }
 

@@ -98,7 +98,8 @@ class Batch {
   std::atomic<int64_t>& outstanding_slices() { return outstanding_; }
 
   bool AllDone();
-  // Aggregate over the used tasks (deadlines applied).
+  // Aggregate over the used tasks (deadlines applied). PENDING until the
+  // batch has counted every task's end, so an ended batch can be freed.
   TransferStatus Aggregate();
   // Blocks until every used task has ended or `timeout` passes.
   void Wait(Clock::time_point until);

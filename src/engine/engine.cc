@@ -598,6 +598,15 @@ struct Engine::Impl final : engine::Rerouter {
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
 
+Status PrepareLibfabric(const Settings& settings) {
+  // GPU memory is possible only with the driver; without it libfabric must
+  // not initialize CUDA either.
+  Status cuda = settings.cuda ? memory::cuda::Load(settings.cuda_library) : Status::Unavailable("KVF_CUDA=0");
+  if (!cuda.ok()) KVF_LOG_DEBUG("host memory only ({}): FI_HMEM=system", cuda.message());
+  fabric::ApplyProviderDefaults(settings.rxm_fast_connect, /*host_memory_only=*/!cuda.ok());
+  return cuda;
+}
+
 Status Engine::Create(const EngineConfig& config, std::unique_ptr<Engine>* out) {
   auto impl = std::make_unique<Impl>();
   impl->settings = config.settings;
@@ -623,12 +632,7 @@ Status Engine::Create(const EngineConfig& config, std::unique_ptr<Engine>* out) 
   const bool v6 = handshake_addr.family() == AF_INET6;
   std::string bind_ip = !v6 ? handshake_addr.ip() : handshake_addr.loopback() ? "127.0.0.1" : "";
 
-  // GPU memory is possible only with the driver; without it libfabric must
-  // not initialize CUDA either.
-  Status cuda = impl->settings.cuda ? memory::cuda::Load(impl->settings.cuda_library)
-                                    : Status::Unavailable("KVF_CUDA=0");
-  if (!cuda.ok()) KVF_LOG_DEBUG("host memory only ({}): FI_HMEM=system", cuda.message());
-  fabric::ApplyProviderDefaults(impl->settings.rxm_fast_connect, /*host_memory_only=*/!cuda.ok());
+  const Status cuda = PrepareLibfabric(impl->settings);
   std::string provider;
   const bool auto_protocol = config.protocol == "auto";
   if (auto_protocol) {

@@ -25,6 +25,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kvfabric-topo: %s\n", s.ToString().c_str());
     return 1;
   };
+  Settings settings;
+  Status prep = settings.ApplyEnvironment();
+  if (!prep.ok()) return fail(prep);
+  (void)PrepareLibfabric(settings);  // before the first fi_getinfo, as an engine would
   std::string provider;
   if (protocol == "auto") {
     provider = fabric::ProviderAvailable("efa") ? "efa" : "tcp;ofi_rxm";
