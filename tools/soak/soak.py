@@ -87,7 +87,10 @@ def run_initiator(index: int, count: int, targets: list, duration: float, seed: 
 
     def resync(t) -> bool:
         try:
-            t["addr"] = e.buffers(t["name"])[0].addr  # a restarted target has a new buffer
+            bufs = e.buffers(t["name"])  # a restarted target has a new buffer
+            if not bufs:  # restarted and serving, but its buffer not registered yet
+                raise kvfabric.NotFoundError(f"{t['name']} has no registered buffer yet", 2)
+            t["addr"] = bufs[0].addr
         except kvfabric.KvfabricError as err:
             stats["failures"].append({"target": t["name"], "start": time.monotonic(), "end": time.monotonic(),
                                       "error": str(err)[:300]})
