@@ -396,14 +396,8 @@ NB_MODULE(_core, m) {
       rails.push_back(r);
     }
     auto topo = kvfabric::topology::Topology::Discover(rails);
-    if (settings.cuda && kvfabric::memory::cuda::Load(settings.cuda_library).ok()) {
-      std::vector<std::string> pci;
-      for (int d = 0; d < kvfabric::memory::cuda::DeviceCount(); ++d) {
-        std::string id;
-        if (kvfabric::memory::cuda::PciBusId(d, &id).ok()) pci.push_back(id);
-      }
-      topo.SetCudaOrdinals(pci);
-    }
+    if (settings.cuda && kvfabric::memory::cuda::Load(settings.cuda_library).ok())
+      topo.SetCudaOrdinals(kvfabric::memory::cuda::PciBusIds());
     if (!settings.topology_file.empty()) Check(topo.ApplyFile(settings.topology_file));
     return topo.ToLocationMatrixJson();
   }, nb::arg("protocol"), nb::arg("devices"), Release(),

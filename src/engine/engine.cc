@@ -654,14 +654,8 @@ Status Engine::Create(const EngineConfig& config, std::unique_ptr<Engine>* out) 
   std::vector<fabric::Rail*> raw;
   for (auto& r : impl->rails) raw.push_back(r.get());
   impl->topo = topology::Topology::Discover(impl->rail_infos);
-  if (cuda.ok()) {  // cuda:N as the driver numbers it, for each GPU's nearest rails
-    std::vector<std::string> pci;
-    for (int d = 0; d < memory::cuda::DeviceCount(); ++d) {
-      std::string id;
-      if (memory::cuda::PciBusId(d, &id).ok()) pci.push_back(id);
-    }
-    impl->topo.SetCudaOrdinals(pci);
-  }
+  // cuda:N as the driver numbers it, for each GPU's nearest rails
+  if (cuda.ok()) impl->topo.SetCudaOrdinals(memory::cuda::PciBusIds());
   if (!impl->settings.topology_file.empty())
     KVF_RETURN_IF_ERROR(impl->topo.ApplyFile(impl->settings.topology_file).Annotate("KVF_TOPOLOGY_FILE"));
   Impl* tp = impl.get();

@@ -165,6 +165,15 @@ Status Copy(void* dst, const void* src, size_t n, int device) {
                                       " failed: " + d.Error(r));
 }
 
+std::vector<std::string> PciBusIds() {
+  std::vector<std::string> out;
+  for (int d = 0; d < DeviceCount(); ++d) {
+    std::string id;
+    if (PciBusId(d, &id).ok()) out.push_back(id);
+  }
+  return out;
+}
+
 Status StreamSynchronize(uintptr_t stream, int device) {
   KVF_RETURN_IF_ERROR(UseDevice(device));
   Driver& d = D();

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kvfabric/status.h"
 
@@ -27,6 +28,9 @@ bool IsDevicePointer(const void* p, int* device);
 
 // The device's PCI bus id as sysfs writes it ("0000:4f:00.0").
 Status PciBusId(int device, std::string* out);
+// Every device's PCI bus id, in the driver's ordinal order (what
+// topology::Topology::SetCudaOrdinals takes); empty when CUDA is not loaded.
+std::vector<std::string> PciBusIds();
 
 // Copies between host and device memory, or device and device (unified
 // addressing: the driver works out which is which), under the device's

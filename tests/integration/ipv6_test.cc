@@ -91,6 +91,19 @@ class IPv6Test : public ::testing::Test {
     ASSERT_TRUE(s.ok()) << s.ToString();
   }
 
+  // Starts kvfabric-metadata-server bound to `host` and reads the port from
+  // the line it prints, which must name the store "http://<shown>:P/metadata".
+  static void StartMetadataServer(Child* server, const std::string& host, const std::string& shown, int* port) {
+    ASSERT_TRUE(server->Start({KVF_METADATA_SERVER_PATH, "--host", host, "--port", "0"}));
+    const std::string line = server->FirstLine(20000);
+    const std::string tag = "metadata http://" + shown + ":";
+    const size_t at = line.find(tag);
+    ASSERT_NE(at, std::string::npos) << "kvfabric-metadata-server --host " << host << " said: " << line;
+    *port = std::atoi(line.c_str() + at + tag.size());
+    ASSERT_GT(*port, 0) << line;
+    ASSERT_EQ(line.substr(at + 9), "http://" + shown + ":" + std::to_string(*port) + "/metadata");
+  }
+
   uint8_t* local(size_t off) { return static_cast<uint8_t*>(local_) + off; }
   uint8_t* remote(size_t off) { return static_cast<uint8_t*>(remote_) + off; }
   uint64_t remote_addr(size_t off) { return reinterpret_cast<uintptr_t>(remote_) + off; }
@@ -169,17 +182,9 @@ TEST_F(IPv6Test, BareIPv6NameIsRefusedWithTheFix) {
 
 TEST_F(IPv6Test, HttpMetadataStoreOnIPv6Loopback) {
   Child server;
-  ASSERT_TRUE(server.Start({KVF_METADATA_SERVER_PATH, "--host", "::1", "--port", "0"}));
-  const std::string line = server.FirstLine(20000);
-  const std::string tag = "metadata http://[::1]:";
-  const size_t at = line.find(tag);
-  ASSERT_NE(at, std::string::npos) << "kvfabric-metadata-server --host ::1 said: " << line;
-  const std::string uri = line.substr(at + 9);  // "http://[::1]:P/metadata"
-  const int port = std::atoi(line.c_str() + at + tag.size());
-  ASSERT_GT(port, 0) << line;
-  ASSERT_EQ(uri, "http://[::1]:" + std::to_string(port) + "/metadata");
-
-  ASSERT_NO_FATAL_FAILURE(StartPair(uri));
+  int port = 0;
+  ASSERT_NO_FATAL_FAILURE(StartMetadataServer(&server, "::1", "[::1]", &port));
+  ASSERT_NO_FATAL_FAILURE(StartPair("http://[::1]:" + std::to_string(port) + "/metadata"));
   ASSERT_NO_FATAL_FAILURE(MoveBytesBothWays());
   // The descriptor is in the store, under the bracketed name, until the engine closes.
   const std::string name = target_->name();
@@ -200,13 +205,8 @@ TEST_F(IPv6Test, HttpMetadataStoreOnIPv6Loopback) {
 // refuses [::ffff:127.0.0.1], which reaches a server on 127.0.0.1.
 TEST_F(IPv6Test, HttpMetadataStoreAtAMappedAddress) {
   Child server;
-  ASSERT_TRUE(server.Start({KVF_METADATA_SERVER_PATH, "--host", "127.0.0.1", "--port", "0"}));
-  const std::string line = server.FirstLine(20000);
-  const std::string tag = "metadata http://127.0.0.1:";
-  const size_t at = line.find(tag);
-  ASSERT_NE(at, std::string::npos) << "kvfabric-metadata-server said: " << line;
-  const int port = std::atoi(line.c_str() + at + tag.size());
-  ASSERT_GT(port, 0) << line;
+  int port = 0;
+  ASSERT_NO_FATAL_FAILURE(StartMetadataServer(&server, "127.0.0.1", "127.0.0.1", &port));
   ASSERT_NO_FATAL_FAILURE(StartPair("http://[::ffff:127.0.0.1]:" + std::to_string(port) + "/metadata"));
   ASSERT_NO_FATAL_FAILURE(MoveBytesBothWays());
   initiator_.reset();
