@@ -21,13 +21,8 @@
 #include <tuple>
 #include <vector>
 
-#include <rdma/fabric.h>
-
-#include "common/log.h"
-#include "fabric/fabric_info.h"
+#include "kvfabric/diagnostics.h"
 #include "kvfabric/engine.h"
-#include "memory/cuda.h"
-#include "topology/topology.h"
 
 namespace nb = nanobind;
 using kvfabric::Status;
@@ -86,13 +81,11 @@ std::vector<kvfabric::TransferRequest> ListRequests(kvfabric::SegmentHandle targ
   return out;
 }
 
-// Before any libfabric query of this module: what an engine would set first
-// (kvfabric::PrepareLibfabric), or libfabric starts without it and this
-// process's rxm cannot talk to kvfabric peers' (FI_OFI_RXM_BUFFER_SIZE).
-kvfabric::Settings PrepareFromEnvironment() {
+// The settings the diagnostics prepare libfabric with (as an engine of
+// this process would: the KVF_* variables).
+kvfabric::Settings Environment() {
   kvfabric::Settings settings;
   Check(settings.ApplyEnvironment());
-  (void)kvfabric::PrepareLibfabric(settings);  // GPU memory unusable is not an error here
   return settings;
 }
 
@@ -338,68 +331,36 @@ NB_MODULE(_core, m) {
   m.def("buffer_info", &BufferInfo, nb::arg("buffer"),
         "(address, nbytes, dlpack device type, device id, read-only) of a buffer-protocol or DLPack object.");
   m.def("libfabric_versions", [] {
-    auto fmt = [](uint32_t v) { return std::to_string(FI_MAJOR(v)) + "." + std::to_string(FI_MINOR(v)); };
-    return std::map<std::string, std::string>{{"library", fmt(fi_version())},
-                                              {"headers", fmt(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION))},
-                                              {"requested", fmt(kvfabric::fabric::ApiVersion())}};
+    const kvfabric::LibfabricVersions v = kvfabric::GetLibfabricVersions();
+    return std::map<std::string, std::string>{{"library", v.library}, {"headers", v.headers}, {"requested", v.requested}};
   }, "The loaded libfabric's version, the one kvfabric was built against, and the API version it requests.");
   m.def("fabric_domains", [](const std::string& protocol) {
-    PrepareFromEnvironment();
+    std::vector<kvfabric::FabricDomain> domains;
+    Check(kvfabric::ListFabricDomains(Environment(), protocol, "", &domains));
     std::vector<std::map<std::string, std::string>> out;
-    std::string provider;
-    Check(kvfabric::fabric::ProviderForProtocol(protocol, &provider));
-    kvfabric::fabric::InfoList list;
-    if (!kvfabric::fabric::InfoList::Query(provider, &list).ok()) return out;
-    for (const fi_info* i : list.entries())
-      out.push_back({{"provider", i->fabric_attr->prov_name},
-                     {"domain", i->domain_attr->name},
-                     {"fabric", i->fabric_attr->name},
-                     {"ip", kvfabric::fabric::SourceIp(i)},
-                     {"hmem", (i->caps & FI_HMEM) ? "yes" : "no"}});
+    for (const auto& d : domains)
+      out.push_back({{"provider", d.provider}, {"domain", d.domain}, {"fabric", d.fabric}, {"ip", d.ip},
+                     {"hmem", d.hmem ? "yes" : "no"}});
     return out;
   }, nb::arg("protocol"), "The usable libfabric domains (rails) of a protocol; empty when it is absent.");
-  m.def("log", [](const std::string& level, const std::string& message) {
-    // Python's lines go where the engine's go, under the same KVF_LOG_LEVEL.
-    if (level == "error") KVF_LOG_ERROR("{}", message);
-    else if (level == "warn") KVF_LOG_WARN("{}", message);
-    else if (level == "debug") KVF_LOG_DEBUG("{}", message);
-    else KVF_LOG_INFO("{}", message);
-  }, nb::arg("level"), nb::arg("message"), "Writes one line to the engine's log (error, warn, info or debug).");
+  m.def("log", &kvfabric::WriteLog, nb::arg("level"), nb::arg("message"),
+        "Writes one line to the engine's log (error, warn, info or debug).");
   m.def("mooncake_name", &MooncakeName, nb::arg("name"),
         "A peer name as Mooncake's callers write it, as the engine names it ([v6]:port).");
   m.def("cuda_device_of", [](uintptr_t addr) {
-    int device = -1;
-    return kvfabric::memory::cuda::IsDevicePointer(reinterpret_cast<const void*>(addr), &device) ? device : -1;
+    return kvfabric::CudaDeviceOf(reinterpret_cast<const void*>(addr));
   }, nb::arg("addr"), "The CUDA device ordinal of device memory at `addr`, or -1 (host memory, or no driver loaded).");
   m.def("cuda_stream_synchronize", [](uintptr_t stream, int device) {
-    Check(kvfabric::memory::cuda::StreamSynchronize(stream, device));
+    Check(kvfabric::CudaStreamSynchronize(stream, device));
   }, nb::arg("stream"), nb::arg("device"), Release(),
         "Waits for the work queued on a CUstream (0: the legacy default stream) of `device`.");
   m.def("local_topology", [](const std::string& protocol, const std::string& devices) {
     // What an engine of this protocol would use, by location: Mooncake's
-    // get_local_topology() shape (topology::Topology::ToLocationMatrixJson).
-    const kvfabric::Settings settings = PrepareFromEnvironment();
-    std::string provider;
-    if (protocol == "auto")
-      provider = kvfabric::fabric::ProviderAvailable("efa") ? "efa" : "tcp;ofi_rxm";
-    else
-      Check(kvfabric::fabric::ProviderForProtocol(protocol, &provider));
-    kvfabric::fabric::InfoList infos;
-    Check(kvfabric::fabric::InfoList::Query(provider, &infos));
-    std::vector<fi_info*> chosen = infos.entries();
-    if (!devices.empty()) Check(kvfabric::fabric::SelectDomains(infos, devices, "", &chosen));
-    std::vector<kvfabric::RailInfo> rails;
-    for (const fi_info* i : chosen) {
-      kvfabric::RailInfo r;
-      r.provider = i->fabric_attr->prov_name;
-      r.domain = i->domain_attr->name;
-      rails.push_back(r);
-    }
-    auto topo = kvfabric::topology::Topology::Discover(rails);
-    if (settings.cuda && kvfabric::memory::cuda::Load(settings.cuda_library).ok())
-      topo.SetCudaOrdinals(kvfabric::memory::cuda::PciBusIds());
-    if (!settings.topology_file.empty()) Check(topo.ApplyFile(settings.topology_file));
-    return topo.ToLocationMatrixJson();
+    // get_local_topology() shape.
+    std::string json;
+    Check(kvfabric::DescribeTopology(Environment(), protocol, devices, kvfabric::TopologyFormat::kLocationMatrix,
+                                     &json));
+    return json;
   }, nb::arg("protocol"), nb::arg("devices"), Release(),
         "The rails near each location (cpu:N, cuda:N) as JSON: {location: [[near], [other]]}.");
   m.def("setting_table", [] {

@@ -65,10 +65,10 @@ bool Task::OnSliceStalled(const fabric::Slice& slice) {
 void Task::OnSliceDone(const fabric::Slice& slice, size_t bytes, const Status& in) {
   Batch* batch = batch_;
   Status error = in;
-  if (slice.staging_slot >= 0 && rerouter_ != nullptr) {
+  if (slice.owner_tag >= 0 && rerouter_ != nullptr) {
     // A READ's bytes are in the staging slot: they reach device memory
     // before the task may complete.
-    Status s = rerouter_->Unstage(slice, /*copy_back=*/error.ok() && !slice.write && pending());
+    Status s = rerouter_->Unstage(this, slice, /*copy_back=*/error.ok() && !slice.write && pending());
     if (error.ok() && !s.ok()) {
       error = s;
       bytes = 0;
@@ -77,7 +77,7 @@ void Task::OnSliceDone(const fabric::Slice& slice, size_t bytes, const Status& i
   bytes_.fetch_add(bytes);
   // A failed slice goes to another rail while the task still wants it; only
   // when none can take it does the task fail.
-  const bool rerouted = !error.ok() && rerouter_ != nullptr && pending() && slice.staging_slot < 0 &&
+  const bool rerouted = !error.ok() && rerouter_ != nullptr && pending() && slice.owner_tag < 0 &&
                         rerouter_->Reroute(this, slice, /*failed=*/true) > 0;
   if (!error.ok() && !rerouted && pending()) Finish(TaskState::kFailed, error.Annotate(what_));
   if (slices_left_.fetch_sub(1) == 1 && pending()) Finish(TaskState::kCompleted, Status::OK());

@@ -31,10 +31,10 @@ class Rerouter {
   // may be cut differently), after adding them to the task with AddSlices;
   // 0 when no other rail can take them.
   virtual uint32_t Reroute(Task* task, const fabric::Slice& slice, bool failed) = 0;
-  // A slice that went through a staging slot ended: with `copy_back` (a READ
-  // that succeeded) its bytes go from the slot to device memory first; the
-  // slot is released either way.
-  virtual Status Unstage(const fabric::Slice& slice, bool copy_back) = 0;
+  // A slice of `task` that went through a staging slot (owner_tag >= 0)
+  // ended: with `copy_back` (a READ that succeeded) its bytes go from the
+  // slot to device memory first; the slot is released either way.
+  virtual Status Unstage(Task* task, const fabric::Slice& slice, bool copy_back) = 0;
 };
 
 class Task final : public fabric::SliceOwner {

@@ -97,7 +97,7 @@ class FakeRerouter : public Rerouter {
     if (replacements_ > 0) task->AddSlices(replacements_);
     return replacements_;
   }
-  Status Unstage(const fabric::Slice&, bool) override { return Status::OK(); }
+  Status Unstage(Task*, const fabric::Slice&, bool) override { return Status::OK(); }
   std::vector<std::pair<size_t, bool>> calls;
 
  private:

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/rail_choice.h"
 #include "fabric/rail.h"
 #include "kvfabric/engine.h"
 #include "metadata/segment_desc.h"
@@ -25,9 +26,6 @@ std::vector<int> PairRails(const std::vector<RailInfo>& local, const metadata::S
 
 class Peer {
  public:
-  // Local rails an engine may open (EFA hosts carry up to 32 NICs).
-  static constexpr size_t kMaxRails = 64;
-
   Peer(SegmentHandle handle, std::string name) : handle_(handle), name_(std::move(name)) {}
 
   SegmentHandle handle() const { return handle_; }
@@ -82,7 +80,7 @@ class Peer {
   std::shared_ptr<const std::vector<size_t>> usable_ = std::make_shared<const std::vector<size_t>>();
   std::atomic<bool> suspect_{false};
   bool closed_ = false;  // guarded by mu_
-  std::array<std::atomic<int64_t>, kMaxRails> down_until_{};
+  std::array<std::atomic<int64_t>, kMaxLocalRails> down_until_{};
 };
 
 }  // namespace kvfabric::engine

@@ -37,11 +37,9 @@ struct Slice {
   uint32_t rail = 0;      // index of the local rail it was queued on
   uint32_t attempts = 0;  // rails it was moved to after a failure or stall
   uint64_t remote_va = 0; // the remote bytes' address as the peer's segment lists them
-  // GPU memory moved through a staging slot (see memory::StagingPool): the
-  // slot (-1: none), and the device bytes this slice carries.
-  int32_t staging_slot = -1;
-  int32_t device = -1;
-  void* device_addr = nullptr;
+  // The owner's own number for this slice, opaque to rails (the engine keeps
+  // the staging slot of GPU memory it moves through host memory there).
+  int32_t owner_tag = -1;
   bool write = true;
   void* local = nullptr;
   size_t length = 0;

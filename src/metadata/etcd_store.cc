@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "metadata/frame.h"
 #include "metadata/store_impl.h"
+#include "net/address.h"
 
 namespace kvfabric::metadata {
 namespace {
@@ -156,7 +157,7 @@ Status ParseEndpoints(const std::string& uri, std::vector<Endpoint>* out) {
   for (std::string name; std::getline(list, name, ',');) {
     if (name.empty()) continue;
     Endpoint ep{name, "", 0};
-    KVF_RETURN_IF_ERROR(ParseHostPort(name, &ep.host, &ep.port).Annotate("metadata '" + uri + "'"));
+    KVF_RETURN_IF_ERROR(net::ParseHostPort(name, &ep.host, &ep.port).Annotate("metadata '" + uri + "'"));
     out->push_back(std::move(ep));
   }
   if (out->empty()) return Status::InvalidArgument("metadata '" + uri + "': expected etcd://host:port[,host:port]");

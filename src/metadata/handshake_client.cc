@@ -1,6 +1,8 @@
 #include <unistd.h>
 
 #include "metadata/handshake.h"
+#include "net/address.h"
+#include "net/socket.h"
 
 namespace kvfabric::metadata {
 namespace {
@@ -27,10 +29,10 @@ Status HandshakeCall(const std::string& host_port, uint16_t type, std::string_vi
                      const CallOptions& options, std::string* reply) {
   std::string host;
   uint16_t port = 0;
-  KVF_RETURN_IF_ERROR(ParseHostPort(host_port, &host, &port));
+  KVF_RETURN_IF_ERROR(net::ParseHostPort(host_port, &host, &port));
   const Deadline deadline = DeadlineIn(options.timeout_ms);
   int fd = -1;
-  KVF_RETURN_IF_ERROR(ConnectTcp(host, port, deadline, &fd));
+  KVF_RETURN_IF_ERROR(net::ConnectTcp(host, port, deadline, &fd));
   Status s;
   Frame resp;
   if (!options.auth_token.empty()) {

@@ -9,6 +9,8 @@
 
 #include "common/log.h"
 #include "metadata/handshake.h"
+#include "net/address.h"
+#include "net/socket.h"
 
 namespace kvfabric::metadata {
 
@@ -19,11 +21,11 @@ Status HandshakeServer::Start(const Options& options, Handler handler,
   s->handler_ = std::move(handler);
   // The family follows the address: an IPv6 host gets an AF_INET6 socket
   // bound to exactly that address (IPV6_V6ONLY stays the system default).
-  SocketAddress sa;
-  KVF_RETURN_IF_ERROR(ResolveHost(options.host, &sa).Annotate("handshake server"));
+  net::SocketAddress sa;
+  KVF_RETURN_IF_ERROR(net::ResolveHost(options.host, &sa).Annotate("handshake server"));
   sa.set_port(options.port);
-  const std::string where = FormatHostPort(options.host, options.port);
-  KVF_RETURN_IF_ERROR(OpenTcpSocket(sa.family(), where, &s->listen_fd_).Annotate("handshake server"));
+  const std::string where = net::FormatHostPort(options.host, options.port);
+  KVF_RETURN_IF_ERROR(net::OpenTcpSocket(sa.family(), where, &s->listen_fd_).Annotate("handshake server"));
   int one = 1;
   setsockopt(s->listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   if (bind(s->listen_fd_, sa.get(), sa.length) != 0)

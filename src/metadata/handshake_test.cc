@@ -11,6 +11,8 @@
 #include <thread>
 
 #include "metadata/store.h"
+#include "net/address.h"
+#include "net/socket.h"
 
 namespace kvfabric::metadata {
 namespace {
@@ -34,7 +36,7 @@ class HandshakeTest : public ::testing::Test {
   }
   int RawConnect() {
     int fd = -1;
-    EXPECT_TRUE(ConnectTcp("127.0.0.1", server_->port(), DeadlineIn(1000), &fd).ok());
+    EXPECT_TRUE(net::ConnectTcp("127.0.0.1", server_->port(), DeadlineIn(1000), &fd).ok());
     return fd;
   }
   std::unique_ptr<HandshakeServer> server_;
@@ -201,102 +203,6 @@ TEST(HandshakeClientTest, GarbageAnswerIsAProtocolError) {
   EXPECT_LT(Clock::now() - t0, std::chrono::seconds(2));
 }
 
-TEST(FrameTest, ParseHostPort) {
-  std::string h;
-  uint16_t p;
-  ASSERT_TRUE(ParseHostPort("a.b:80", &h, &p).ok());
-  EXPECT_EQ(h, "a.b");
-  EXPECT_EQ(p, 80);
-  EXPECT_FALSE(ParseHostPort(":80", &h, &p).ok());
-  EXPECT_FALSE(ParseHostPort("a:", &h, &p).ok());
-  EXPECT_FALSE(ParseHostPort("a:99999", &h, &p).ok());
-  EXPECT_FALSE(ParseHostPort("a:8x", &h, &p).ok());
-}
-
-TEST(FrameTest, ParseHostPortIPv6) {
-  std::string h;
-  uint16_t p = 1;
-  ASSERT_TRUE(ParseHostPort("[::1]:15000", &h, &p).ok());
-  EXPECT_EQ(h, "::1");
-  EXPECT_EQ(p, 15000);
-  ASSERT_TRUE(ParseHostPort("[fe80::1:abcd]:0", &h, &p).ok());
-  EXPECT_EQ(h, "fe80::1:abcd");
-  EXPECT_EQ(p, 0);
-  ASSERT_TRUE(ParseHostPort("[2001:db8::a]:65535", &h, &p).ok());
-  EXPECT_EQ(h, "2001:db8::a");
-  EXPECT_EQ(p, 65535);
-  // A bare IPv6 literal, with or without something that might be a port.
-  for (const char* bare : {"::1", "fe80::1", "::1:80", "2001:db8::a:15000"}) {
-    Status s = ParseHostPort(bare, &h, &p);
-    EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << bare;
-    EXPECT_NE(s.message().find("[addr]:port"), std::string::npos) << s.ToString();
-    EXPECT_NE(s.message().find(bare), std::string::npos) << s.ToString();
-  }
-  for (const char* bad : {"[::1]", "[::1]:", "[::1]80", "[::1:80", "[]:80", "[host]:80", "a[b]:80", "::1]:80",
-                          "[::1]:99999", "[::1]:-1", "a:+80", "a: 80", "a:-0"})
-    EXPECT_EQ(ParseHostPort(bad, &h, &p).code(), Status::Code::kInvalidArgument) << bad;
-}
-
-TEST(FrameTest, FormatHostPortRoundTrips) {
-  EXPECT_EQ(FormatHostPort("::1", 15000), "[::1]:15000");
-  EXPECT_EQ(FormatHostPort("fe80::1", 0), "[fe80::1]:0");
-  EXPECT_EQ(FormatHostPort("10.0.0.2", 80), "10.0.0.2:80");
-  EXPECT_EQ(FormatHostPort("host.example", 65535), "host.example:65535");
-  for (const std::string host : {"::1", "2001:db8::a", "127.0.0.1", "localhost"}) {
-    std::string h;
-    uint16_t p = 0;
-    ASSERT_TRUE(ParseHostPort(FormatHostPort(host, 4242), &h, &p).ok()) << host;
-    EXPECT_EQ(h, host);
-    EXPECT_EQ(p, 4242);
-  }
-}
-
-TEST(FrameTest, ResolveHostBothFamilies) {
-  SocketAddress a;
-  ASSERT_TRUE(ResolveHost("127.0.0.1", &a).ok());
-  EXPECT_EQ(a.family(), AF_INET);
-  EXPECT_EQ(a.ip(), "127.0.0.1");
-  EXPECT_TRUE(a.loopback());
-  a.set_port(15000);
-  EXPECT_EQ(a.port(), 15000);
-  ASSERT_TRUE(ResolveHost("::1", &a).ok());
-  EXPECT_EQ(a.family(), AF_INET6);
-  EXPECT_EQ(a.length, sizeof(sockaddr_in6));
-  EXPECT_EQ(a.ip(), "::1");
-  EXPECT_TRUE(a.loopback());
-  a.set_port(15001);
-  EXPECT_EQ(a.port(), 15001);
-  ASSERT_TRUE(ResolveHost("2001:db8::a", &a).ok());
-  EXPECT_EQ(a.family(), AF_INET6);
-  EXPECT_EQ(a.ip(), "2001:db8::a");
-  EXPECT_FALSE(a.loopback());
-  ASSERT_TRUE(ResolveHost("10.1.2.3", &a).ok());
-  EXPECT_FALSE(a.loopback());
-  // A name that has an IPv4 address resolves to it, as before IPv6 support.
-  std::string v4;
-  ASSERT_TRUE(ResolveHost("localhost", &a).ok());
-  EXPECT_TRUE(a.loopback()) << a.ip();
-  if (ResolveIPv4("localhost", &v4).ok()) {
-    EXPECT_EQ(a.family(), AF_INET);
-    EXPECT_EQ(a.ip(), v4);
-  }
-}
-
-TEST(FrameTest, ResolveErrorsNameTheHost) {
-  SocketAddress a;
-  Status s = ResolveHost("fe80::zz", &a);
-  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
-  EXPECT_NE(s.message().find("'fe80::zz'"), std::string::npos) << s.ToString();
-  s = ResolveHost("no-such-host.invalid", &a);
-  EXPECT_EQ(s.code(), Status::Code::kNotFound);
-  EXPECT_NE(s.message().find("'no-such-host.invalid'"), std::string::npos) << s.ToString();
-  EXPECT_FALSE(ResolveHost("", &a).ok());
-  std::string ip;
-  s = ResolveIPv4("::1", &ip);
-  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
-  EXPECT_NE(s.message().find("IPv6"), std::string::npos) << s.ToString();
-}
-
 // Whether this host can bind the IPv6 loopback (containers often cannot).
 bool HaveIPv6Loopback() {
   int fd = socket(AF_INET6, SOCK_STREAM, 0);
@@ -324,7 +230,7 @@ TEST(HandshakeIPv6Test, ServerOnV6LoopbackAnswersBracketedNames) {
     return Status::OK();
   }, &server).ok());
   ASSERT_NE(server->port(), 0);
-  const std::string addr = FormatHostPort("::1", server->port());
+  const std::string addr = net::FormatHostPort("::1", server->port());
   EXPECT_EQ(addr, "[::1]:" + std::to_string(server->port()));
   std::string r;
   ASSERT_TRUE(HandshakeCall(addr, kProbe, "", {1000, 4096, ""}, &r).ok());

@@ -4,6 +4,7 @@
 #include "common/log.h"
 #include "metadata/frame.h"
 #include "metadata/store_impl.h"
+#include "net/address.h"
 
 namespace kvfabric::metadata {
 namespace {
@@ -69,8 +70,8 @@ class HttpStore final : public MetadataStore {
 Status ParseAuthority(const std::string& authority, std::string* host, uint16_t* port) {
   const size_t end = authority.rfind(']');
   const bool has_port = authority.find(':', end == std::string::npos ? 0 : end) != std::string::npos;
-  if (has_port || authority.empty()) return ParseHostPort(authority, host, port);
-  return ParseHostPort(authority + ":80", host, port);
+  if (has_port || authority.empty()) return net::ParseHostPort(authority, host, port);
+  return net::ParseHostPort(authority + ":80", host, port);
 }
 
 }  // namespace

@@ -11,7 +11,8 @@ using nlohmann::json;
 
 namespace {
 
-constexpr size_t kMaxRails = 256;
+// More rails than any host carries: a descriptor listing more is malformed.
+constexpr size_t kMaxDescriptorRails = 256;
 constexpr size_t kMaxString = 4096;
 
 // Field readers: each returns false (and names the field) on a wrong type.
@@ -111,7 +112,7 @@ Status FromJson(std::string_view text, SegmentDesc* out) {
     return bad(rd.error);
   const json* rails = rd.Arr(j, "rails");
   if (rails == nullptr) return bad(rd.error);
-  if (rails->size() > kMaxRails) return bad("more than 256 rails");
+  if (rails->size() > kMaxDescriptorRails) return bad("more than 256 rails");
   for (const auto& r : *rails) {
     if (!r.is_object()) return bad("rails[] entries must be objects");
     RailDesc rd2;

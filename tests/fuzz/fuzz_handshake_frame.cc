@@ -9,6 +9,7 @@
 #include <string>
 
 #include "metadata/frame.h"
+#include "net/address.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace kvfabric::metadata;
@@ -27,7 +28,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (f.payload.size() > 4096) __builtin_trap();
     std::string host;
     uint16_t port;
-    (void)ParseHostPort(f.payload, &host, &port);
+    (void)kvfabric::net::ParseHostPort(f.payload, &host, &port);
   }
   close(sv[0]);
   close(sv[1]);

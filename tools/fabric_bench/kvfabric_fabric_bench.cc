@@ -28,6 +28,7 @@
 #include "metadata/frame.h"
 #include "metadata/handshake.h"
 #include "tools/bench/units.h"
+#include "net/address.h"
 
 using namespace kvfabric;
 using Clock = std::chrono::steady_clock;
@@ -120,8 +121,8 @@ int main(int argc, char** argv) {
   if (s.ok()) s = fabric::InfoList::Query(prov, &infos);
   std::string host, ip;
   uint16_t port = 0;
-  if (s.ok()) s = metadata::ParseHostPort(mode == "target" ? local : target, &host, &port);
-  if (s.ok()) s = metadata::ResolveIPv4(host, &ip);
+  if (s.ok()) s = net::ParseHostPort(mode == "target" ? local : target, &host, &port);
+  if (s.ok()) s = net::ResolveIPv4(host, &ip);
   std::vector<fi_info*> chosen;
   if (s.ok()) s = fabric::SelectDomains(infos, device, ip, &chosen);
   if (!s.ok()) {

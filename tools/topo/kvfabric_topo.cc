@@ -6,9 +6,7 @@
 
 #include <cstdio>
 
-#include "fabric/fabric_info.h"
-#include "kvfabric/engine.h"
-#include "topology/topology.h"
+#include "kvfabric/diagnostics.h"
 
 using namespace kvfabric;
 
@@ -17,7 +15,7 @@ int main(int argc, char** argv) {
   CLI::App app{"kvfabric-topo: rails, their NUMA node and PCI address, and the GPUs' nearest rails, as JSON"};
   app.add_option("--protocol", protocol, "efa, tcp, verbs, sockets, shm or auto (efa when present, else tcp)");
   app.add_option("--device_name", devices, "comma-separated libfabric domains to keep (default: every one)");
-  app.add_option("--topology_file", file, "a KVF_TOPOLOGY_FILE to apply on top of sysfs");
+  app.add_option("--topology_file", file, "a topology file to apply on top of sysfs (default: KVF_TOPOLOGY_FILE)");
   app.add_option("--sysfs", sysfs, "sysfs root (for tests)");
   CLI11_PARSE(app, argc, argv);
 
@@ -26,37 +24,12 @@ int main(int argc, char** argv) {
     return 1;
   };
   Settings settings;
-  Status prep = settings.ApplyEnvironment();
-  if (!prep.ok()) return fail(prep);
-  (void)PrepareLibfabric(settings);  // before the first fi_getinfo, as an engine would
-  std::string provider;
-  if (protocol == "auto") {
-    provider = fabric::ProviderAvailable("efa") ? "efa" : "tcp;ofi_rxm";
-  } else {
-    Status s = fabric::ProviderForProtocol(protocol, &provider);
-    if (!s.ok()) return fail(s);
-  }
-  fabric::InfoList infos;
-  Status s = fabric::InfoList::Query(provider, &infos);
+  Status s = settings.ApplyEnvironment();
   if (!s.ok()) return fail(s);
-  std::vector<fi_info*> chosen = infos.entries();
-  if (!devices.empty()) {
-    s = fabric::SelectDomains(infos, devices, "", &chosen);
-    if (!s.ok()) return fail(s);
-  }
-  std::vector<RailInfo> rails;
-  for (const fi_info* i : chosen) {
-    RailInfo r;
-    r.provider = i->fabric_attr->prov_name;
-    r.domain = i->domain_attr->name;
-    r.fabric = i->fabric_attr->name;
-    rails.push_back(r);
-  }
-  topology::Topology t = topology::Topology::Discover(rails, sysfs);
-  if (!file.empty()) {
-    s = t.ApplyFile(file);
-    if (!s.ok()) return fail(s);
-  }
-  std::printf("%s\n", t.ToJson().c_str());
+  if (!file.empty()) settings.topology_file = file;
+  std::string json;
+  s = DescribeTopology(settings, protocol, devices, TopologyFormat::kFull, &json, sysfs);
+  if (!s.ok()) return fail(s);
+  std::printf("%s\n", json.c_str());
   return 0;
 }

@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""Fails when a file includes a header of a layer above its own.
+
+The layers of src/, lowest first (docs/design.md, "Layers"): a folder may
+include its own headers and those of the folders listed for it, nothing
+else. Public headers (include/kvfabric/) sit where they are listed: the
+vocabulary headers (status, settings) at the bottom, the engine API and
+diagnostics with the engine, the C API with capi. Besides:
+  - fabric/ reads no Settings: the engine resolves options and passes them;
+  - nothing under src/ or tools/ includes test code (tests/);
+  - the Python binding (python/src) includes public headers only.
+Usage: check_layers.py [SOURCE_DIR]; exit 1 listing every violation.
+"""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+PUBLIC = {
+    "kvfabric/status.h": "vocabulary",
+    "kvfabric/settings.h": "settings",
+    "kvfabric/settings.def": "settings",
+    "kvfabric/engine.h": "api",
+    "kvfabric/diagnostics.h": "api",
+    "kvfabric.h": "c_api",
+}
+
+# folder (or public group) -> what it may include besides itself
+ALLOWED = {
+    "common": {"vocabulary", "settings"},
+    "net": {"vocabulary", "common"},
+    "fabric": {"vocabulary", "common"},
+    "memory": {"vocabulary", "common", "fabric"},
+    "metadata": {"vocabulary", "settings", "common", "net"},
+    "topology": {"vocabulary", "common", "fabric"},
+    "engine": {"vocabulary", "settings", "common", "net", "fabric", "memory", "metadata", "topology", "api"},
+    "capi": {"vocabulary", "settings", "api", "c_api"},
+}
+
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+
+
+def layer_of_include(path: str) -> str | None:
+    if path in PUBLIC:
+        return PUBLIC[path]
+    head = path.split("/", 1)[0]
+    if head in ALLOWED:
+        return head
+    if head == "tests":
+        return "tests"
+    return None  # tools/..., third-party or same-directory headers
+
+
+def check(root: Path) -> list[str]:
+    bad: list[str] = []
+    for f in sorted((root / "src").rglob("*")):
+        if f.suffix not in (".h", ".cc", ".c") or f.name.endswith("_test.cc"):
+            continue
+        layer = f.relative_to(root / "src").parts[0]
+        allowed = ALLOWED.get(layer)
+        if allowed is None:
+            bad.append(f"{f.relative_to(root)}: folder src/{layer} has no place in the layer table of {__file__}")
+            continue
+        for n, line in enumerate(f.read_text().splitlines(), 1):
+            m = INCLUDE.match(line)
+            if not m:
+                continue
+            target = layer_of_include(m.group(1))
+            if target is None or target == layer or target in allowed:
+                continue
+            bad.append(f"{f.relative_to(root)}:{n}: src/{layer} includes {m.group(1)} ({target}), "
+                       f"a layer it may not use (allowed: {', '.join(sorted(allowed))})")
+    for f in sorted((root / "tools").rglob("*")):
+        if f.suffix not in (".h", ".cc"):
+            continue
+        for n, line in enumerate(f.read_text().splitlines(), 1):
+            m = INCLUDE.match(line)
+            if m and m.group(1).startswith("tests/"):
+                bad.append(f"{f.relative_to(root)}:{n}: tools include test code ({m.group(1)})")
+    for f in sorted((root / "python" / "src").rglob("*")):
+        if f.suffix not in (".h", ".cc"):
+            continue
+        for n, line in enumerate(f.read_text().splitlines(), 1):
+            m = INCLUDE.match(line)
+            if m and m.group(1) not in PUBLIC:
+                bad.append(f"{f.relative_to(root)}:{n}: the Python binding includes {m.group(1)}; "
+                           "use the public headers (include/kvfabric/)")
+    return bad
+
+
+def self_test() -> int:
+    """The check catches what it is for: a tree with one upward include."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        root = Path(d)
+        for sub in ("src/fabric", "src/engine", "tools/bench", "python/src"):
+            (root / sub).mkdir(parents=True)
+        (root / "src/engine/ok.cc").write_text('#include "fabric/rail.h"\n#include "kvfabric/engine.h"\n')
+        (root / "src/fabric/rail.h").write_text('#include "common/log.h"\n')
+        if check(root):
+            print("self-test: a clean tree was reported")
+            return 1
+        (root / "src/fabric/up.cc").write_text('#include "engine/poster.h"\n')
+        (root / "tools/bench/b.cc").write_text('#include "tests/support/pattern.h"\n')
+        (root / "python/src/core.cc").write_text('#include "fabric/rail.h"\n')
+        found = check(root)
+        if len(found) != 3:
+            print("self-test: expected 3 violations, got", found)
+            return 1
+    print("self-test: upward, test-code and private includes are caught")
+    return 0
+
+
+def main() -> int:
+    if sys.argv[1:] == ["--self-test"]:
+        return self_test()
+    root = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent)
+    bad = check(root)
+    for b in bad:
+        print(b)
+    if bad:
+        print(f"{len(bad)} include(s) break the layering; see the table in scripts/check_layers.py")
+        return 1
+    print("layering: every include points to the same or a lower layer")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

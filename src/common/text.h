@@ -1,0 +1,27 @@
+// Message text: the one way error messages and log lines are worded from
+// values. Format takes fmt's "{}" syntax (as the log macros do); Range and
+// RailLabel are how every message shows a byte range and a rail.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace kvfabric::text {
+
+template <typename... Args>
+std::string Format(fmt::format_string<Args...> format, Args&&... args) {
+  return fmt::format(format, std::forward<Args>(args)...);
+}
+
+// "[0x7f12a0000000, +4096)": `len` bytes from `addr`.
+std::string Range(uint64_t addr, uint64_t len);
+
+// "rail 2 (tcp;ofi_rxm lo)": a local rail by index, provider and domain.
+std::string RailLabel(size_t index, std::string_view provider, std::string_view domain);
+
+}  // namespace kvfabric::text

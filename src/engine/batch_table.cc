@@ -1,0 +1,50 @@
+#include "engine/batch_table.h"
+
+#include <algorithm>
+
+#include "common/text.h"
+
+namespace kvfabric::engine {
+
+Status BatchTable::Allocate(size_t capacity, BatchId* out) {
+  if (capacity == 0) return Status::InvalidArgument("batch capacity must be at least 1");
+  if (capacity > (1u << 24)) return Status::InvalidArgument("batch capacity above 16M requests");
+  std::lock_guard<std::mutex> g(mu_);
+  ReapZombiesLocked();
+  const BatchId id = next_++;
+  batches_[id] = std::make_shared<Batch>(id, capacity);
+  *out = id;
+  return Status::OK();
+}
+
+std::shared_ptr<Batch> BatchTable::Find(BatchId id) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = batches_.find(id);
+  return it == batches_.end() ? nullptr : it->second;
+}
+
+Status BatchTable::Free(BatchId id) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = batches_.find(id);
+  if (it == batches_.end()) return Status::NotFound(text::Format("unknown batch {}", id));
+  if (!it->second->AllDone())
+    return Status::Busy(text::Format("batch {} still has requests in flight; wait for them first", id));
+  if (it->second->outstanding_slices().load() > 0) zombies_.push_back(it->second);
+  batches_.erase(it);
+  ReapZombiesLocked();
+  return Status::OK();
+}
+
+void BatchTable::Clear() {
+  std::lock_guard<std::mutex> g(mu_);
+  batches_.clear();
+  zombies_.clear();
+}
+
+void BatchTable::ReapZombiesLocked() {
+  zombies_.erase(std::remove_if(zombies_.begin(), zombies_.end(),
+                                [](const std::shared_ptr<Batch>& b) { return b->outstanding_slices().load() == 0; }),
+                 zombies_.end());
+}
+
+}  // namespace kvfabric::engine

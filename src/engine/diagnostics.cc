@@ -1,0 +1,95 @@
+#include "kvfabric/diagnostics.h"
+
+#include <rdma/fabric.h>
+
+#include "common/log.h"
+#include "common/text.h"
+#include "fabric/fabric_info.h"
+#include "kvfabric/engine.h"
+#include "memory/cuda.h"
+#include "topology/topology.h"
+
+namespace kvfabric {
+namespace {
+
+Status SelectedDomains(const Settings& settings, const std::string& protocol, const std::string& devices,
+                       fabric::InfoList* infos, std::vector<fi_info*>* chosen) {
+  (void)PrepareLibfabric(settings);  // GPU memory unusable is not an error here
+  std::string provider;
+  KVF_RETURN_IF_ERROR(ResolveProvider(protocol, &provider));
+  KVF_RETURN_IF_ERROR(fabric::InfoList::Query(provider, infos));
+  *chosen = infos->entries();
+  if (!devices.empty()) KVF_RETURN_IF_ERROR(fabric::SelectDomains(*infos, devices, "", chosen));
+  return Status::OK();
+}
+
+std::string Version(uint32_t v) { return text::Format("{}.{}", FI_MAJOR(v), FI_MINOR(v)); }
+
+}  // namespace
+
+Status ResolveProvider(const std::string& protocol, std::string* provider) {
+  if (protocol == "auto") {
+    *provider = fabric::ProviderAvailable("efa") ? "efa" : "tcp;ofi_rxm";
+    return Status::OK();
+  }
+  return fabric::ProviderForProtocol(protocol, provider);
+}
+
+Status ListFabricDomains(const Settings& settings, const std::string& protocol, const std::string& devices,
+                         std::vector<FabricDomain>* out) {
+  out->clear();
+  fabric::InfoList infos;
+  std::vector<fi_info*> chosen;
+  Status s = SelectedDomains(settings, protocol, devices, &infos, &chosen);
+  if (s.code() == Status::Code::kUnavailable || s.code() == Status::Code::kFabricError) return Status::OK();
+  KVF_RETURN_IF_ERROR(s);
+  for (const fi_info* i : chosen)
+    out->push_back({i->fabric_attr->prov_name, i->domain_attr->name, i->fabric_attr->name, fabric::SourceIp(i),
+                    (i->caps & FI_HMEM) != 0});
+  return Status::OK();
+}
+
+LibfabricVersions GetLibfabricVersions() {
+  return {Version(fi_version()), Version(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION)),
+          Version(fabric::ApiVersion())};
+}
+
+Status DescribeTopology(const Settings& settings, const std::string& protocol, const std::string& devices,
+                        TopologyFormat format, std::string* json, const std::string& sysfs_root) {
+  fabric::InfoList infos;
+  std::vector<fi_info*> chosen;
+  KVF_RETURN_IF_ERROR(SelectedDomains(settings, protocol, devices, &infos, &chosen));
+  std::vector<RailInfo> rails;
+  for (const fi_info* i : chosen) {
+    RailInfo r;
+    r.provider = i->fabric_attr->prov_name;
+    r.domain = i->domain_attr->name;
+    r.fabric = i->fabric_attr->name;
+    rails.push_back(r);
+  }
+  topology::Topology t = topology::Topology::Discover(rails, sysfs_root);
+  if (settings.cuda && memory::cuda::Load(settings.cuda_library).ok()) t.SetCudaOrdinals(memory::cuda::PciBusIds());
+  if (!settings.topology_file.empty()) KVF_RETURN_IF_ERROR(t.ApplyFile(settings.topology_file).Annotate("KVF_TOPOLOGY_FILE"));
+  *json = format == TopologyFormat::kFull ? t.ToJson() : t.ToLocationMatrixJson();
+  return Status::OK();
+}
+
+int CudaDeviceOf(const void* addr) {
+  int device = -1;
+  return memory::cuda::IsDevicePointer(addr, &device) ? device : -1;
+}
+
+Status CudaStreamSynchronize(uintptr_t stream, int device) { return memory::cuda::StreamSynchronize(stream, device); }
+
+void WriteLog(const std::string& level, const std::string& message) {
+  if (level == "error")
+    KVF_LOG_ERROR("{}", message);
+  else if (level == "warn")
+    KVF_LOG_WARN("{}", message);
+  else if (level == "debug")
+    KVF_LOG_DEBUG("{}", message);
+  else
+    KVF_LOG_INFO("{}", message);
+}
+
+}  // namespace kvfabric

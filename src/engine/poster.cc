@@ -1,0 +1,130 @@
+#include "engine/poster.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/text.h"
+#include "engine/rail_choice.h"
+#include "engine/slicing.h"
+#include "memory/cuda.h"
+
+namespace kvfabric::engine {
+
+int64_t SteadyNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
+void AimSlice(const Route& route, int peer_rail, uint64_t ra, const metadata::ChunkDesc& rc, fabric::Slice* s) {
+  s->remote_va = ra;
+  s->remote_addr = route.desc->rails[peer_rail].virt_addr ? ra : ra - rc.addr;
+  s->remote_key = *rc.keys[peer_rail];
+}
+
+Poster::~Poster() = default;
+
+void Poster::StartTask(Batch* batch, Task* task, const Plan& p, std::shared_ptr<Route> route, size_t slices) {
+  const TransferRequest& r = *p.req;
+  const bool write = r.opcode == OpCode::kWrite;
+  const std::string memory = p.local->device >= 0 ? text::Format("of {} memory ", p.local->location) : "";
+  task->Start(batch, static_cast<uint32_t>(slices),
+              Clock::now() + std::chrono::milliseconds(options_.transfer_timeout_ms), options_.transfer_timeout_ms,
+              text::Format("{} of {} bytes {}{} {}", write ? "WRITE" : "READ", r.length, memory, write ? "to" : "from",
+                           p.peer->name()),
+              p.peer, this, std::move(route));
+  batch->outstanding_slices().fetch_add(static_cast<int64_t>(slices));
+}
+
+Status Poster::MakeSlices(const Route& route, bool write, Peer* peer, size_t rail, uintptr_t l, uint64_t ra,
+                          size_t len, uint32_t attempts, Task* task, std::vector<fabric::Slice>* out) const {
+  fabric::Rail* fr = (*rails_)[rail];
+  fi_addr_t dest;
+  KVF_RETURN_IF_ERROR(peer->Resolve(fr, &dest));
+  const int peer_rail = peer->PeerRail(rail);
+  if (peer_rail < 0 || static_cast<size_t>(peer_rail) >= route.desc->rails.size())
+    return Status::Unavailable(
+        text::Format("segment {} has no rail paired with local rail {}", peer->name(), rail));
+  thread_local std::vector<Cut> cuts;
+  cuts.clear();
+  CutAtChunks(route.local->chunks, route.remote->chunks, l, ra, len, fr->info().max_msg_size, &cuts);
+  for (const Cut& c : cuts) {
+    const metadata::ChunkDesc& rc = route.remote->chunks[c.remote_chunk];
+    const auto& key = rc.keys[peer_rail];
+    const auto& mr = route.local->chunks[c.local_chunk].regions[rail];
+    if (!key && route.remote->location.rfind("cuda", 0) == 0)
+      return Status::Unavailable(text::Format(
+          "segment {}'s buffer is GPU memory ({}) its rail {} cannot expose (no FI_HMEM there); only same-process "
+          "copies reach it",
+          peer->name(), route.remote->location, peer_rail));
+    if (!key || !mr) return Status::Unavailable(text::Format("memory not registered on rail {}", rail));
+    fabric::Slice s;
+    s.owner = task;
+    s.rail = static_cast<uint32_t>(rail);
+    s.attempts = attempts;
+    s.write = write;
+    s.local = reinterpret_cast<void*>(c.local);
+    s.length = c.length;
+    s.local_desc = mr->desc();
+    s.dest = dest;
+    AimSlice(route, peer_rail, c.remote, rc, &s);
+    s.keepalive = route.local;
+    out->push_back(std::move(s));
+  }
+  return Status::OK();
+}
+
+Status Poster::Post(Batch* batch, Task* task, const Plan& p, std::vector<fabric::Slice>* scratch) {
+  const TransferRequest& r = *p.req;
+  const bool write = r.opcode == OpCode::kWrite;
+  const uintptr_t l = reinterpret_cast<uintptr_t>(r.local);
+  auto route = std::make_shared<Route>(Route{p.local, p.desc, p.remote, l, r.remote_addr});
+  const auto usable = p.peer->usable_rails();
+  const int64_t now = SteadyNowNs();
+  RailView views[kMaxLocalRails];
+  rails_->View(*p.peer, *usable, p.local->near_rails, now, views);
+  size_t cand[kMaxLocalRails];
+  const size_t ncand = CandidateRails(*usable, views, -1, /*fallback=*/true, cand);
+  if (ncand == 0) return Status::Unavailable(text::Format("segment {} has no usable rail", p.peer->name()));
+  // GPU memory the rails did not register (no FI_HMEM): through staging.
+  if (p.local->device >= 0 && !p.local->chunks.front().regions[cand[0]])
+    return PostStaged(batch, task, p, std::move(route), cand, ncand, views);
+  const size_t piece = StripePieceBytes(r.length, ncand, options_.stripe_threshold);
+  uint64_t planned[kMaxLocalRails] = {};
+  scratch->clear();
+  for (size_t off = 0; off < r.length;) {
+    const size_t n = std::min(piece, r.length - off);
+    const size_t ri = ncand == 1 ? cand[0] : PickRail({cand, ncand}, views, n, planned);
+    planned[ri] += n;
+    KVF_RETURN_IF_ERROR(
+        MakeSlices(*route, write, p.peer.get(), ri, l + off, r.remote_addr + off, n, 0, task, scratch));
+    off += n;
+  }
+  StartTask(batch, task, p, std::move(route), scratch->size());
+  if (piece < r.length)  // one queue operation per rail
+    std::stable_sort(scratch->begin(), scratch->end(),
+                     [](const fabric::Slice& a, const fabric::Slice& b) { return a.rail < b.rail; });
+  for (size_t i = 0; i < scratch->size();) {
+    size_t j = i;
+    while (j < scratch->size() && (*scratch)[j].rail == (*scratch)[i].rail) ++j;
+    (*rails_)[(*scratch)[i].rail]->Enqueue(scratch->data() + i, j - i);
+    i = j;
+  }
+  return Status::OK();
+}
+
+void Poster::CopyLocal(Batch* batch, Task* task, const Plan& p) {
+  const TransferRequest& r = *p.req;
+  void* remote = reinterpret_cast<void*>(r.remote_addr);
+  void* dst = r.opcode == OpCode::kWrite ? remote : r.local;
+  const void* src = r.opcode == OpCode::kWrite ? r.local : remote;
+  // GPU memory on either side: a device copy under that device.
+  const int device = p.local->device >= 0 ? p.local->device : p.self_remote->device;
+  Status copied;
+  if (device >= 0)
+    copied = memory::cuda::Copy(dst, src, r.length, device);
+  else
+    std::memmove(dst, src, r.length);
+  task->Start(batch, 0, Clock::now(), 0, "local copy");
+  task->Complete(copied.ok() ? r.length : 0, copied);
+}
+
+}  // namespace kvfabric::engine

@@ -1,0 +1,85 @@
+// Poster: turns checked requests (Plan) into slices on rails, and moves
+// them again when a rail fails them. One object, three roles, each in the
+// file named after it:
+//   poster.cc       striped posting of registered memory: pieces by
+//                   StripePieceBytes, a rail for each by PickRail, slices by
+//                   CutAtChunks; and the engine's own segment as a copy.
+//   staged_post.cc  GPU memory the rails cannot register (no FI_HMEM):
+//                   slices through pinned staging slots.
+//   reroute.cc      a slice that failed or stalled goes to another rail of
+//                   the same peer (engine::Rerouter).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/batch.h"
+#include "engine/rail_set.h"
+#include "engine/request_check.h"
+#include "fabric/slice.h"
+#include "memory/staging.h"
+
+namespace kvfabric::engine {
+
+// What a task needs to cut its bytes into slices again on another rail.
+struct Route {
+  std::shared_ptr<const memory::Buffer> local;
+  std::shared_ptr<const metadata::SegmentDesc> desc;
+  const metadata::BufferDesc* remote = nullptr;  // inside *desc
+  uintptr_t request_local = 0;                   // the request's own addresses,
+  uint64_t request_remote = 0;                   // for staged slices' device bytes
+};
+
+class Poster final : public Rerouter {
+ public:
+  struct Options {
+    int64_t transfer_timeout_ms = 30000;  // KVF_TRANSFER_TIMEOUT_MS
+    size_t stripe_threshold = 0;          // KVF_STRIPE_THRESHOLD (0: never stripe)
+    int64_t rail_retry_ms = 5000;         // KVF_RAIL_RETRY_MS
+    size_t staging_bytes = 64 << 20;      // KVF_STAGING_BYTES
+  };
+  // `rails` must outlive the poster; the poster's staging pool must be
+  // destroyed (with the poster) before the rails close.
+  Poster(const RailSet* rails, const Options& options) : rails_(rails), options_(options) {}
+  ~Poster() override;
+
+  // Queues request `plan` as `task` of `batch` (a peer's segment). Errors
+  // before anything was queued are returned; the caller fails the task.
+  Status Post(Batch* batch, Task* task, const Plan& plan, std::vector<fabric::Slice>* scratch);
+  // The engine's own segment: a memmove (or a device copy for GPU memory)
+  // on the calling thread; the task ends here.
+  void CopyLocal(Batch* batch, Task* task, const Plan& plan);
+
+  // engine::Rerouter
+  uint32_t Reroute(Task* task, const fabric::Slice& slice, bool failed) override;
+  Status Unstage(Task* task, const fabric::Slice& slice, bool copy_back) override;
+
+ private:
+  // Through staging slots (staged_post.cc).
+  Status PostStaged(Batch* batch, Task* task, const Plan& plan, std::shared_ptr<Route> route, const size_t* cand,
+                    size_t ncand, const RailView* views);
+  Status EnsureStaging();
+  // Arms `task` for `slices` slices of `plan` and counts them in the batch.
+  void StartTask(Batch* batch, Task* task, const Plan& plan, std::shared_ptr<Route> route, size_t slices);
+  // Slices for [l, +len) <-> [ra, +len) on local rail `rail`, appended to
+  // `out`: cut at the rail's max_msg_size and at chunk edges on both sides.
+  Status MakeSlices(const Route& route, bool write, Peer* peer, size_t rail, uintptr_t l, uint64_t ra, size_t len,
+                    uint32_t attempts, Task* task, std::vector<fabric::Slice>* out) const;
+
+  const RailSet* rails_;
+  const Options options_;
+  std::mutex staging_mu_;
+  std::unique_ptr<memory::StagingPool> staging_;  // created on the first staged transfer
+};
+
+// Points `s` at remote address `ra`, inside chunk `rc` of the route's
+// remote buffer, through peer rail `peer_rail` (which has a key there).
+void AimSlice(const Route& route, int peer_rail, uint64_t ra, const metadata::ChunkDesc& rc, fabric::Slice* s);
+
+int64_t SteadyNowNs();
+
+}  // namespace kvfabric::engine

@@ -1,0 +1,67 @@
+#include "engine/rail_set.h"
+
+#include "common/log.h"
+#include "engine/peer.h"
+#include "fabric/fabric_info.h"
+#include "kvfabric/diagnostics.h"
+
+namespace kvfabric::engine {
+namespace {
+
+// Rail throughput older than this is not used to divide work by speed.
+constexpr int64_t kFreshSpeedNs = 500000000;
+
+}  // namespace
+
+Status RailSet::OpenProvider(const std::string& provider, const std::string& nic_filter, const std::string& bind_ip,
+                             const Settings& settings, std::vector<size_t>* opened) {
+  fabric::InfoList list;
+  KVF_RETURN_IF_ERROR(fabric::InfoList::Query(provider, &list));
+  std::vector<fi_info*> chosen;
+  KVF_RETURN_IF_ERROR(fabric::SelectDomains(list, nic_filter, bind_ip, &chosen));
+  if (rails.size() + chosen.size() > kMaxLocalRails)
+    return Status::InvalidArgument(std::to_string(rails.size() + chosen.size()) + " rails; at most " +
+                                   std::to_string(kMaxLocalRails) + " are supported: narrow them with the NIC filter");
+  for (fi_info* info : chosen) {
+    std::unique_ptr<fabric::Rail> rail;
+    KVF_RETURN_IF_ERROR(fabric::Rail::Open(info, settings, rails.size(), &rail));
+    opened->push_back(rails.size());
+    infos.push_back(rail->info());
+    rails.push_back(std::move(rail));
+  }
+  return Status::OK();
+}
+
+Status RailSet::Open(const std::string& protocol, const std::string& nic_filter, const std::string& bind_ip,
+                     const Settings& settings, std::string* provider) {
+  const bool auto_protocol = protocol == "auto";
+  KVF_RETURN_IF_ERROR(ResolveProvider(protocol, provider));
+  KVF_RETURN_IF_ERROR(
+      OpenProvider(*provider, nic_filter, bind_ip, settings, &primary).Annotate("protocol " + protocol));
+  if (auto_protocol && settings.same_host_shm && *provider != "shm") {
+    std::vector<size_t> opened;
+    Status s = OpenProvider("shm", "", bind_ip, settings, &opened);
+    if (s.ok() && !opened.empty())
+      shm = static_cast<int>(opened.front());
+    else
+      KVF_LOG_INFO("same-host shm rail not available ({}); same-host peers use {}", s.ToString(), *provider);
+  }
+  return Status::OK();
+}
+
+std::vector<fabric::Rail*> RailSet::raw() const {
+  std::vector<fabric::Rail*> out;
+  for (const auto& r : rails) out.push_back(r.get());
+  return out;
+}
+
+void RailSet::View(const Peer& peer, const std::vector<size_t>& usable, uint64_t near, int64_t now_ns,
+                   RailView* views) const {
+  for (size_t r : usable) {
+    const fabric::Rail& rail = *rails[r];
+    views[r] = {rail.InService(now_ns), peer.RailUp(r, now_ns), (near >> r & 1) != 0,
+                rail.Throughput(now_ns, kFreshSpeedNs), rail.load_bytes()};
+  }
+}
+
+}  // namespace kvfabric::engine

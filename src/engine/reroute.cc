@@ -1,0 +1,43 @@
+// Poster, rerouting (engine::Rerouter): a slice that failed, or whose rail
+// stalled, is queued again on another rail of the same peer. Called from
+// progress or posting threads, possibly with the failed rail's post lock
+// held: it only queues (the progress thread posts) and never inserts AV
+// entries.
+#include "common/log.h"
+#include "engine/poster.h"
+#include "engine/rail_choice.h"
+
+namespace kvfabric::engine {
+
+uint32_t Poster::Reroute(Task* task, const fabric::Slice& s, bool failed) {
+  const std::shared_ptr<Peer>& peer = task->peer();
+  const auto route = std::static_pointer_cast<const Route>(task->route());
+  if (!peer || !route || s.owner_tag >= 0) return 0;
+  // Keys and slots of a restarted peer's new process do not fit this request.
+  if (peer->desc()->epoch != route->desc->epoch) return 0;
+  const int64_t now = SteadyNowNs();
+  if (failed && peer->MarkRailDown(s.rail, now, now + options_.rail_retry_ms * 1000000))
+    KVF_LOG_WARN("segment {}: an operation on rail {} ({}) failed; that rail is out of service for this peer for "
+                 "{} ms (KVF_RAIL_RETRY_MS) and its work moves to the peer's other rails",
+                 peer->name(), s.rail, (*rails_)[s.rail]->info().domain, options_.rail_retry_ms);
+  const auto usable = peer->usable_rails();
+  if (s.attempts + 1 >= usable->size()) return 0;  // every rail had its chance
+  RailView views[kMaxLocalRails];
+  rails_->View(*peer, *usable, route->local->near_rails, now, views);
+  size_t cand[kMaxLocalRails];
+  const size_t ncand = CandidateRails(*usable, views, static_cast<int>(s.rail), /*fallback=*/false, cand);
+  if (ncand == 0) return 0;
+  const uint64_t planned[kMaxLocalRails] = {};
+  const size_t ri = PickRail({cand, ncand}, views, s.length, planned);
+  fi_addr_t unused;
+  if (!peer->Lookup(ri, &unused)) return 0;  // reconnecting after a restart: let the task fail
+  std::vector<fabric::Slice> out;
+  Status st = MakeSlices(*route, s.write, peer.get(), ri, reinterpret_cast<uintptr_t>(s.local), s.remote_va, s.length,
+                         s.attempts + 1, task, &out);
+  if (!st.ok() || out.empty()) return 0;
+  task->AddSlices(static_cast<uint32_t>(out.size()));
+  (*rails_)[ri]->Enqueue(out.data(), out.size(), /*post_now=*/false);
+  return static_cast<uint32_t>(out.size());
+}
+
+}  // namespace kvfabric::engine

@@ -1,0 +1,99 @@
+#include "engine/segment_directory.h"
+
+#include "common/host.h"
+
+namespace kvfabric::engine {
+
+SegmentDirectory::SegmentDirectory(std::string self, const RailSet* rails, metadata::MetadataStore* store,
+                                   metadata::CallOptions call)
+    : self_(std::move(self)), rails_(rails), store_(store), call_(std::move(call)) {
+  by_name_[self_] = kSelfHandle;
+}
+
+Status SegmentDirectory::Fetch(const std::string& name, std::shared_ptr<const metadata::SegmentDesc>* out) {
+  std::string text;
+  if (store_ != nullptr)
+    KVF_RETURN_IF_ERROR(store_->Fetch(name, &text));
+  else
+    KVF_RETURN_IF_ERROR(metadata::HandshakeCall(name, metadata::kGetSegment, "", call_, &text));
+  auto d = std::make_shared<metadata::SegmentDesc>();
+  KVF_RETURN_IF_ERROR(metadata::FromJson(text, d.get()).Annotate("segment " + name));
+  *out = std::move(d);
+  return Status::OK();
+}
+
+void SegmentDirectory::ChooseRails(Peer* peer) {
+  auto d = peer->desc();
+  std::vector<size_t> use;
+  if (rails_->shm >= 0 && d->host_id == host::BootId() && peer->PeerRail(rails_->shm) >= 0)
+    use.push_back(static_cast<size_t>(rails_->shm));
+  if (use.empty())
+    for (size_t r : rails_->primary)
+      if (peer->PeerRail(r) >= 0) use.push_back(r);
+  peer->set_usable_rails(std::move(use));
+}
+
+Status SegmentDirectory::Install(Peer* peer, std::shared_ptr<const metadata::SegmentDesc> desc) {
+  // A restarted peer's old slots leave the AV once its operations are done.
+  for (const auto& [rail, slot] : peer->SetDesc(std::move(desc), rails_->infos)) (*rails_)[rail]->RemovePeer(slot);
+  ChooseRails(peer);
+  const auto usable = peer->usable_rails();
+  if (usable->empty())
+    return Status::Unavailable("segment " + peer->name() + " shares no provider with this engine (" +
+                               rails_->infos.front().provider + "); start both sides with the same --protocol");
+  for (size_t r : *usable) {
+    fi_addr_t a;
+    KVF_RETURN_IF_ERROR(peer->Resolve((*rails_)[r], &a).Annotate("segment " + peer->name()));
+  }
+  return Status::OK();
+}
+
+Status SegmentDirectory::Refresh(Peer* peer) {
+  std::shared_ptr<const metadata::SegmentDesc> d;
+  KVF_RETURN_IF_ERROR(Fetch(peer->name(), &d));
+  return Install(peer, std::move(d));
+}
+
+Status SegmentDirectory::Open(const std::string& name, SegmentHandle* out) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = by_name_.find(name);
+    if (it != by_name_.end()) {
+      *out = it->second;
+      return Status::OK();
+    }
+  }
+  std::shared_ptr<const metadata::SegmentDesc> d;
+  KVF_RETURN_IF_ERROR(Fetch(name, &d).Annotate("open segment " + name));
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = by_name_.find(name);
+  if (it != by_name_.end()) {  // opened concurrently
+    *out = it->second;
+    return Status::OK();
+  }
+  auto peer = std::make_shared<Peer>(next_, name);
+  KVF_RETURN_IF_ERROR(Install(peer.get(), std::move(d)));
+  peers_[peer->handle()] = peer;
+  by_name_[name] = peer->handle();
+  *out = next_++;
+  return Status::OK();
+}
+
+Status SegmentDirectory::Close(SegmentHandle handle) {
+  if (handle == kSelfHandle) return Status::InvalidArgument("the engine's own segment cannot be closed");
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = peers_.find(handle);
+  if (it == peers_.end()) return Status::NotFound("unknown segment handle " + std::to_string(handle));
+  for (const auto& [rail, slot] : it->second->ReleaseSlots()) (*rails_)[rail]->RemovePeer(slot);
+  by_name_.erase(it->second->name());
+  peers_.erase(it);
+  return Status::OK();
+}
+
+std::shared_ptr<Peer> SegmentDirectory::Find(SegmentHandle handle) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = peers_.find(handle);
+  return it == peers_.end() ? nullptr : it->second;
+}
+
+}  // namespace kvfabric::engine

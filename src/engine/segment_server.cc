@@ -1,0 +1,90 @@
+#include "engine/segment_server.h"
+
+#include <unistd.h>
+
+#include <random>
+
+#include "common/host.h"
+#include "common/log.h"
+#include "net/address.h"
+
+namespace kvfabric::engine {
+
+Status SegmentServer::Start(const metadata::HandshakeServer::Options& options, const std::string& host,
+                            const RailSet* rails, const memory::MemoryRegistry* registry,
+                            metadata::MetadataStore* store, std::unique_ptr<SegmentServer>* out) {
+  std::unique_ptr<SegmentServer> s(new SegmentServer());
+  std::random_device rd;
+  s->epoch_ = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(getpid());
+  s->rails_ = rails;
+  s->registry_ = registry;
+  s->store_ = store;
+  SegmentServer* self = s.get();
+  KVF_RETURN_IF_ERROR(metadata::HandshakeServer::Start(
+      options, [self](uint16_t t, const std::string& p, std::string* r) { return self->Handle(t, p, r); },
+      &s->server_));
+  s->name_ = net::FormatHostPort(host, s->server_->port());
+  *out = std::move(s);
+  return Status::OK();
+}
+
+SegmentServer::~SegmentServer() {
+  if (store_ != nullptr) {
+    Status s = store_->Remove(name_);  // peers stop finding us now, not at lease expiry
+    if (!s.ok()) KVF_LOG_WARN("shutdown: {}", s.ToString());
+  }
+  server_.reset();  // no new requests
+}
+
+metadata::SegmentDesc SegmentServer::Describe() const {
+  metadata::SegmentDesc d;
+  d.name = name_;
+  d.epoch = epoch_;
+  d.host_id = host::BootId();
+  d.pid = getpid();
+  for (const auto& r : rails_->rails)
+    d.rails.push_back({r->info().provider, r->info().fabric, r->info().domain, r->address(), r->virt_addr()});
+  for (const auto& b : registry_->Snapshot()) {
+    metadata::BufferDesc bd{b->addr, b->length, b->location, {}};
+    for (const auto& c : b->chunks) {
+      metadata::ChunkDesc cd{c.addr, c.length, {}};
+      for (const auto& mr : c.regions) cd.keys.push_back(mr ? std::optional<uint64_t>(mr->key()) : std::nullopt);
+      bd.chunks.push_back(std::move(cd));
+    }
+    d.buffers.push_back(std::move(bd));
+  }
+  return d;
+}
+
+Status SegmentServer::Publish() {
+  if (store_ == nullptr) return Status::OK();
+  return store_->Publish(name_, metadata::ToJson(Describe()));
+}
+
+void SegmentServer::TakeNotifies(std::vector<std::string>* out) {
+  std::lock_guard<std::mutex> g(notify_mu_);
+  out->assign(std::make_move_iterator(notifies_.begin()), std::make_move_iterator(notifies_.end()));
+  notifies_.clear();
+}
+
+Status SegmentServer::Handle(uint16_t type, const std::string& payload, std::string* reply) {
+  switch (type) {
+    case metadata::kGetSegment:
+      *reply = metadata::ToJson(Describe());
+      return Status::OK();
+    case metadata::kProbe:
+      *reply = name_;
+      return Status::OK();
+    case metadata::kNotify: {
+      std::lock_guard<std::mutex> g(notify_mu_);
+      if (notifies_.size() >= kMaxNotifies)
+        return Status::Busy("notification queue of " + name_ + " is full (" + std::to_string(kMaxNotifies) +
+                            " messages): the receiver must call GetNotifies");
+      notifies_.push_back(payload);
+      return Status::OK();
+    }
+  }
+  return Status::ProtocolError("unknown request");
+}
+
+}  // namespace kvfabric::engine

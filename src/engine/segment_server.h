@@ -1,0 +1,65 @@
+// SegmentServer: this engine's segment as peers see it. It builds the
+// descriptor (rails, registered buffers, epoch), answers the handshake
+// requests of peers (descriptor, probe, notifications, which it queues for
+// the application) and publishes the descriptor to a metadata store when
+// the engine uses one. Destroying it removes the descriptor from the store
+// and closes the handshake server.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/rail_set.h"
+#include "memory/memory_registry.h"
+#include "metadata/handshake.h"
+#include "metadata/segment_desc.h"
+#include "metadata/store.h"
+
+namespace kvfabric::engine {
+
+class SegmentServer {
+ public:
+  // A receiver holding this many unread notifications refuses more (Busy),
+  // so none is ever dropped.
+  static constexpr size_t kMaxNotifies = 4096;
+
+  // Starts the handshake server (`options`; port 0 picks one). The segment's
+  // name is "host:port" with `host` as the application gave it. `rails`,
+  // `registry` and `store` (null with p2p) must outlive the server.
+  static Status Start(const metadata::HandshakeServer::Options& options, const std::string& host,
+                      const RailSet* rails, const memory::MemoryRegistry* registry,
+                      metadata::MetadataStore* store, std::unique_ptr<SegmentServer>* out);
+  ~SegmentServer();
+  SegmentServer(const SegmentServer&) = delete;
+  SegmentServer& operator=(const SegmentServer&) = delete;
+
+  const std::string& name() const { return name_; }
+  uint64_t epoch() const { return epoch_; }
+
+  // The descriptor as of now.
+  metadata::SegmentDesc Describe() const;
+  // With a metadata store, puts the current descriptor there (every
+  // registration change calls it); with p2p nothing: peers ask this server.
+  Status Publish();
+  // Moves the queued notifications to `out`, oldest first.
+  void TakeNotifies(std::vector<std::string>* out);
+
+ private:
+  SegmentServer() = default;
+  Status Handle(uint16_t type, const std::string& payload, std::string* reply);
+
+  std::string name_;
+  uint64_t epoch_ = 0;  // random per process: peers tell a restart by it
+  const RailSet* rails_ = nullptr;
+  const memory::MemoryRegistry* registry_ = nullptr;
+  metadata::MetadataStore* store_ = nullptr;
+  std::unique_ptr<metadata::HandshakeServer> server_;
+  std::mutex notify_mu_;
+  std::deque<std::string> notifies_;
+};
+
+}  // namespace kvfabric::engine

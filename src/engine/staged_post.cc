@@ -1,0 +1,94 @@
+// Poster, staged posting: a request whose local memory is on a GPU that the
+// rails cannot register (no FI_HMEM) moves through pinned staging slots.
+// A WRITE's slice is copied device -> slot here, on the submitting thread,
+// while the slices before it are on the wire; a READ's is copied slot ->
+// device by Unstage as it completes. Slices pick rails as any other; they
+// are not moved to another rail on failure. Submit blocks while every slot
+// is in use.
+#include "common/text.h"
+#include "engine/poster.h"
+#include "engine/rail_choice.h"
+#include "engine/slicing.h"
+#include "memory/cuda.h"
+
+namespace kvfabric::engine {
+namespace {
+
+// The request's device memory as one chunk: staged slices are cut at the
+// peer's chunk edges and the slot size only.
+struct Extent {
+  uint64_t addr = 0;
+  uint64_t length = 0;
+};
+
+}  // namespace
+
+Status Poster::EnsureStaging() {
+  std::lock_guard<std::mutex> g(staging_mu_);
+  if (staging_) return Status::OK();
+  const size_t bytes = options_.staging_bytes;
+  return memory::StagingPool::Create(rails_->raw(), bytes, std::min<size_t>(1 << 20, bytes / 4), &staging_);
+}
+
+Status Poster::PostStaged(Batch* batch, Task* task, const Plan& p, std::shared_ptr<Route> route, const size_t* cand,
+                          size_t ncand, const RailView* views) {
+  const TransferRequest& r = *p.req;
+  const bool write = r.opcode == OpCode::kWrite;
+  KVF_RETURN_IF_ERROR(EnsureStaging().Annotate("GPU memory on " + (*rails_)[cand[0]]->info().provider));
+  const auto& rchunks = p.remote->chunks;
+  size_t max_msg = staging_->slot_bytes();
+  for (size_t i = 0; i < ncand; ++i) {
+    max_msg = std::min(max_msg, (*rails_)[cand[i]]->info().max_msg_size);
+    const int pr = p.peer->PeerRail(cand[i]);
+    for (const auto& c : rchunks)
+      if (pr < 0 || !c.keys[pr])
+        return Status::Unavailable(text::Format("segment {}'s buffer is not reachable on its rail {}{}", p.peer->name(),
+                                                pr,
+                                                p.remote->location.rfind("cuda", 0) == 0
+                                                    ? " (GPU memory there, without FI_HMEM)"
+                                                    : ""));
+  }
+  // The slices: at most one slot each, cut at the peer's chunk edges.
+  const uintptr_t l = reinterpret_cast<uintptr_t>(r.local);
+  const std::vector<Extent> device{{l, r.length}};
+  std::vector<Cut> cuts;
+  CutAtChunks(device, rchunks, l, r.remote_addr, r.length, max_msg, &cuts);
+  StartTask(batch, task, p, route, cuts.size());
+  uint64_t planned[kMaxLocalRails] = {};
+  for (const Cut& c : cuts) {
+    const size_t ri = ncand == 1 ? cand[0] : PickRail({cand, ncand}, views, c.length, planned);
+    planned[ri] += c.length;
+    fabric::Slice s;
+    s.owner = task;
+    s.rail = static_cast<uint32_t>(ri);
+    s.write = write;
+    s.length = c.length;
+    AimSlice(*route, p.peer->PeerRail(ri), c.remote, rchunks[c.remote_chunk], &s);
+    s.keepalive = route->local;
+    s.owner_tag = static_cast<int32_t>(staging_->Acquire());
+    s.local = staging_->Address(static_cast<uint32_t>(s.owner_tag));
+    s.local_desc = staging_->Desc(ri);
+    Status st = p.peer->Resolve((*rails_)[ri], &s.dest);
+    if (st.ok() && write) st = memory::cuda::Copy(s.local, reinterpret_cast<void*>(c.local), c.length, p.local->device);
+    if (!st.ok()) {
+      task->OnSliceDone(s, 0, st);  // releases the slot, fails the task
+      continue;
+    }
+    (*rails_)[ri]->Enqueue(&s, 1);
+  }
+  return Status::OK();
+}
+
+Status Poster::Unstage(Task* task, const fabric::Slice& s, bool copy_back) {
+  Status st;
+  if (copy_back) {
+    const auto route = std::static_pointer_cast<const Route>(task->route());
+    void* device = reinterpret_cast<void*>(route->request_local + (s.remote_va - route->request_remote));
+    st = memory::cuda::Copy(device, staging_->Address(static_cast<uint32_t>(s.owner_tag)), s.length,
+                            route->local->device);
+  }
+  staging_->Release(static_cast<uint32_t>(s.owner_tag));
+  return st;
+}
+
+}  // namespace kvfabric::engine
