@@ -15,7 +15,7 @@
 
 #include "kvfabric/engine.h"
 #include "memory/cuda.h"
-#include "tests/support/pattern.h"
+#include "tools/common/pattern.h"
 
 namespace kvfabric {
 namespace {
@@ -44,7 +44,7 @@ void RoundTripThroughDevice(Engine& e, int device) {
   ASSERT_TRUE(memory::cuda::Alloc(device, 4 * MiB, &d1).ok());
   ASSERT_TRUE(memory::cuda::Alloc(device, 4 * MiB, &d2).ok());
   std::vector<uint8_t> host(4 * MiB), back(4 * MiB);
-  testing::FillPattern(host.data(), host.size(), 0, 31);
+  tools::FillPattern(host.data(), host.size(), 0, 31);
   const std::string loc = "cuda:" + std::to_string(device);
   ASSERT_TRUE(e.RegisterMemory(d1, 4 * MiB, loc).ok());
   ASSERT_TRUE(e.RegisterMemory(d2, 4 * MiB, loc).ok());
@@ -59,7 +59,7 @@ void RoundTripThroughDevice(Engine& e, int device) {
   ASSERT_TRUE(s.ok()) << s.ToString();
   s = e.Transfer({{OpCode::kRead, back.data(), self, d2a, 4 * MiB}});  // device -> host
   ASSERT_TRUE(s.ok()) << s.ToString();
-  EXPECT_EQ(testing::CheckPattern(back.data(), back.size(), 0, 31), back.size());
+  EXPECT_EQ(tools::CheckPattern(back.data(), back.size(), 0, 31), back.size());
   for (void* p : {d1, d2, static_cast<void*>(host.data()), static_cast<void*>(back.data())})
     EXPECT_TRUE(e.UnregisterMemory(p).ok());
   memory::cuda::Free(d1);
@@ -166,7 +166,7 @@ TEST(GpuTest, FakeDriverGpuMemoryMovesOverTcpThroughStaging) {
   ASSERT_TRUE(memory::cuda::Alloc(1, kBytes, &d).ok());
   auto* dev = static_cast<uint8_t*>(d);
   std::vector<uint8_t> host(kBytes), check(kBytes);
-  testing::FillPattern(dev, kBytes, 0, 41);  // fake device memory is host-addressable
+  tools::FillPattern(dev, kBytes, 0, 41);  // fake device memory is host-addressable
   ASSERT_TRUE(a->RegisterMemory(d, kBytes, "cuda:1").ok());
   ASSERT_TRUE(b->RegisterMemory(host.data(), kBytes).ok());
   SegmentHandle to_b, to_a;
@@ -178,14 +178,14 @@ TEST(GpuTest, FakeDriverGpuMemoryMovesOverTcpThroughStaging) {
   unsigned long before = copies();
   Status s = a->Transfer({{OpCode::kWrite, d, to_b, remote, kBytes}});  // device -> remote host
   ASSERT_TRUE(s.ok()) << s.ToString();
-  EXPECT_EQ(testing::CheckPattern(host.data(), kBytes, 0, 41), kBytes);
+  EXPECT_EQ(tools::CheckPattern(host.data(), kBytes, 0, 41), kBytes);
   EXPECT_GE(copies() - before, kBytes / MiB);  // one device copy per slot-sized slice
-  testing::FillPattern(host.data(), kBytes, 0, 42);
+  tools::FillPattern(host.data(), kBytes, 0, 42);
   std::memset(dev, 0, kBytes);
   before = copies();
   s = a->Transfer({{OpCode::kRead, d, to_b, remote, kBytes}});  // remote host -> device
   ASSERT_TRUE(s.ok()) << s.ToString();
-  EXPECT_EQ(testing::CheckPattern(dev, kBytes, 0, 42), kBytes);
+  EXPECT_EQ(tools::CheckPattern(dev, kBytes, 0, 42), kBytes);
   EXPECT_GE(copies() - before, kBytes / MiB);
   // Many small requests in one batch, mixed directions.
   std::vector<TransferRequest> reqs;
@@ -212,9 +212,9 @@ TEST(GpuTest, NoDriverRefusesGpuMemoryAndKeepsHostMemoryWorking) {
   ASSERT_TRUE(e->RegisterMemory(buf.data(), buf.size()).ok());
   SegmentHandle self;
   ASSERT_TRUE(e->OpenSegment(e->name(), &self).ok());
-  testing::FillPattern(buf.data(), MiB, 0, 9);
+  tools::FillPattern(buf.data(), MiB, 0, 9);
   ASSERT_TRUE(e->Transfer({{OpCode::kWrite, buf.data(), self, reinterpret_cast<uint64_t>(buf.data()) + MiB, MiB}}).ok());
-  EXPECT_EQ(testing::CheckPattern(buf.data() + MiB, MiB, 0, 9), MiB);
+  EXPECT_EQ(tools::CheckPattern(buf.data() + MiB, MiB, 0, 9), MiB);
   // libfabric was told not to initialize CUDA.
   const char* hmem = getenv("FI_HMEM");
   ASSERT_NE(hmem, nullptr);

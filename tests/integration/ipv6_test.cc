@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "kvfabric/engine.h"
-#include "tests/support/pattern.h"
 #include "tests/support/process.h"
 #include "tests/support/servers.h"
+#include "tools/common/pattern.h"
 
 #ifndef KVF_METADATA_SERVER_PATH
 #error "KVF_METADATA_SERVER_PATH must name the kvfabric-metadata-server binary"
@@ -23,11 +23,11 @@
 namespace kvfabric {
 namespace {
 
-using testing::CheckPattern;
-using testing::Child;
-using testing::FreePort;
-using testing::WaitHttpReady;
-using testing::FillPattern;
+using test::Child;
+using test::FreePort;
+using test::WaitHttpReady;
+using tools::CheckPattern;
+using tools::FillPattern;
 
 constexpr size_t MiB = 1024 * 1024;
 constexpr size_t kBufferSize = 4 * MiB;

@@ -8,7 +8,7 @@
 
 #include <cstdio>
 
-namespace kvfabric::testing {
+namespace kvfabric::test {
 
 std::string ReadLine(int fd, int timeout_ms) {
   std::string line;
@@ -53,4 +53,4 @@ bool Child::Start(const std::vector<std::string>& argv) {
 
 bool Child::Running() const { return pid_ > 0 && waitpid(pid_, nullptr, WNOHANG) == 0; }
 
-}  // namespace kvfabric::testing
+}  // namespace kvfabric::test

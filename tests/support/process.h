@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace kvfabric::testing {
+namespace kvfabric::test {
 
 // One line from `fd` (without the newline), waiting at most `timeout_ms` for
 // each byte; on a timeout or end of file, what arrived plus " <timeout>" or
@@ -34,4 +34,4 @@ class Child {
   int out_ = -1;
 };
 
-}  // namespace kvfabric::testing
+}  // namespace kvfabric::test

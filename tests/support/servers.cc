@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-namespace kvfabric::testing {
+namespace kvfabric::test {
 
 int FreePort(const std::string& host) {
   const bool v6 = host.find(':') != std::string::npos;
@@ -138,4 +138,4 @@ const std::string& SharedMetadataUri(const std::string& kind, std::string* error
   return servers[kind]->uri;
 }
 
-}  // namespace kvfabric::testing
+}  // namespace kvfabric::test

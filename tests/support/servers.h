@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-namespace kvfabric::testing {
+namespace kvfabric::test {
 
 class Server {
  public:
@@ -34,4 +34,4 @@ std::unique_ptr<Server> StartHttpMetadataServer(std::string* error);
 // reason when it cannot start. `kind` is "etcd" or "http".
 const std::string& SharedMetadataUri(const std::string& kind, std::string* error);
 
-}  // namespace kvfabric::testing
+}  // namespace kvfabric::test

@@ -13,14 +13,17 @@
 #include <sstream>
 #include <vector>
 
-#include "tests/support/pattern.h"
+#include "tools/common/pattern.h"
 
 #ifndef KVF_TEST_PEER_PATH
 #error "KVF_TEST_PEER_PATH must name the kvfabric-test-peer binary"
 #endif
 
-namespace kvfabric::testing {
+namespace kvfabric::test {
 namespace {
+
+using tools::CheckPattern;
+using tools::FillPattern;
 
 class ProcessTarget : public Target {
  public:
@@ -99,7 +102,7 @@ class ProcessTarget : public Target {
     Send(cmd);
     return ReadLine(60000);
   }
-  std::string ReadLine(int timeout_ms) { return testing::ReadLine(out_, timeout_ms); }
+  std::string ReadLine(int timeout_ms) { return test::ReadLine(out_, timeout_ms); }
   pid_t pid_ = -1;
   int in_ = -1, out_ = -1;
 };
@@ -161,4 +164,4 @@ std::unique_ptr<Target> StartLocalTarget(const std::string& protocol, size_t siz
   return t;
 }
 
-}  // namespace kvfabric::testing
+}  // namespace kvfabric::test

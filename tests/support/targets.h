@@ -10,7 +10,7 @@
 
 #include "kvfabric/engine.h"
 
-namespace kvfabric::testing {
+namespace kvfabric::test {
 
 class Target {
  public:
@@ -36,4 +36,4 @@ std::unique_ptr<Target> StartProcessTarget(const std::string& protocol, size_t s
 std::unique_ptr<Target> StartLocalTarget(const std::string& protocol, size_t size, Engine* engine,
                                          std::string* error);
 
-}  // namespace kvfabric::testing
+}  // namespace kvfabric::test

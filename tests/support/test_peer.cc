@@ -15,7 +15,7 @@
 #include <string>
 
 #include "kvfabric/engine.h"
-#include "tests/support/pattern.h"
+#include "tools/common/pattern.h"
 
 using namespace kvfabric;
 
@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
   } else if (posix_memalign(&buf, 4096, size) != 0) {
     return 1;
   }
-  testing::FillPattern(buf, size, 0, 7);
+  tools::FillPattern(buf, size, 0, 7);
   s = engine->RegisterMemory(buf, size);
   if (!s.ok()) { std::printf("ERROR %s\n", s.ToString().c_str()); return 1; }
   std::printf("READY %s %llu %zu\n", engine->name().c_str(),
@@ -75,9 +75,9 @@ int main(int argc, char** argv) {
     in >> cmd >> off >> len >> seed;
     if (cmd == "quit") break;
     if (off > size || len > size - off) { std::printf("ERROR range\n"); std::fflush(stdout); continue; }
-    if (cmd == "crc") std::printf("CRC %llu\n", static_cast<unsigned long long>(testing::Checksum(base + off, len)));
-    else if (cmd == "check") std::printf("MISMATCH %zu\n", testing::CheckPattern(base + off, len, off, seed));
-    else if (cmd == "fill") { testing::FillPattern(base + off, len, off, seed); std::printf("OK\n"); }
+    if (cmd == "crc") std::printf("CRC %llu\n", static_cast<unsigned long long>(tools::Checksum(base + off, len)));
+    else if (cmd == "check") std::printf("MISMATCH %zu\n", tools::CheckPattern(base + off, len, off, seed));
+    else if (cmd == "fill") { tools::FillPattern(base + off, len, off, seed); std::printf("OK\n"); }
     else if (cmd == "unregister") std::printf(engine->UnregisterMemory(buf).ok() ? "OK\n" : "ERROR unregister\n");
     else std::printf("ERROR unknown command\n");
     std::fflush(stdout);

@@ -28,8 +28,8 @@
 
 #include "kvfabric/engine.h"
 #include "memory/cuda.h"
-#include "tests/support/pattern.h"
 #include "tools/bench/units.h"
+#include "tools/common/pattern.h"
 
 using namespace kvfabric;
 using Clock = std::chrono::steady_clock;
@@ -92,19 +92,19 @@ struct Memory {
   Status Fill(size_t off, size_t n, int seed, size_t pattern_off) {
     if (device < 0) {
       if (seed < 0) std::memset(base + off, 0, n);
-      else testing::FillPattern(base + off, n, pattern_off, static_cast<uint8_t>(seed));
+      else tools::FillPattern(base + off, n, pattern_off, static_cast<uint8_t>(seed));
       return Status::OK();
     }
     std::vector<uint8_t> host(n, 0);
-    if (seed >= 0) testing::FillPattern(host.data(), n, pattern_off, static_cast<uint8_t>(seed));
+    if (seed >= 0) tools::FillPattern(host.data(), n, pattern_off, static_cast<uint8_t>(seed));
     return memory::cuda::Copy(base + off, host.data(), n, device);
   }
   // Bytes of [off, off+n) that hold that pattern.
   size_t Check(size_t off, size_t n, int seed, size_t pattern_off) {
-    if (device < 0) return testing::CheckPattern(base + off, n, pattern_off, static_cast<uint8_t>(seed));
+    if (device < 0) return tools::CheckPattern(base + off, n, pattern_off, static_cast<uint8_t>(seed));
     std::vector<uint8_t> host(n);
     if (!memory::cuda::Copy(host.data(), base + off, n, device).ok()) return 0;
-    return testing::CheckPattern(host.data(), n, pattern_off, static_cast<uint8_t>(seed));
+    return tools::CheckPattern(host.data(), n, pattern_off, static_cast<uint8_t>(seed));
   }
   void Free() {
     if (device >= 0) memory::cuda::Free(base);

@@ -1,11 +1,13 @@
-// Deterministic byte patterns and checksums shared by tests, the test peer
-// and the bench's --verify, so both sides of a transfer agree on the bytes.
+// Deterministic byte patterns and checksums shared by kvfabric-bench's
+// --verify, the tests and their test peer, so both sides of a transfer agree
+// on the bytes. Here under tools/ because tools must not include test code;
+// tests may include this.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
-namespace kvfabric::testing {
+namespace kvfabric::tools {
 
 // Byte i of pattern `seed` (position-dependent, so misplaced bytes are caught).
 inline uint8_t PatternByte(uint64_t i, uint32_t seed) {
@@ -35,4 +37,4 @@ inline uint64_t Checksum(const void* src, size_t len) {
   return h;
 }
 
-}  // namespace kvfabric::testing
+}  // namespace kvfabric::tools

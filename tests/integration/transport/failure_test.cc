@@ -1,0 +1,170 @@
+// The target fails: killed, stopped, unregistered or restarted under the
+// same name while work is in flight. Each request ends within its deadline
+// and the engine keeps serving.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/integration/transport/fixture.h"
+#include "tests/support/servers.h"
+#include "tools/common/pattern.h"
+
+namespace kvfabric::test {
+namespace {
+
+using tools::FillPattern;
+
+// Needs a target that can die: instantiated for the process cases only.
+class PeerFailureTest : public TransportFixture {};
+
+TEST_P(PeerFailureTest, PeerKilledMidBatch) {
+  cfg_.settings.transfer_timeout_ms = 3000;
+  ASSERT_NO_FATAL_FAILURE(Start(64 * MiB));
+  BatchId b;
+  std::vector<TransferRequest> reqs;
+  for (size_t i = 0; i < 256; ++i) reqs.push_back(Req(i % 2 ? OpCode::kRead : OpCode::kWrite, (i % 64) * MiB, (i % 64) * MiB, MiB));
+  // Frozen first, so the batch is surely in flight (not finished) at the kill.
+  ASSERT_TRUE(target_->Freeze());
+  ASSERT_NO_FATAL_FAILURE(SubmitBatch(reqs, &b));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(target_->Kill());
+  auto t0 = std::chrono::steady_clock::now();
+  TransferStatus agg;
+  ASSERT_TRUE(engine_->WaitBatch(b, 15000, &agg).ok());
+  auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_NE(agg.state, TaskState::kPending) << "requests hang after the peer died";
+  EXPECT_LT(took, std::chrono::seconds(6)) << "requests outlived their deadline";
+  size_t ended_badly = 0;
+  for (size_t i = 0; i < 256; ++i) {
+    TransferStatus st;
+    ASSERT_TRUE(engine_->GetTaskStatus(b, i, &st).ok());
+    EXPECT_NE(st.state, TaskState::kPending);
+    if (st.state != TaskState::kCompleted) {
+      ++ended_badly;
+      EXPECT_FALSE(st.error.ok());
+    }
+  }
+  EXPECT_GT(ended_badly, 0u);
+  EXPECT_TRUE(engine_->FreeBatch(b).ok());
+  // The engine keeps serving other peers.
+  std::string err;
+  auto other = StartProcessTarget(GetParam().protocol, 4 * MiB, "", &err);
+  ASSERT_NE(other, nullptr) << err;
+  SegmentHandle h;
+  ASSERT_TRUE(engine_->OpenSegment(other->name, &h).ok());
+  FillPattern(local(0), MiB, 0, 111);
+  Status s = engine_->Transfer({{OpCode::kWrite, local(0), h, other->addr, MiB}});
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(other->Check(0, MiB, 111), MiB);
+}
+
+TEST_P(PeerFailureTest, UnregisterRevokesRemoteAccess) {
+  cfg_.settings.transfer_timeout_ms = 3000;
+  ASSERT_NO_FATAL_FAILURE(Start(4 * MiB));
+  ASSERT_TRUE(WritePattern(0, 0, 64 * KiB, 141).ok());
+  ASSERT_TRUE(target_->Unregister());
+  // The initiator still holds the old descriptor: the request is posted with
+  // the revoked key and must fail, leaving the memory as it was.
+  FillPattern(local(0), MiB, 0, 142);
+  const auto t0 = std::chrono::steady_clock::now();
+  Status w = engine_->Transfer({Req(OpCode::kWrite, 0, 0, MiB)});
+  EXPECT_FALSE(w.ok());
+  Status r = engine_->Transfer({Req(OpCode::kRead, 0, 0, MiB)});
+  EXPECT_FALSE(r.ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(8));
+  EXPECT_EQ(target_->Check(0, 64 * KiB, 141), 64 * KiB);
+  EXPECT_EQ(target_->Check(64 * KiB, MiB - 64 * KiB, 7), MiB - 64 * KiB);
+  // After the failure the engine refetches the descriptor: the range is now
+  // refused before anything is posted.
+  Status again = engine_->Transfer({Req(OpCode::kWrite, 0, 0, MiB)});
+  EXPECT_EQ(again.code(), Status::Code::kOutOfRange) << again.ToString();
+  RecordProperty("write_after_unregister", w.ToString());
+}
+
+TEST_P(PeerFailureTest, SegmentClosedWithWorkInFlight) {
+  cfg_.settings.transfer_timeout_ms = 2000;
+  ASSERT_NO_FATAL_FAILURE(Start(16 * MiB));
+  BatchId b;
+  std::vector<TransferRequest> reqs;
+  for (size_t i = 0; i < 16; ++i) reqs.push_back(Req(OpCode::kWrite, i * MiB, i * MiB, MiB));
+  ASSERT_TRUE(target_->Freeze());
+  ASSERT_NO_FATAL_FAILURE(SubmitBatch(reqs, &b));
+  ASSERT_TRUE(engine_->CloseSegment(seg_).ok());
+  // The closed handle is refused; the batch still ends within its deadline.
+  EXPECT_EQ(engine_->Transfer({Req(OpCode::kWrite, 0, 0, 4096)}).code(), Status::Code::kNotFound);
+  TransferStatus agg;
+  ASSERT_TRUE(engine_->WaitBatch(b, 10000, &agg).ok());
+  EXPECT_NE(agg.state, TaskState::kPending);
+  EXPECT_TRUE(engine_->FreeBatch(b).ok());
+  target_->Kill();
+  // The closed segment's address leaves the AV once its operations end.
+  EXPECT_EQ(WaitForPeerSlots(0), 0u);
+}
+
+TEST_P(PeerFailureTest, EngineDestroyedWithWorkInFlight) {
+  ASSERT_NO_FATAL_FAILURE(Start(64 * MiB));
+  BatchId b;
+  std::vector<TransferRequest> reqs;
+  for (size_t i = 0; i < 64; ++i) reqs.push_back(Req(OpCode::kWrite, i * MiB, i * MiB, MiB));
+  ASSERT_TRUE(target_->Freeze());  // nothing completes
+  ASSERT_NO_FATAL_FAILURE(SubmitBatch(reqs, &b));
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(engine_->UnregisterMemory(local_).ok());
+  engine_.reset();  // no crash, no hang
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+  std::free(local_);
+  local_ = nullptr;
+  target_->Kill();
+}
+
+TEST_P(PeerFailureTest, PeerRestartedUnderTheSameName) {
+  // A fixed handshake port, so the restarted target has the same name. And a
+  // fixed buffer address: the stale descriptor still covers the range the
+  // application writes to, so only the failure tells the engine.
+  const int port = FreePort();
+  ASSERT_GT(port, 0);
+  const std::string fixed = "local_server_name=127.0.0.1:" + std::to_string(port) +
+                            " buffer_addr=0x7e0000000000";
+  cfg_.settings.transfer_timeout_ms = 3000;
+  ASSERT_NO_FATAL_FAILURE(Start(4 * MiB, fixed));
+  ASSERT_TRUE(WritePattern(0, 0, MiB, 121).ok());
+  const std::string name = target_->name;
+  ASSERT_TRUE(target_->Kill());
+  std::string err;
+  target_ = StartProcessTarget(GetParam().protocol, 4 * MiB, fixed, &err);
+  ASSERT_NE(target_, nullptr) << err;
+  ASSERT_EQ(target_->name, name);
+  ASSERT_EQ(target_->addr, 0x7e0000000000u);
+  // The old process's address is gone: the first request may fail (within
+  // its deadline), then the engine refetches the descriptor (new epoch) and
+  // the next one goes to the new process.
+  const auto t0 = std::chrono::steady_clock::now();
+  Status first = WritePattern(0, 0, MiB, 122);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5)) << first.ToString();
+  Status second = WritePattern(MiB, MiB, MiB, 123);
+  ASSERT_TRUE(second.ok()) << second.ToString() << " (first: " << first.ToString() << ")";
+  EXPECT_EQ(target_->Check(MiB, MiB, 123), MiB);
+  if (first.ok()) {
+    EXPECT_EQ(target_->Check(0, MiB, 122), MiB);
+  }
+  RecordProperty("first_request_after_restart", first.ToString());
+  // Only the new process stays in the address vector; a second restart
+  // leaves no more behind than the first.
+  EXPECT_EQ(WaitForPeerSlots(1), 1u);
+  ASSERT_TRUE(target_->Kill());
+  target_ = StartProcessTarget(GetParam().protocol, 4 * MiB, fixed, &err);
+  ASSERT_NE(target_, nullptr) << err;
+  WritePattern(0, 0, MiB, 124);  // may meet the restart
+  Status third = WritePattern(MiB, MiB, MiB, 125);
+  ASSERT_TRUE(third.ok()) << third.ToString();
+  EXPECT_EQ(target_->Check(MiB, MiB, 125), MiB);
+  EXPECT_EQ(WaitForPeerSlots(1), 1u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, PeerFailureTest, ::testing::ValuesIn(PeerFailureCases()), CaseName);
+
+}  // namespace
+}  // namespace kvfabric::test
