@@ -388,9 +388,9 @@ NB_MODULE(_core, m) {
     Check(kvfabric::fabric::InfoList::Query(provider, &infos));
     std::vector<fi_info*> chosen = infos.entries();
     if (!devices.empty()) Check(kvfabric::fabric::SelectDomains(infos, devices, "", &chosen));
-    std::vector<kvfabric::RailInfo> rails;
+    std::vector<kvfabric::fabric::RailInfo> rails;
     for (const fi_info* i : chosen) {
-      kvfabric::RailInfo r;
+      kvfabric::fabric::RailInfo r;
       r.provider = i->fabric_attr->prov_name;
       r.domain = i->domain_attr->name;
       rails.push_back(r);

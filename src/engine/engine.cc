@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "engine/batch.h"
 #include "engine/peer.h"
+#include "engine/rail_options.h"
 #include "fabric/fabric_info.h"
 #include "fabric/progress.h"
 #include "fabric/rail.h"
@@ -83,7 +84,7 @@ struct Engine::Impl final : engine::Rerouter {
   std::string name;
   uint64_t epoch = 0;
   std::vector<std::unique_ptr<fabric::Rail>> rails;
-  std::vector<RailInfo> rail_infos;
+  std::vector<fabric::RailInfo> rail_infos;
   std::vector<size_t> primary_rails;  // the protocol's rails
   int shm_rail = -1;                  // same-host rail under protocol auto
   topology::Topology topo;
@@ -139,9 +140,11 @@ struct Engine::Impl final : engine::Rerouter {
     if (rails.size() + chosen.size() > Peer::kMaxRails)
       return Status::InvalidArgument(std::to_string(rails.size() + chosen.size()) + " rails; at most " +
                                      std::to_string(Peer::kMaxRails) + " are supported: narrow them with the NIC filter");
+    fabric::RailOptions options;
+    KVF_RETURN_IF_ERROR(engine::RailOptionsFromSettings(settings, &options));
     for (fi_info* info : chosen) {
       std::unique_ptr<fabric::Rail> rail;
-      KVF_RETURN_IF_ERROR(fabric::Rail::Open(info, settings, rails.size(), &rail));
+      KVF_RETURN_IF_ERROR(fabric::Rail::Open(info, options, rails.size(), &rail));
       opened->push_back(rails.size());
       rail_infos.push_back(rail->info());
       rails.push_back(std::move(rail));
@@ -703,9 +706,17 @@ const Settings& Engine::settings() const { return impl_->settings; }
 std::vector<RailInfo> Engine::rails() const {
   std::vector<RailInfo> out;
   for (const auto& r : impl_->rails) {
-    out.push_back(r->info());
-    out.back().completed_bytes = r->completed_bytes();
-    out.back().peer_slots = r->peer_slots();
+    const fabric::RailInfo& info = r->info();
+    RailInfo o;
+    o.provider = info.provider;
+    o.domain = info.domain;
+    o.fabric = info.fabric;
+    o.tx_depth = info.tx_depth;
+    o.max_msg_size = info.max_msg_size;
+    o.virt_addr = info.virt_addr;
+    o.completed_bytes = r->completed_bytes();
+    o.peer_slots = r->peer_slots();
+    out.push_back(std::move(o));
   }
   return out;
 }

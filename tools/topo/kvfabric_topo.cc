@@ -44,9 +44,9 @@ int main(int argc, char** argv) {
     s = fabric::SelectDomains(infos, devices, "", &chosen);
     if (!s.ok()) return fail(s);
   }
-  std::vector<RailInfo> rails;
+  std::vector<fabric::RailInfo> rails;
   for (const fi_info* i : chosen) {
-    RailInfo r;
+    fabric::RailInfo r;
     r.provider = i->fabric_attr->prov_name;
     r.domain = i->domain_attr->name;
     r.fabric = i->fabric_attr->name;
