@@ -59,9 +59,9 @@ Status DescribeTopology(const Settings& settings, const std::string& protocol, c
   fabric::InfoList infos;
   std::vector<fi_info*> chosen;
   KVF_RETURN_IF_ERROR(SelectedDomains(settings, protocol, devices, &infos, &chosen));
-  std::vector<RailInfo> rails;
+  std::vector<fabric::RailInfo> rails;
   for (const fi_info* i : chosen) {
-    RailInfo r;
+    fabric::RailInfo r;
     r.provider = i->fabric_attr->prov_name;
     r.domain = i->domain_attr->name;
     r.fabric = i->fabric_attr->name;

@@ -128,9 +128,17 @@ const Settings& Engine::settings() const { return impl_->settings; }
 std::vector<RailInfo> Engine::rails() const {
   std::vector<RailInfo> out;
   for (const auto& r : impl_->rails.rails) {
-    out.push_back(r->info());
-    out.back().completed_bytes = r->completed_bytes();
-    out.back().peer_slots = r->peer_slots();
+    const fabric::RailInfo& info = r->info();
+    RailInfo o;
+    o.provider = info.provider;
+    o.domain = info.domain;
+    o.fabric = info.fabric;
+    o.tx_depth = info.tx_depth;
+    o.max_msg_size = info.max_msg_size;
+    o.virt_addr = info.virt_addr;
+    o.completed_bytes = r->completed_bytes();
+    o.peer_slots = r->peer_slots();
+    out.push_back(std::move(o));
   }
   return out;
 }

@@ -5,7 +5,7 @@
 
 namespace kvfabric::engine {
 
-std::vector<int> PairRails(const std::vector<RailInfo>& local, const metadata::SegmentDesc& remote) {
+std::vector<int> PairRails(const std::vector<fabric::RailInfo>& local, const metadata::SegmentDesc& remote) {
   std::vector<int> out(local.size(), -1);
   for (size_t i = 0; i < local.size(); ++i) {
     std::vector<int> same_fabric, same_provider;
@@ -37,7 +37,8 @@ Peer::Slots Peer::TakeSlotsLocked() {
   return out;
 }
 
-Peer::Slots Peer::SetDesc(std::shared_ptr<const metadata::SegmentDesc> desc, const std::vector<RailInfo>& local) {
+Peer::Slots Peer::SetDesc(std::shared_ptr<const metadata::SegmentDesc> desc,
+                          const std::vector<fabric::RailInfo>& local) {
   std::lock_guard<std::mutex> g(mu_);
   const bool same_process_instance = desc_ && desc_->epoch == desc->epoch;
   if (desc_ && !same_process_instance)

@@ -14,6 +14,7 @@
 
 #include "engine/rail_choice.h"
 #include "fabric/rail.h"
+#include "fabric/rail_info.h"
 #include "kvfabric/engine.h"
 #include "metadata/segment_desc.h"
 
@@ -22,7 +23,7 @@ namespace kvfabric::engine {
 // For each local rail, the index of the peer rail it pairs with, or -1:
 // same provider; among those, the same fabric name (an IP subnet for tcp)
 // when one matches; then spread by position so rail k meets peer rail k.
-std::vector<int> PairRails(const std::vector<RailInfo>& local, const metadata::SegmentDesc& remote);
+std::vector<int> PairRails(const std::vector<fabric::RailInfo>& local, const metadata::SegmentDesc& remote);
 
 class Peer {
  public:
@@ -37,7 +38,7 @@ class Peer {
   // Installs a (re)fetched descriptor. Rail pairs are recomputed; AV slots of
   // an unchanged peer (same epoch) are kept, those of a restarted one are
   // returned for removal.
-  Slots SetDesc(std::shared_ptr<const metadata::SegmentDesc> desc, const std::vector<RailInfo>& local);
+  Slots SetDesc(std::shared_ptr<const metadata::SegmentDesc> desc, const std::vector<fabric::RailInfo>& local);
   // The segment is closed: every slot, for removal; later lookups and
   // resolves fail (a request that raced the close inserts nothing).
   Slots ReleaseSlots();

@@ -7,8 +7,8 @@
 namespace kvfabric::engine {
 namespace {
 
-RailInfo R(const char* prov, const char* fabric) {
-  RailInfo r;
+fabric::RailInfo R(const char* prov, const char* fabric) {
+  fabric::RailInfo r;
   r.provider = prov;
   r.fabric = fabric;
   return r;
@@ -45,7 +45,7 @@ TEST(PeerTest, ClosedSegmentResolvesNothing) {
   fabric::InfoList infos;
   ASSERT_TRUE(fabric::InfoList::Query("shm", &infos).ok());
   std::unique_ptr<fabric::Rail> rail;
-  ASSERT_TRUE(fabric::Rail::Open(infos.entries().front(), Settings(), 0, &rail).ok());
+  ASSERT_TRUE(fabric::Rail::Open(infos.entries().front(), fabric::RailOptions(), 0, &rail).ok());
   Peer p(1, "127.0.0.1:15000");
   EXPECT_TRUE(p.ReleaseSlots().empty());
   fi_addr_t a;

@@ -2,6 +2,7 @@
 
 #include "common/log.h"
 #include "engine/peer.h"
+#include "engine/rail_options.h"
 #include "fabric/fabric_info.h"
 #include "kvfabric/diagnostics.h"
 
@@ -22,9 +23,11 @@ Status RailSet::OpenProvider(const std::string& provider, const std::string& nic
   if (rails.size() + chosen.size() > kMaxLocalRails)
     return Status::InvalidArgument(std::to_string(rails.size() + chosen.size()) + " rails; at most " +
                                    std::to_string(kMaxLocalRails) + " are supported: narrow them with the NIC filter");
+  fabric::RailOptions options;
+  KVF_RETURN_IF_ERROR(RailOptionsFromSettings(settings, &options));
   for (fi_info* info : chosen) {
     std::unique_ptr<fabric::Rail> rail;
-    KVF_RETURN_IF_ERROR(fabric::Rail::Open(info, settings, rails.size(), &rail));
+    KVF_RETURN_IF_ERROR(fabric::Rail::Open(info, options, rails.size(), &rail));
     opened->push_back(rails.size());
     infos.push_back(rail->info());
     rails.push_back(std::move(rail));

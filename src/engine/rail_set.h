@@ -11,7 +11,6 @@
 
 #include "engine/rail_choice.h"
 #include "fabric/rail.h"
-#include "kvfabric/engine.h"
 #include "kvfabric/settings.h"
 
 namespace kvfabric::engine {
@@ -20,7 +19,7 @@ class Peer;
 
 struct RailSet {
   std::vector<std::unique_ptr<fabric::Rail>> rails;  // by rail index
-  std::vector<RailInfo> infos;                       // rails[i]->info(), as opened
+  std::vector<fabric::RailInfo> infos;               // rails[i]->info(), as opened
   std::vector<size_t> primary;                       // the protocol's rails
   int shm = -1;                                      // the same-host rail, or -1
 

@@ -43,7 +43,7 @@ Status ResolveListenAddress(const std::string& local_server_name, ListenAddress*
   return Status::OK();
 }
 
-Status DiscoverTopology(const std::vector<RailInfo>& rails, bool cuda_usable, const Settings& settings,
+Status DiscoverTopology(const std::vector<fabric::RailInfo>& rails, bool cuda_usable, const Settings& settings,
                         topology::Topology* out) {
   topology::Topology t = topology::Topology::Discover(rails);
   // cuda:N as the driver numbers it, for each GPU's nearest rails

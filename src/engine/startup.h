@@ -38,7 +38,7 @@ Status ResolveListenAddress(const std::string& local_server_name, ListenAddress*
 
 // 5. Which rails are near which memory: sysfs, the CUDA driver's device
 // numbering when `cuda_usable`, then KVF_TOPOLOGY_FILE's corrections.
-Status DiscoverTopology(const std::vector<RailInfo>& rails, bool cuda_usable, const Settings& settings,
+Status DiscoverTopology(const std::vector<fabric::RailInfo>& rails, bool cuda_usable, const Settings& settings,
                         topology::Topology* out);
 
 // 6. The handshake server's limits, from the settings.

@@ -6,16 +6,12 @@
 #include <rdma/fi_rma.h>
 #include <sys/uio.h>
 
-#include <signal.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <filesystem>
 #include <mutex>
 
 #include "common/log.h"
+#include "fabric/shm_regions.h"
 
 namespace kvfabric::fabric {
 namespace {
@@ -27,26 +23,6 @@ std::string FiError(const char* call, int rc) {
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// libfabric's shm names its region /dev/shm/<pid>:<domain>:<endpoint> and a
-// killed process leaves it behind; a later process that gets the same pid then
-// fails fi_enable with EBUSY. Before this process opens its first shm endpoint
-// no region with its pid can be its own, so those are removed. Other pids'
-// regions are left alone: a process in another pid namespace may share /dev/shm.
-void RemoveStaleShmRegionsOfThisPid() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    const std::string prefix = std::to_string(getpid()) + ":";
-    std::error_code ec;
-    size_t removed = 0;
-    for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) {
-      if (e.path().filename().string().rfind(prefix, 0) == 0 && std::filesystem::remove(e.path(), ec)) ++removed;
-    }
-    if (removed > 0)
-      KVF_LOG_INFO("removed {} stale shm region(s) left in /dev/shm by an exited process with pid {}", removed,
-                   getpid());
-  });
 }
 
 void CloseFid(fid* f) {
@@ -66,45 +42,38 @@ bool PostsToHardware(const std::string& provider) {
 
 MemoryRegion::~MemoryRegion() { CloseFid(mr_ ? &mr_->fid : nullptr); }
 
-Status Rail::Open(const fi_info* info, const Settings& settings, size_t index,
+Rail::Rail(const fi_info* info, const RailOptions& options, size_t index)
+    : index_(index),
+      health_(options.stall_period.count(), options.retry_period.count()),
+      peers_("rail " + std::to_string(index) + " (" + info->domain_attr->name + ")") {
+  info_.provider = info->fabric_attr->prov_name;
+  info_.domain = info->domain_attr->name;
+  info_.fabric = info->fabric_attr->name;
+  info_.virt_addr = (info->domain_attr->mr_mode & FI_MR_VIRT_ADDR) != 0;
+  per_peer_ep_ = info_.provider == "shm";
+  post_from_progress_ = options.post_mode == PostMode::kProgress ||
+                        (options.post_mode == PostMode::kAuto && !PostsToHardware(info_.provider));
+  // FI_MR_LOCAL needs no flag: every post passes the local MR descriptor.
+  prov_key_ = (info->domain_attr->mr_mode & FI_MR_PROV_KEY) != 0;
+  write_flags_ = options.write_completion == WriteCompletion::kDelivery ? FI_COMPLETION | FI_DELIVERY_COMPLETE
+                                                                        : FI_COMPLETION;
+}
+
+Status Rail::Open(const fi_info* info, const RailOptions& options, size_t index,
                   std::unique_ptr<Rail>* out) {
-  std::unique_ptr<Rail> r(new Rail());
-  r->index_ = index;
-  r->info_.provider = info->fabric_attr->prov_name;
-  r->info_.domain = info->domain_attr->name;
-  r->info_.fabric = info->fabric_attr->name;
+  std::unique_ptr<Rail> r(new Rail(info, options, index));
   const std::string where = "rail " + std::to_string(index) + " (" + r->info_.provider + " " +
                             r->info_.domain + ")";
   const uint64_t mr_mode = info->domain_attr->mr_mode;
-  r->info_.virt_addr = (mr_mode & FI_MR_VIRT_ADDR) != 0;
-  r->per_peer_ep_ = r->info_.provider == "shm";
-  if (settings.post_mode != "auto" && settings.post_mode != "direct" && settings.post_mode != "progress")
-    return Status::InvalidArgument("KVF_POST_MODE='" + settings.post_mode +
-                                   "': use 'auto', 'direct' or 'progress'");
-  r->post_from_progress_ = settings.post_mode == "progress" ||
-                           (settings.post_mode == "auto" && !PostsToHardware(r->info_.provider));
-  // FI_MR_LOCAL needs no flag: every post passes the local MR descriptor.
-  r->prov_key_ = (mr_mode & FI_MR_PROV_KEY) != 0;
   if (mr_mode & FI_MR_ENDPOINT)
     return Status::Unavailable(where + ": provider requires FI_MR_ENDPOINT, which kvfabric does not offer");
 
   size_t depth = info->tx_attr->size;
-  if (settings.tx_depth > 0 && static_cast<size_t>(settings.tx_depth) < depth) depth = settings.tx_depth;
+  if (options.tx_depth > 0 && options.tx_depth < depth) depth = options.tx_depth;
   if (depth == 0) depth = 64;
   size_t max_msg = info->ep_attr->max_msg_size;
-  if (settings.max_slice_bytes > 0 && static_cast<size_t>(settings.max_slice_bytes) < max_msg)
-    max_msg = settings.max_slice_bytes;
+  if (options.max_slice_bytes > 0 && options.max_slice_bytes < max_msg) max_msg = options.max_slice_bytes;
   r->info_.max_msg_size = max_msg;
-  r->stall_ns_ = settings.rail_stall_ms * 1000000;
-  r->retry_ns_ = settings.rail_retry_ms * 1000000;
-  if (settings.write_completion == "delivery") {
-    r->write_flags_ = FI_COMPLETION | FI_DELIVERY_COMPLETE;
-  } else if (settings.write_completion == "transmit") {
-    r->write_flags_ = FI_COMPLETION;
-  } else {
-    return Status::InvalidArgument("KVF_WRITE_COMPLETION='" + settings.write_completion +
-                                   "': use 'delivery' or 'transmit'");
-  }
 
   if (r->info_.provider == "shm") RemoveStaleShmRegionsOfThisPid();
   int rc = fi_fabric(info->fabric_attr, &r->fabric_, nullptr);
@@ -121,7 +90,7 @@ Status Rail::Open(const fi_info* info, const Settings& settings, size_t index,
   // spinning (on 2 cores a blocking waiter beat busy polling); shm has none.
   fi_cq_attr cq_attr{};
   cq_attr.format = FI_CQ_FORMAT_DATA;
-  cq_attr.size = settings.cq_size > 0 ? static_cast<size_t>(settings.cq_size) : depth;
+  cq_attr.size = options.cq_size > 0 ? options.cq_size : depth;
   cq_attr.wait_obj = FI_WAIT_FD;
   rc = fi_cq_open(r->domain_, &cq_attr, &r->cq_, nullptr);
   if (rc != 0) {
@@ -166,8 +135,7 @@ Rail::~Rail() {
   CloseFid(ep_ ? &ep_->fid : nullptr);
   // Queued and in-flight slices hold registrations alive: release them while
   // the domain is still open.
-  for (auto& p : peers_)
-    if (p->ep != nullptr) fi_close(&p->ep->fid);
+  for (fid_ep* ep : peers_.TakeEndpoints()) fi_close(&ep->fid);
   pending_.clear();
   contexts_.reset();
   if (info_copy_ != nullptr) fi_freeinfo(const_cast<fi_info*>(info_copy_));
@@ -184,8 +152,7 @@ Status Rail::InsertPeer(const std::string& raw_address, int64_t pid, fi_addr_t* 
   if (rc != 1 || a == FI_ADDR_NOTAVAIL || a >= (1u << 24))
     return Status::FabricError("fi_av_insert on rail " + std::to_string(index_) + " (" +
                                info_.domain + ") failed: " + (rc < 0 ? fi_strerror(-rc) : "address rejected"));
-  while (peers_.size() <= a) peers_.push_back(std::make_unique<RemotePeer>());
-  RemotePeer* p = peers_[a].get();
+  RemotePeer* p = peers_.Slot(a);
   if (per_peer_ep_ && p->ep == nullptr) {
     std::lock_guard<std::mutex> cq_guard(cq_mu_);
     p->pid = pid;
@@ -202,26 +169,19 @@ Status Rail::InsertPeer(const std::string& raw_address, int64_t pid, fi_addr_t* 
     }
     p->ep = ep;
   }
-  // libfabric counts inserts of one address into one entry; so do we.
-  ++p->refs;
+  peers_.AddRef(a);
   *out = a;
   return Status::OK();
 }
 
 void Rail::RemovePeer(fi_addr_t slot) {
   std::lock_guard<std::mutex> g(post_mu_);
-  RemotePeer* p = PeerAt(slot);
-  if (p == nullptr || p->refs - p->removals <= 0) return;
-  ++p->removals;
-  removals_pending_.store(true);
-  if (waker_) waker_();
+  if (peers_.Remove(slot) && waker_) waker_();
 }
 
 size_t Rail::peer_slots() {
   std::lock_guard<std::mutex> g(post_mu_);
-  size_t n = 0;
-  for (const auto& p : peers_) n += p->refs > 0;
-  return n;
+  return peers_.slots_in_use();
 }
 
 void Rail::ReapRemovedPeers() {
@@ -232,62 +192,32 @@ void Rail::ReapRemovedPeers() {
     for (const Slice& s : pending_)
       if (s.dest < queued.size()) queued[s.dest] = true;
   }
-  bool left = false;
-  for (size_t a = 0; a < peers_.size(); ++a) {
-    RemotePeer* p = peers_[a].get();
-    if (p->removals == 0) continue;
-    if (p->inflight.load() > 0 || queued[a]) {  // its operations still hold the slot
-      left = true;
-      continue;
-    }
-    if (p->refs == p->removals && p->ep != nullptr) {  // shm: its own endpoint goes first
+  for (const PeerTable::Removal& r : peers_.TakeQuietRemovals(queued)) {
+    if (r.close_ep != nullptr) {
       std::lock_guard<std::mutex> c(cq_mu_);
-      fi_close(&p->ep->fid);
-      p->ep = nullptr;
+      fi_close(&r.close_ep->fid);
     }
-    for (int k = 0; k < p->removals; ++k) {
-      fi_addr_t slot = a;
+    for (int k = 0; k < r.count; ++k) {
+      fi_addr_t slot = r.slot;
       int rc = fi_av_remove(av_, &slot, 1, 0);
       if (rc != 0)
         KVF_LOG_WARN("rail {} ({}): fi_av_remove of slot {} failed: {}; the entry stays in the address vector",
-                     index_, info_.domain, a, fi_strerror(-rc));
+                     index_, info_.domain, r.slot, fi_strerror(-rc));
     }
-    p->refs -= p->removals;
-    p->removals = 0;
-    // A quiet slot: no operation points at this RemotePeer, and a later
-    // insert that reuses the slot starts afresh.
-    if (p->refs == 0) peers_[a] = std::make_unique<RemotePeer>();
   }
-  removals_pending_.store(left);
 }
 
 bool Rail::PeerAlive(RemotePeer* p) {
-  if (p == nullptr || p->pid == 0) return true;
-  if (p->dead) return false;
-  const int64_t now = NowNs();
-  if (now - p->checked_ns < 1000000) return true;  // at most one check per ms
-  p->checked_ns = now;
-  if (kill(static_cast<pid_t>(p->pid), 0) != 0 && errno == ESRCH) {
-    p->dead = true;
-    dead_found_.store(true);
-    KVF_LOG_WARN("rail {} ({}): peer process {} on this host has exited; failing its operations",
-                 index_, info_.domain, p->pid);
-  }
-  return !p->dead;
+  if (p == nullptr || p->pid == 0) return true;  // no clock read on the common path
+  return peers_.Alive(p, NowNs());
 }
 
 void Rail::ReapDeadPeers() {
   std::lock_guard<std::mutex> g(post_mu_);
-  bool any = false;
-  for (auto& p : peers_) {
-    if (!p->dead || p->cleaned) continue;
-    // After the close the provider never touches this endpoint's operations again.
-    if (p->ep != nullptr) fi_close(&p->ep->fid);
-    p->ep = nullptr;
-    p->cleaned = true;
-    any = true;
-  }
-  if (!any) return;
+  std::vector<fid_ep*> close;
+  if (peers_.TakeDeadPeers(&close) == 0) return;
+  // After the close the provider never touches these endpoints' operations again.
+  for (fid_ep* ep : close) fi_close(&ep->fid);
   while (ReadCompletions() > 0) {
   }
   const size_t depth = info_.tx_depth;
@@ -389,7 +319,7 @@ void Rail::DrainLocked() {
       FailUnposted(op, Status::Timeout("dropped before posting"));
       continue;
     }
-    RemotePeer* peer = PeerAt(op->slice.dest);
+    RemotePeer* peer = peers_.At(op->slice.dest);
     if (!PeerAlive(peer)) {
       FailUnposted(op, Status::NetworkError("peer process " + std::to_string(peer->pid) + " on this host has exited"));
       continue;
@@ -397,7 +327,7 @@ void Rail::DrainLocked() {
     op->peer = peer;
     if (peer != nullptr) peer->inflight.fetch_add(1);
     // The stall clock starts when an idle rail gets work.
-    if (inflight_.fetch_add(1) == 0) last_progress_ns_.store(NowNs(), std::memory_order_relaxed);
+    if (inflight_.fetch_add(1) == 0) health_.WorkStarted(NowNs());
     op->posted = true;
     int rc = PostOne(op);
     if (rc == 0) {
@@ -466,11 +396,8 @@ size_t Rail::ReadCompletions() {
   if (n == -FI_EAGAIN) return 0;
   g.unlock();
   if (n > 0) {
-    last_progress_ns_.store(NowNs(), std::memory_order_relaxed);
-    if (out_until_ns_.load(std::memory_order_relaxed) != 0) {
-      out_until_ns_.store(0);
+    if (health_.Completed(NowNs()))
       KVF_LOG_INFO("rail {} ({}): operations complete again; back in service", index_, info_.domain);
-    }
     for (ssize_t i = 0; i < n; ++i)
       Finish(reinterpret_cast<OpContext*>(entries[i].op_context), Status::OK());
     return static_cast<size_t>(n);
@@ -504,51 +431,22 @@ size_t Rail::Poll() {
   if (per_peer_ep_ && done == 0 && inflight_.load(std::memory_order_relaxed) > 0) {
     // Nothing completes: every 100 ms, check the processes of busy peers.
     const int64_t now = NowNs();
-    if (now - last_liveness_ns_ > 100000000) {
-      last_liveness_ns_ = now;
+    if (peers_.BusyCheckDue(now)) {
       std::lock_guard<std::mutex> g(post_mu_);
-      for (auto& p : peers_)
-        if (p->inflight.load() > 0) PeerAlive(p.get());
+      peers_.CheckBusyPeers(now);
     }
   }
-  if (dead_found_.exchange(false)) ReapDeadPeers();
-  if (removals_pending_.load(std::memory_order_relaxed)) ReapRemovedPeers();
+  if (peers_.TakeDeadFound()) ReapDeadPeers();
+  if (peers_.removals_pending()) ReapRemovedPeers();
   const int64_t now = NowNs();
-  SampleThroughput(now);
+  health_.Sample(now, load_bytes_.load(std::memory_order_relaxed), completed_bytes_.load(std::memory_order_relaxed));
   if (done == 0) CheckStall(now);
   if (queued_.load(std::memory_order_relaxed) > 0) KickPosting();
   return done;
 }
 
-void Rail::SampleThroughput(int64_t now) {
-  constexpr uint64_t kBacklogBytes = 1 << 20;
-  constexpr int64_t kWindowNs = 50000000;
-  if (load_bytes_.load(std::memory_order_relaxed) < kBacklogBytes) {
-    sample_start_ns_ = 0;  // the window must see a backlog from start to end
-    return;
-  }
-  const uint64_t done = completed_bytes_.load(std::memory_order_relaxed);
-  if (sample_start_ns_ == 0) {
-    sample_start_ns_ = now;
-    sample_start_bytes_ = done;
-    return;
-  }
-  if (now - sample_start_ns_ < kWindowNs) return;
-  const double sample =
-      static_cast<double>(done - sample_start_bytes_) * 1e9 / static_cast<double>(now - sample_start_ns_);
-  const double old = throughput_.load(std::memory_order_relaxed);
-  const bool fresh = now - throughput_at_ns_.load(std::memory_order_relaxed) < 4 * kWindowNs;
-  throughput_.store(fresh && old > 0 ? 0.5 * old + 0.5 * sample : sample, std::memory_order_relaxed);
-  throughput_at_ns_.store(now, std::memory_order_relaxed);
-  sample_start_ns_ = now;
-  sample_start_bytes_ = done;
-}
-
 void Rail::CheckStall(int64_t now) {
-  if (stall_ns_ <= 0 || inflight_.load(std::memory_order_relaxed) == 0) return;
-  if (now - last_progress_ns_.load(std::memory_order_relaxed) < stall_ns_) return;
-  last_progress_ns_.store(now);  // the next check is one stall period away
-  out_until_ns_.store(now + retry_ns_);
+  if (!health_.CheckStall(now, inflight_.load(std::memory_order_relaxed) > 0)) return;
   size_t moved = 0, kept = 0;
   const int64_t in_flight = inflight_.load();
   // Posted operations stay posted until this thread reads the CQ, so the
@@ -597,8 +495,8 @@ void Rail::CheckStall(int64_t now) {
   KVF_LOG_WARN("rail {} ({} {}): nothing completed for {} ms with {} operation(s) in flight; out of service for "
                "{} ms (KVF_RAIL_STALL_MS, KVF_RAIL_RETRY_MS): {} slice(s) moved to other rails, {} left in place "
                "(no other rail serves them); check the link of {}",
-               index_, info_.provider, info_.domain, stall_ns_ / 1000000, in_flight, retry_ns_ / 1000000, moved, kept,
-               info_.domain);
+               index_, info_.provider, info_.domain, health_.stall_ns() / 1000000, in_flight,
+               health_.retry_ns() / 1000000, moved, kept, info_.domain);
 }
 
 bool Rail::TryWait() {

@@ -3,6 +3,8 @@
 // endpoints are not safe for concurrent fi_write/fi_read, even under
 // FI_THREAD_SAFE on EFA), paced by credits taken from the depths the provider
 // reports, with a pending queue instead of failures when out of credit.
+// Its peers are kept in a PeerTable, its health (throughput, stalls) in a
+// RailHealth.
 #pragma once
 
 #include <rdma/fabric.h>
@@ -16,9 +18,12 @@
 #include <string>
 #include <vector>
 
+#include "fabric/peer_table.h"
+#include "fabric/rail_health.h"
+#include "fabric/rail_info.h"
+#include "fabric/rail_options.h"
 #include "fabric/slice.h"
-#include "kvfabric/engine.h"
-#include "kvfabric/settings.h"
+#include "kvfabric/status.h"
 
 namespace kvfabric::fabric {
 
@@ -41,8 +46,9 @@ class MemoryRegion {
 
 class Rail {
  public:
-  // Opens fabric, domain, AV (FI_AV_TABLE), CQ and the shared endpoint of `info`.
-  static Status Open(const fi_info* info, const Settings& settings, size_t index,
+  // Opens fabric, domain, AV (FI_AV_TABLE), CQ and the shared endpoint of
+  // `info`, run as `options` say; `index` is its place among the engine's rails.
+  static Status Open(const fi_info* info, const RailOptions& options, size_t index,
                      std::unique_ptr<Rail>* out);
   ~Rail();
   Rail(const Rail&) = delete;
@@ -87,20 +93,13 @@ class Rail {
   uint64_t completed_bytes() const { return completed_bytes_.load(std::memory_order_relaxed); }
   // Bytes per second this rail drained while it had a backlog (its capacity
   // as last seen), or 0 when not measured within the last `max_age_ns`.
-  double Throughput(int64_t now_ns, int64_t max_age_ns) const {
-    return now_ns - throughput_at_ns_.load(std::memory_order_relaxed) <= max_age_ns
-               ? throughput_.load(std::memory_order_relaxed)
-               : 0.0;
-  }
+  double Throughput(int64_t now_ns, int64_t max_age_ns) const { return health_.Throughput(now_ns, max_age_ns); }
   // False while the rail is out of service after a stall (KVF_RAIL_STALL_MS),
   // until KVF_RAIL_RETRY_MS pass or something completes on it again.
   // After that, until something completes, it is on probation: it takes new
   // work only when idle, so a link still down costs one request's worth of
   // stall per period, not a full share of the traffic.
-  bool InService(int64_t now_ns) const {
-    const int64_t until = out_until_ns_.load(std::memory_order_relaxed);
-    return until == 0 || (until <= now_ns && load_bytes() == 0);
-  }
+  bool InService(int64_t now_ns) const { return health_.InService(now_ns, load_bytes()); }
 
   // CQ wait object (an fd for epoll), or -1 when the provider has none.
   int wait_fd() const { return wait_fd_; }
@@ -110,21 +109,7 @@ class Rail {
   void set_waker(std::function<void()> w) { waker_ = std::move(w); }
 
  private:
-  // A peer as this rail knows it, by AV slot (FI_AV_TABLE slots are small
-  // integers). Pointers are stable: operations keep one while in flight.
-  struct RemotePeer {
-    // shm only: this peer's own transmit endpoint. shm completes operations
-    // strictly in order per endpoint, so one dead peer would wedge a shared
-    // endpoint for everyone; with its own, only its endpoint is lost.
-    fid_ep* ep = nullptr;
-    int64_t pid = 0;  // same-host peer process (shm), 0 if unknown
-    bool dead = false;
-    bool cleaned = false;
-    int refs = 0;      // InsertPeer calls not yet undone by a removal
-    int removals = 0;  // RemovePeer calls waiting for the slot to go quiet
-    int64_t checked_ns = 0;
-    std::atomic<int64_t> inflight{0};
-  };
+  using RemotePeer = PeerTable::Peer;
   struct OpContext {
     fi_context2 ctx;  // first: the provider hands this pointer back in the CQ
     Slice slice;
@@ -133,7 +118,9 @@ class Rail {
     bool detached = false;       // its owner moved it elsewhere after a stall
   };
 
-  Rail() = default;
+  // Names the rail from `info` and takes the options that need no libfabric
+  // call; Open does the rest.
+  Rail(const fi_info* info, const RailOptions& options, size_t index);
   // Posts queued slices while credits last; caller holds post_mu_.
   void DrainLocked();
   int PostOne(OpContext* op);
@@ -142,7 +129,8 @@ class Rail {
   // Ends a slice that never reached the provider (context back in the pool).
   void FailUnposted(OpContext* op, const Status& error);
   void KickPosting();
-  // False when `dest` is a same-host peer whose process has exited.
+  // False when `p` is a same-host peer whose process has exited (see
+  // PeerTable::Alive; reads the clock only for such peers).
   bool PeerAlive(RemotePeer* p);
   // Reads up to 64 completions and finishes their slices.
   size_t ReadCompletions();
@@ -152,16 +140,13 @@ class Rail {
   void ReapDeadPeers();
   // Progress thread: carries out RemovePeer for slots now quiet.
   void ReapRemovedPeers();
-  // Progress thread: with work in flight and nothing completing for
-  // KVF_RAIL_STALL_MS, offers every queued and posted slice to its owner to
-  // move elsewhere and takes the rail out of service for KVF_RAIL_RETRY_MS.
+  // Progress thread: when health_ finds the rail stalled (work in flight
+  // and nothing completing for KVF_RAIL_STALL_MS), offers every queued and
+  // posted slice to its owner to move elsewhere; the rail is then out of
+  // service for KVF_RAIL_RETRY_MS.
   void CheckStall(int64_t now);
-  // Progress thread: measures Throughput() over windows in which the rail
-  // had a backlog all along (an idle rail shows its demand, not its speed).
-  void SampleThroughput(int64_t now);
-  RemotePeer* PeerAt(fi_addr_t dest) { return dest < peers_.size() ? peers_[dest].get() : nullptr; }
 
-  size_t index_ = 0;
+  const size_t index_;
   RailInfo info_;
   std::string address_;
   bool prov_key_ = false;
@@ -189,22 +174,12 @@ class Rail {
   std::atomic<int64_t> queued_{0};
   std::atomic<uint64_t> load_bytes_{0};
   std::atomic<uint64_t> completed_bytes_{0};
-  std::atomic<double> throughput_{0};
-  std::atomic<int64_t> throughput_at_ns_{0};
-  int64_t sample_start_ns_ = 0;
-  uint64_t sample_start_bytes_ = 0;
-  int64_t stall_ns_ = 0;
-  int64_t retry_ns_ = 0;
-  std::atomic<int64_t> last_progress_ns_{0};  // last completion, or first post into an idle rail
-  std::atomic<int64_t> out_until_ns_{0};
+  RailHealth health_;
   std::function<void()> waker_;
 
   const fi_info* info_copy_ = nullptr;  // for per-peer endpoints (shm)
   bool per_peer_ep_ = false;
-  std::vector<std::unique_ptr<RemotePeer>> peers_;  // by AV slot; guarded by post_mu_
-  std::atomic<bool> dead_found_{false};
-  std::atomic<bool> removals_pending_{false};
-  int64_t last_liveness_ns_ = 0;
+  PeerTable peers_;  // guarded by post_mu_ (see PeerTable for what is not)
 };
 
 }  // namespace kvfabric::fabric

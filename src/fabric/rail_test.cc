@@ -20,9 +20,8 @@ TEST(RailTest, ShmOpensOverAStaleRegionOfThisPid) {
   ASSERT_TRUE(std::filesystem::exists(stale));
   InfoList infos;
   ASSERT_TRUE(InfoList::Query("shm", &infos).ok());
-  Settings settings;
   std::unique_ptr<Rail> rail;
-  Status s = Rail::Open(infos.entries().front(), settings, 0, &rail);
+  Status s = Rail::Open(infos.entries().front(), RailOptions(), 0, &rail);
   EXPECT_TRUE(s.ok()) << s.ToString();
 }
 

@@ -16,8 +16,7 @@ class MemoryRegistryTest : public ::testing::Test {
     ASSERT_TRUE(fabric::InfoList::Query("tcp;ofi_rxm", &infos).ok());
     std::vector<fi_info*> chosen;
     ASSERT_TRUE(fabric::SelectDomains(infos, "", "127.0.0.1", &chosen).ok());
-    Settings s;
-    ASSERT_TRUE(fabric::Rail::Open(chosen.front(), s, 0, &rail_).ok());
+    ASSERT_TRUE(fabric::Rail::Open(chosen.front(), fabric::RailOptions(), 0, &rail_).ok());
     buf_.resize(64 * 1024);
   }
   uintptr_t at(size_t off) { return reinterpret_cast<uintptr_t>(buf_.data()) + off; }

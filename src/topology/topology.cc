@@ -47,7 +47,7 @@ int NumaOf(const fs::path& pci_dir) {
 }
 
 // The kernel device behind a libfabric domain, and its sysfs directory.
-fs::path DeviceDir(const RailInfo& r, const std::string& root, std::string* device) {
+fs::path DeviceDir(const fabric::RailInfo& r, const std::string& root, std::string* device) {
   const std::string& d = r.domain;
   if (r.provider.rfind("efa", 0) == 0) {
     *device = d.substr(0, d.find('-'));  // rdmap79s0-rdm -> rdmap79s0
@@ -86,9 +86,9 @@ size_t RootDepth(const std::string& p) {
 
 }  // namespace
 
-Topology Topology::Discover(const std::vector<RailInfo>& rails, const std::string& root) {
+Topology Topology::Discover(const std::vector<fabric::RailInfo>& rails, const std::string& root) {
   Topology t;
-  for (const RailInfo& r : rails) {
+  for (const fabric::RailInfo& r : rails) {
     Nic n;
     n.domain = r.domain;
     n.provider = r.provider;

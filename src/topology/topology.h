@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "kvfabric/engine.h"
+#include "fabric/rail_info.h"
 #include "kvfabric/status.h"
 
 namespace kvfabric::topology {
@@ -32,7 +32,7 @@ struct Gpu {
 class Topology {
  public:
   // Reads `sysfs_root` ("/sys" on a real host) for every rail.
-  static Topology Discover(const std::vector<RailInfo>& rails, const std::string& sysfs_root = "/sys");
+  static Topology Discover(const std::vector<fabric::RailInfo>& rails, const std::string& sysfs_root = "/sys");
 
   // Applies a topology file: {"nics": {"<domain>": {"numa": N, "pci": "..."}},
   // "gpus": [{"index": N, "pci": "...", "numa": N, "rails": ["<domain>", ...]}]}.

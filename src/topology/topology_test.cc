@@ -49,14 +49,14 @@ class FakeSysfs {
   fs::path root_;
 };
 
-RailInfo Rail(const char* provider, const char* domain) {
-  RailInfo r;
+fabric::RailInfo Rail(const char* provider, const char* domain) {
+  fabric::RailInfo r;
   r.provider = provider;
   r.domain = domain;
   return r;
 }
 
-std::vector<RailInfo> Rails() {
+std::vector<fabric::RailInfo> Rails() {
   return {Rail("efa", "rdmap16s0-rdm"), Rail("efa", "rdmap32s0-rdm"), Rail("tcp;ofi_rxm", "eth1"),
           Rail("shm", "shm")};
 }

@@ -1,0 +1,129 @@
+// PeerTable: the peers one rail knows, by address-vector slot (FI_AV_TABLE
+// slots are small integers). It keeps the bookkeeping: how many inserts of a
+// slot are not yet undone, removals waiting for the slot to go quiet, and on
+// shm the peer's own endpoint and whether its process still lives. It makes
+// no libfabric call: it tells its rail which endpoints to close and which
+// slots to fi_av_remove, and the rail does it.
+//
+// Threads: the owning rail calls everything under its post lock, except
+// Peer::inflight (atomic: a completion decrements it without the lock), and
+// TakeDeadFound, removals_pending and BusyCheckDue, which the progress thread
+// calls first to learn whether to take the lock at all.
+#pragma once
+
+#include <rdma/fabric.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kvfabric::fabric {
+
+// Whether process `pid` exists on this host (kill(pid, 0) does not fail with
+// ESRCH).
+bool ProcessExists(int64_t pid);
+
+class PeerTable {
+ public:
+  // A peer by slot. Pointers stay valid while the slot is in use: an
+  // operation in flight keeps one.
+  struct Peer {
+    // shm only: this peer's own transmit endpoint. shm completes operations
+    // strictly in order per endpoint, so one dead peer would wedge a shared
+    // endpoint for everyone; with its own, only its endpoint is lost.
+    fid_ep* ep = nullptr;
+    int64_t pid = 0;       // same-host peer process (shm), 0 if unknown
+    bool dead = false;     // its process has exited
+    bool cleaned = false;  // dead, and its endpoint was handed over for closing
+    int refs = 0;          // inserts not yet undone by a removal
+    int removals = 0;      // removals waiting for the slot to go quiet
+    int64_t checked_ns = 0;  // last liveness check
+    std::atomic<int64_t> inflight{0};  // operations posted to it, not yet completed
+  };
+
+  // A slot gone quiet: `count` fi_av_remove calls to make on `slot`, after
+  // closing `close_ep` when it is not null (shm: the peer's own endpoint
+  // goes first).
+  struct Removal {
+    fi_addr_t slot = 0;
+    int count = 0;
+    fid_ep* close_ep = nullptr;
+  };
+
+  // Checks a peer process at most once per this period.
+  static constexpr int64_t kCheckPeriodNs = 1000000;
+  // With operations in flight and nothing completing, busy peers are
+  // checked at most once per this period (CheckBusyPeers).
+  static constexpr int64_t kBusyCheckPeriodNs = 100000000;
+
+  // `where` names the rail in log lines ("rail 0 (shm)"); `process_exists`
+  // answers liveness checks (tests pass a fake).
+  explicit PeerTable(std::string where, std::function<bool(int64_t pid)> process_exists = ProcessExists);
+  PeerTable(const PeerTable&) = delete;
+  PeerTable& operator=(const PeerTable&) = delete;
+
+  // The peer at `slot`, or null if the slot was never inserted.
+  Peer* At(fi_addr_t slot) { return slot < peers_.size() ? peers_[slot].get() : nullptr; }
+  // The peer at `slot`, created empty when there is none yet: the rail
+  // inserted an address and libfabric returned `slot`.
+  Peer* Slot(fi_addr_t slot);
+  // Slots the table has records for (in use or not).
+  size_t size() const { return peers_.size(); }
+
+  // One more insert of `slot` succeeded: libfabric counts inserts of one
+  // address into one entry, and so does the table.
+  void AddRef(fi_addr_t slot) { ++Slot(slot)->refs; }
+
+  // Undoes one insert of `slot`, once the slot goes quiet (see
+  // TakeQuietRemovals). False, and nothing recorded, when every insert of
+  // the slot is already undone or being undone; true when the caller should
+  // wake the progress thread.
+  bool Remove(fi_addr_t slot);
+  // Some removal waits for its slot to go quiet.
+  bool removals_pending() const { return removals_pending_.load(std::memory_order_relaxed); }
+
+  // The removals that can be carried out now: of slots with nothing in
+  // flight and nothing queued (`queued[slot]`; slots past its end have
+  // nothing queued). Their bookkeeping is done on return: a slot whose
+  // every insert is undone gets a fresh record, so a later insert that
+  // reuses it starts afresh. The caller closes the endpoints and calls
+  // fi_av_remove.
+  std::vector<Removal> TakeQuietRemovals(const std::vector<bool>& queued);
+
+  // Slots in use: inserted and not yet removed.
+  size_t slots_in_use() const;
+
+  // False when `p` is a same-host peer (pid set) whose process has exited.
+  // The process is checked at most once per kCheckPeriodNs; the first time
+  // it is found gone, `p` is marked dead, a warning is logged and
+  // TakeDeadFound turns true. A null `p` or pid 0 is alive.
+  bool Alive(Peer* p, int64_t now_ns);
+  // True once after Alive found a dead peer.
+  bool TakeDeadFound() { return dead_found_.exchange(false); }
+  // True when kBusyCheckPeriodNs passed since it last returned true: time
+  // to CheckBusyPeers. Progress thread only; needs no lock.
+  bool BusyCheckDue(int64_t now_ns);
+  // Checks (Alive) every peer with operations in flight.
+  void CheckBusyPeers(int64_t now_ns);
+
+  // Dead peers not handed over yet: marks them cleaned, moves their
+  // endpoints (if any) to `close` for the caller to close, and returns how
+  // many there were. Their operations still in flight will never complete.
+  size_t TakeDeadPeers(std::vector<fid_ep*>* close);
+
+  // Every peer endpoint, for the caller to close (the rail closes).
+  std::vector<fid_ep*> TakeEndpoints();
+
+ private:
+  const std::string where_;
+  const std::function<bool(int64_t)> process_exists_;
+  std::vector<std::unique_ptr<Peer>> peers_;  // by slot
+  std::atomic<bool> dead_found_{false};
+  std::atomic<bool> removals_pending_{false};
+  int64_t last_busy_check_ns_ = 0;
+};
+
+}  // namespace kvfabric::fabric

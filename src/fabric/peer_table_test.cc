@@ -1,0 +1,200 @@
+#include "fabric/peer_table.h"
+
+#include <gtest/gtest.h>
+#include <rdma/fi_endpoint.h>
+#include <unistd.h>
+
+#include <set>
+
+namespace kvfabric::fabric {
+namespace {
+
+constexpr int64_t kMs = 1000000;
+constexpr int64_t kT0 = 1000 * kMs;
+
+// Processes as a test declares them: alive unless listed as exited; counts
+// the checks.
+struct FakeProcesses {
+  std::set<int64_t> exited;
+  int checks = 0;
+  std::function<bool(int64_t)> Probe() {
+    return [this](int64_t pid) {
+      ++checks;
+      return exited.count(pid) == 0;
+    };
+  }
+};
+
+TEST(PeerTableTest, InsertsAreCountedAndRemovalsWaitForAQuietSlot) {
+  PeerTable t("rail 0 (test)");
+  EXPECT_EQ(t.At(3), nullptr);
+  t.AddRef(3);
+  t.AddRef(3);  // the same address again: one slot, two references
+  EXPECT_EQ(t.slots_in_use(), 1u);
+  EXPECT_EQ(t.At(3)->refs, 2);
+  EXPECT_EQ(t.At(1)->refs, 0);  // created on the way, not in use
+  EXPECT_FALSE(t.removals_pending());
+
+  EXPECT_TRUE(t.Remove(3));
+  EXPECT_TRUE(t.Remove(3));
+  EXPECT_FALSE(t.Remove(3));  // nothing left to undo
+  EXPECT_FALSE(t.Remove(1));  // never inserted
+  EXPECT_FALSE(t.Remove(9));  // beyond the table
+  EXPECT_TRUE(t.removals_pending());
+  EXPECT_EQ(t.slots_in_use(), 1u);  // in use until quiet
+
+  // An operation in flight holds the slot; so does one still queued.
+  t.At(3)->inflight = 1;
+  EXPECT_TRUE(t.TakeQuietRemovals({}).empty());
+  EXPECT_TRUE(t.removals_pending());
+  t.At(3)->inflight = 0;
+  EXPECT_TRUE(t.TakeQuietRemovals({false, false, false, true}).empty());
+  EXPECT_TRUE(t.removals_pending());
+
+  // Quiet: both inserts are undone at once; slots past `queued` have
+  // nothing queued.
+  auto r = t.TakeQuietRemovals({false});
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].slot, 3u);
+  EXPECT_EQ(r[0].count, 2);
+  EXPECT_EQ(r[0].close_ep, nullptr);
+  EXPECT_FALSE(t.removals_pending());
+  EXPECT_EQ(t.slots_in_use(), 0u);
+  EXPECT_TRUE(t.TakeQuietRemovals({}).empty());
+}
+
+TEST(PeerTableTest, AReusedSlotStartsAfresh) {
+  PeerTable t("rail 0 (test)");
+  PeerTable::Peer* p = t.Slot(2);
+  p->pid = 42;
+  p->dead = true;
+  p->checked_ns = kT0;
+  t.AddRef(2);
+  ASSERT_TRUE(t.Remove(2));
+  ASSERT_EQ(t.TakeQuietRemovals({}).size(), 1u);
+  p = t.At(2);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->pid, 0);
+  EXPECT_FALSE(p->dead);
+  EXPECT_EQ(p->checked_ns, 0);
+  EXPECT_EQ(p->refs, 0);
+}
+
+TEST(PeerTableTest, ThePeersEndpointIsClosedWithItsLastReference) {
+  PeerTable t("rail 0 (shm)");
+  fid_ep ep{};
+  PeerTable::Peer* p = t.Slot(0);
+  p->ep = &ep;
+  t.AddRef(0);
+  t.AddRef(0);
+  ASSERT_TRUE(t.Remove(0));
+  auto r = t.TakeQuietRemovals({});
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].count, 1);
+  EXPECT_EQ(r[0].close_ep, nullptr);  // one reference left: the endpoint stays
+  EXPECT_EQ(t.At(0), p);              // and so does the record
+  EXPECT_EQ(p->ep, &ep);
+  EXPECT_EQ(t.slots_in_use(), 1u);
+
+  ASSERT_TRUE(t.Remove(0));
+  r = t.TakeQuietRemovals({});
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].count, 1);
+  EXPECT_EQ(r[0].close_ep, &ep);
+  EXPECT_EQ(t.At(0)->ep, nullptr);
+  EXPECT_TRUE(t.TakeEndpoints().empty());
+}
+
+TEST(PeerTableTest, RemovalsOfBusySlotsWaitWhileQuietOnesProceed) {
+  PeerTable t("rail 0 (test)");
+  t.AddRef(0);
+  t.AddRef(1);
+  t.Remove(0);
+  t.Remove(1);
+  t.At(0)->inflight = 2;
+  auto r = t.TakeQuietRemovals({});
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].slot, 1u);
+  EXPECT_TRUE(t.removals_pending());
+  t.At(0)->inflight = 0;
+  r = t.TakeQuietRemovals({});
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].slot, 0u);
+  EXPECT_FALSE(t.removals_pending());
+}
+
+TEST(PeerTableTest, APeerWithoutPidIsAliveWithoutACheck) {
+  FakeProcesses procs;
+  PeerTable t("rail 0 (tcp)", procs.Probe());
+  EXPECT_TRUE(t.Alive(nullptr, kT0));
+  EXPECT_TRUE(t.Alive(t.Slot(0), kT0));
+  EXPECT_EQ(procs.checks, 0);
+}
+
+TEST(PeerTableTest, AnExitedPeerIsFoundAtMostOneCheckPeriodLater) {
+  FakeProcesses procs;
+  PeerTable t("rail 0 (shm)", procs.Probe());
+  PeerTable::Peer* p = t.Slot(0);
+  p->pid = 4242;
+  EXPECT_TRUE(t.Alive(p, kT0));
+  EXPECT_EQ(procs.checks, 1);
+  procs.exited.insert(4242);
+  // Checked at most once per millisecond.
+  EXPECT_TRUE(t.Alive(p, kT0 + kMs - 1));
+  EXPECT_EQ(procs.checks, 1);
+  EXPECT_FALSE(t.TakeDeadFound());
+  EXPECT_FALSE(t.Alive(p, kT0 + kMs));
+  EXPECT_EQ(procs.checks, 2);
+  EXPECT_TRUE(p->dead);
+  EXPECT_TRUE(t.TakeDeadFound());
+  EXPECT_FALSE(t.TakeDeadFound());  // once
+  // Dead stays dead, without asking again.
+  EXPECT_FALSE(t.Alive(p, kT0 + 10 * kMs));
+  EXPECT_EQ(procs.checks, 2);
+  EXPECT_FALSE(t.TakeDeadFound());
+}
+
+TEST(PeerTableTest, BusyPeersAreCheckedEveryHundredMilliseconds) {
+  FakeProcesses procs;
+  PeerTable t("rail 0 (shm)", procs.Probe());
+  t.Slot(0)->pid = 10;
+  t.Slot(1)->pid = 11;
+  t.At(1)->inflight = 1;
+  procs.exited = {10, 11};
+  ASSERT_TRUE(t.BusyCheckDue(kT0));
+  EXPECT_FALSE(t.BusyCheckDue(kT0 + 100 * kMs));
+  t.CheckBusyPeers(kT0);
+  EXPECT_EQ(procs.checks, 1);  // only the peer with operations in flight
+  EXPECT_FALSE(t.At(0)->dead);
+  EXPECT_TRUE(t.At(1)->dead);
+  EXPECT_TRUE(t.TakeDeadFound());
+  EXPECT_TRUE(t.BusyCheckDue(kT0 + 100 * kMs + 1));
+}
+
+TEST(PeerTableTest, DeadPeersAreHandedOverOnce) {
+  FakeProcesses procs;
+  PeerTable t("rail 0 (shm)", procs.Probe());
+  fid_ep ep0{}, ep1{};
+  t.Slot(0)->ep = &ep0;
+  t.Slot(1)->ep = &ep1;
+  t.At(1)->pid = 77;
+  procs.exited = {77};
+  ASSERT_FALSE(t.Alive(t.At(1), kT0));
+  std::vector<fid_ep*> close;
+  EXPECT_EQ(t.TakeDeadPeers(&close), 1u);
+  EXPECT_EQ(close, std::vector<fid_ep*>{&ep1});
+  EXPECT_TRUE(t.At(1)->cleaned);
+  EXPECT_EQ(t.At(1)->ep, nullptr);
+  close.clear();
+  EXPECT_EQ(t.TakeDeadPeers(&close), 0u);
+  EXPECT_TRUE(close.empty());
+  // The live peer's endpoint is closed with the rail.
+  EXPECT_EQ(t.TakeEndpoints(), std::vector<fid_ep*>{&ep0});
+}
+
+TEST(PeerTableTest, ProcessExistsKnowsThisProcess) {
+  EXPECT_TRUE(ProcessExists(getpid()));
+}
+
+}  // namespace
+}  // namespace kvfabric::fabric

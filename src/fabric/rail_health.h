@@ -1,0 +1,90 @@
+// RailHealth: how well one rail moves data, from its clock readings alone.
+// It measures the rail's throughput while it has a backlog, and takes the
+// rail out of service when work stays in flight and nothing completes (a
+// link that went down). Every call takes the steady-clock reading `now_ns`
+// from its caller, so tests drive it with a fake clock. No libfabric here.
+//
+// Threads: Throughput and InService may be called from any thread;
+// WorkStarted from a posting thread; Sample, CheckStall and Completed from
+// the rail's progress thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+namespace kvfabric::fabric {
+
+class RailHealth {
+ public:
+  // A window counts towards throughput only with at least this many bytes
+  // queued or in flight throughout (an idle rail shows its demand, not its
+  // speed).
+  static constexpr uint64_t kBacklogBytes = 1 << 20;
+  // Length of one throughput sample.
+  static constexpr int64_t kWindowNs = 50000000;
+  // A new sample is averaged (half and half) with the previous estimate if
+  // that one is younger than this many windows, else it replaces it.
+  static constexpr int64_t kFreshWindows = 4;
+
+  // `stall_ns` <= 0: never stalls. `retry_ns`: how long a stalled rail stays
+  // out of service (KVF_RAIL_STALL_MS, KVF_RAIL_RETRY_MS).
+  RailHealth(int64_t stall_ns, int64_t retry_ns) : stall_ns_(stall_ns), retry_ns_(retry_ns) {}
+  RailHealth(const RailHealth&) = delete;
+  RailHealth& operator=(const RailHealth&) = delete;
+
+  int64_t stall_ns() const { return stall_ns_; }
+  int64_t retry_ns() const { return retry_ns_; }
+
+  // An idle rail got work (its first operation in flight): the stall clock
+  // starts now.
+  void WorkStarted(int64_t now_ns) { last_progress_ns_.store(now_ns, std::memory_order_relaxed); }
+
+  // Something completed on the rail: the stall clock restarts, and a rail
+  // out of service (or on probation) is back in service. Returns true when
+  // it was not in service until now, for the caller to say so.
+  bool Completed(int64_t now_ns);
+
+  // Progress thread, every poll: `load_bytes` queued or in flight now,
+  // `completed_bytes` the rail's running total. Takes a sample at the end of
+  // each kWindowNs window in which the load never fell below kBacklogBytes;
+  // a load below it discards the window under way.
+  void Sample(int64_t now_ns, uint64_t load_bytes, uint64_t completed_bytes);
+
+  // Bytes per second the rail drained while it had a backlog (its capacity
+  // as last seen), or 0 when not measured within the last `max_age_ns`.
+  double Throughput(int64_t now_ns, int64_t max_age_ns) const {
+    return now_ns - throughput_at_ns_.load(std::memory_order_relaxed) <= max_age_ns
+               ? throughput_.load(std::memory_order_relaxed)
+               : 0.0;
+  }
+
+  // Progress thread, on a poll that completed nothing. True when the rail
+  // has just stalled: `work_in_flight`, a stall period set, and nothing
+  // completed (nor work started on an idle rail) for stall_ns(). The rail is
+  // then out of service until now + retry_ns(), and the next stall is
+  // reported one stall period later at the earliest. The caller moves the
+  // rail's work elsewhere.
+  bool CheckStall(int64_t now_ns, bool work_in_flight);
+
+  // False while the rail is out of service after a stall, until retry_ns()
+  // pass or something completes on it again. After that, until something
+  // completes, it is on probation: in service only while its `load_bytes`
+  // (queued or in flight) is 0, so a link still down costs one request's
+  // worth of stall per period, not a full share of the traffic.
+  bool InService(int64_t now_ns, uint64_t load_bytes) const {
+    const int64_t until = out_until_ns_.load(std::memory_order_relaxed);
+    return until == 0 || (until <= now_ns && load_bytes == 0);
+  }
+
+ private:
+  const int64_t stall_ns_;
+  const int64_t retry_ns_;
+  std::atomic<double> throughput_{0};
+  std::atomic<int64_t> throughput_at_ns_{0};
+  int64_t sample_start_ns_ = 0;  // 0: no window under way
+  uint64_t sample_start_bytes_ = 0;
+  std::atomic<int64_t> last_progress_ns_{0};  // last completion, or first post into an idle rail
+  std::atomic<int64_t> out_until_ns_{0};      // 0: in service
+};
+
+}  // namespace kvfabric::fabric

@@ -1,0 +1,133 @@
+#include "fabric/rail_health.h"
+
+#include <gtest/gtest.h>
+
+namespace kvfabric::fabric {
+namespace {
+
+constexpr int64_t kMs = 1000000;
+constexpr uint64_t kMiB = 1 << 20;
+// A fake steady clock; never 0 (a window start of 0 means "none").
+constexpr int64_t kT0 = 1000 * kMs;
+
+TEST(RailHealthTest, ThroughputIsMeasuredOnlyOverWindowsWithABacklog) {
+  RailHealth h(2000 * kMs, 5000 * kMs);
+  // Below 1 MiB queued or in flight: the rail shows its demand, not its speed.
+  h.Sample(kT0, kMiB - 1, 0);
+  h.Sample(kT0 + 60 * kMs, kMiB - 1, 100 * kMiB);
+  EXPECT_EQ(h.Throughput(kT0 + 60 * kMs, 1000 * kMs), 0.0);
+
+  // A window opens with a backlog; it needs 50 ms to give a sample.
+  const int64_t t = kT0 + 100 * kMs;
+  h.Sample(t, kMiB, 1000);
+  h.Sample(t + 49 * kMs, 4 * kMiB, 1000 + 4900000);
+  EXPECT_EQ(h.Throughput(t + 49 * kMs, 1000 * kMs), 0.0);
+  h.Sample(t + 50 * kMs, 4 * kMiB, 1000 + 5000000);
+  EXPECT_DOUBLE_EQ(h.Throughput(t + 50 * kMs, 1000 * kMs), 1e8);  // 5 MB in 50 ms
+}
+
+TEST(RailHealthTest, ALoadDipDiscardsTheWindowUnderWay) {
+  RailHealth h(2000 * kMs, 5000 * kMs);
+  h.Sample(kT0, 2 * kMiB, 0);
+  h.Sample(kT0 + 20 * kMs, kMiB - 1, 1000000);  // idle for a moment
+  h.Sample(kT0 + 30 * kMs, 2 * kMiB, 2000000);  // a new window opens here
+  h.Sample(kT0 + 60 * kMs, 2 * kMiB, 5000000);  // would have closed the first; the new one is 30 ms old
+  EXPECT_EQ(h.Throughput(kT0 + 60 * kMs, 1000 * kMs), 0.0);
+  h.Sample(kT0 + 80 * kMs, 2 * kMiB, 7000000);
+  EXPECT_DOUBLE_EQ(h.Throughput(kT0 + 80 * kMs, 1000 * kMs), 1e8);  // 5 MB in the 50 ms since 30
+}
+
+// First sample 100 MB/s at kT0 + 50 ms.
+void FirstSample(RailHealth* h) {
+  h->Sample(kT0, 2 * kMiB, 0);
+  h->Sample(kT0 + 50 * kMs, 2 * kMiB, 5000000);
+  ASSERT_DOUBLE_EQ(h->Throughput(kT0 + 50 * kMs, 1000 * kMs), 1e8);
+}
+
+TEST(RailHealthTest, AFreshEstimateIsAveragedWithTheNewSample) {
+  RailHealth h(2000 * kMs, 5000 * kMs);
+  FirstSample(&h);
+  const int64_t at = kT0 + 50 * kMs;
+  // Next window back to back: 300 MB/s, averaged half and half.
+  h.Sample(at + 50 * kMs, 2 * kMiB, 5000000 + 15000000);
+  EXPECT_DOUBLE_EQ(h.Throughput(at + 50 * kMs, 1000 * kMs), 2e8);
+}
+
+TEST(RailHealthTest, AnEstimateFourWindowsOldIsReplaced) {
+  // The estimate is fresh while younger than 4 windows (200 ms) when the
+  // new sample ends.
+  for (int64_t end : {199 * kMs, 200 * kMs}) {
+    RailHealth h(2000 * kMs, 5000 * kMs);
+    FirstSample(&h);
+    const int64_t at = kT0 + 50 * kMs;
+    h.Sample(at + 1, kMiB - 1, 5000000);               // idle: the window closes
+    h.Sample(at + end - 50 * kMs, 2 * kMiB, 5000000);  // a new one opens
+    h.Sample(at + end, 2 * kMiB, 5000000 + 15000000);  // 300 MB/s
+    const double expect = end < 200 * kMs ? 2e8 : 3e8;
+    EXPECT_DOUBLE_EQ(h.Throughput(at + end, 1000 * kMs), expect) << "sample ending " << end / kMs << " ms later";
+  }
+}
+
+TEST(RailHealthTest, ThroughputIsZeroOnceOlderThanAsked) {
+  RailHealth h(2000 * kMs, 5000 * kMs);
+  FirstSample(&h);
+  const int64_t at = kT0 + 50 * kMs;
+  EXPECT_DOUBLE_EQ(h.Throughput(at + 500 * kMs, 500 * kMs), 1e8);
+  EXPECT_EQ(h.Throughput(at + 500 * kMs + 1, 500 * kMs), 0.0);
+}
+
+TEST(RailHealthTest, StallsAfterTheStallPeriodWithWorkInFlightAndNothingCompleting) {
+  RailHealth h(2000 * kMs, 5000 * kMs);
+  h.WorkStarted(kT0);
+  EXPECT_FALSE(h.CheckStall(kT0 + 1999 * kMs, true));
+  EXPECT_TRUE(h.InService(kT0 + 1999 * kMs, 1));
+  // Nothing in flight: never a stall, however long.
+  EXPECT_FALSE(h.CheckStall(kT0 + 10000 * kMs, false));
+  EXPECT_TRUE(h.CheckStall(kT0 + 2000 * kMs, true));
+  EXPECT_FALSE(h.InService(kT0 + 2000 * kMs, 0));
+  // The next stall is one stall period away.
+  EXPECT_FALSE(h.CheckStall(kT0 + 2001 * kMs, true));
+  EXPECT_TRUE(h.CheckStall(kT0 + 4000 * kMs, true));
+}
+
+TEST(RailHealthTest, CompletionsRestartTheStallClock) {
+  RailHealth h(2000 * kMs, 5000 * kMs);
+  h.WorkStarted(kT0);
+  EXPECT_FALSE(h.Completed(kT0 + 1500 * kMs));  // was in service: nothing to say
+  EXPECT_FALSE(h.CheckStall(kT0 + 3499 * kMs, true));
+  EXPECT_TRUE(h.CheckStall(kT0 + 3500 * kMs, true));
+}
+
+TEST(RailHealthTest, ZeroStallPeriodNeverStalls) {
+  RailHealth h(0, 5000 * kMs);
+  h.WorkStarted(kT0);
+  EXPECT_FALSE(h.CheckStall(kT0 + 3600000 * kMs, true));
+  EXPECT_TRUE(h.InService(kT0 + 3600000 * kMs, 1));
+}
+
+TEST(RailHealthTest, OutOfServiceUntilTheRetryPeriodThenOnProbationWhileIdle) {
+  RailHealth h(2000 * kMs, 5000 * kMs);
+  h.WorkStarted(kT0);
+  ASSERT_TRUE(h.CheckStall(kT0 + 2000 * kMs, true));
+  const int64_t back = kT0 + 7000 * kMs;
+  EXPECT_FALSE(h.InService(back - 1, 0));
+  // Probation: it takes new work only while it has none.
+  EXPECT_TRUE(h.InService(back, 0));
+  EXPECT_FALSE(h.InService(back, 1));
+  EXPECT_FALSE(h.InService(back + 60000 * kMs, 1));
+  // The first completion puts it back in service, loaded or not.
+  EXPECT_TRUE(h.Completed(back + 100 * kMs));
+  EXPECT_TRUE(h.InService(back + 100 * kMs, 8 * kMiB));
+  EXPECT_FALSE(h.Completed(back + 200 * kMs));
+}
+
+TEST(RailHealthTest, ACompletionDuringTheRetryPeriodEndsItAtOnce) {
+  RailHealth h(2000 * kMs, 5000 * kMs);
+  h.WorkStarted(kT0);
+  ASSERT_TRUE(h.CheckStall(kT0 + 2000 * kMs, true));
+  EXPECT_TRUE(h.Completed(kT0 + 2500 * kMs));
+  EXPECT_TRUE(h.InService(kT0 + 2500 * kMs, 1));
+}
+
+}  // namespace
+}  // namespace kvfabric::fabric

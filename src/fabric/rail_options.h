@@ -1,0 +1,42 @@
+// RailOptions: how a rail should run, as the layer above resolved it (the
+// engine reads them from its Settings: src/engine/rail_options.h). Defaults
+// are those of the KVF_* settings they come from.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+
+namespace kvfabric::fabric {
+
+// Who calls fi_write/fi_read (KVF_POST_MODE).
+enum class PostMode {
+  kAuto,      // kDirect on efa and verbs (a post hands a descriptor to the NIC), else kProgress
+  kDirect,    // the submitting thread, under the rail's post lock
+  kProgress,  // only the progress thread; submitters queue and wake it
+};
+
+// When a write counts as completed (KVF_WRITE_COMPLETION).
+enum class WriteCompletion {
+  kDelivery,  // visible in the target's memory (FI_DELIVERY_COMPLETE)
+  kTransmit,  // the source buffer may be reused; no guarantee at the target
+};
+
+struct RailOptions {
+  PostMode post_mode = PostMode::kAuto;
+  WriteCompletion write_completion = WriteCompletion::kDelivery;
+  // Operations in flight; 0 = the provider's tx_attr->size. A larger value
+  // is capped to it, and credits never exceed the CQ size read back.
+  size_t tx_depth = 0;
+  // Completion queue entries; 0 = as many as the tx depth.
+  size_t cq_size = 0;
+  // Largest single fi_write/fi_read; 0 = the provider's max_msg_size (a
+  // larger value is capped to it).
+  size_t max_slice_bytes = 0;
+  // With work in flight and nothing completing for `stall_period`, the
+  // rail's work is offered elsewhere and the rail goes out of service for
+  // `retry_period` (see RailHealth). A zero stall period never does.
+  std::chrono::nanoseconds stall_period = std::chrono::milliseconds(2000);
+  std::chrono::nanoseconds retry_period = std::chrono::milliseconds(5000);
+};
+
+}  // namespace kvfabric::fabric
