@@ -1,5 +1,7 @@
 #include "engine/batch.h"
 
+#include "common/text.h"
+
 namespace kvfabric::engine {
 
 
@@ -42,8 +44,8 @@ void Task::Complete(size_t bytes, const Status& error) {
 bool Task::CheckDeadline() {
   if (Clock::now() <= deadline_) return false;
   return Finish(TaskState::kTimeout,
-                Status::Timeout(what_ + " did not complete within " + std::to_string(timeout_ms_) +
-                                " ms (KVF_TRANSFER_TIMEOUT_MS); is the peer alive?"));
+                Status::Timeout(text::Format("{} did not complete within {} ms (KVF_TRANSFER_TIMEOUT_MS); is the peer alive?",
+                                             what_, timeout_ms_)));
 }
 
 void Task::AddSlices(uint32_t n) {

@@ -2,6 +2,7 @@
 
 #include "common/host.h"
 #include "common/log.h"
+#include "common/text.h"
 
 namespace kvfabric::engine {
 
@@ -90,8 +91,8 @@ Status Peer::Resolve(fabric::Rail* rail, fi_addr_t* out) {
   const size_t i = rail->index();
   if (closed_) return Status::NotFound("segment " + name_ + " was closed");
   if (i >= pairs_.size() || pairs_[i] < 0)
-    return Status::Unavailable("segment " + name_ + " has no rail reachable from local rail " +
-                               std::to_string(i) + " (" + rail->info().provider + ")");
+    return Status::Unavailable(text::Format("segment {} has no rail reachable from {}", name_,
+                                            text::RailLabel(i, rail->info().provider, rail->info().domain)));
   if (av_[i] == FI_ADDR_NOTAVAIL) {
     const int64_t pid = desc_->host_id == host::BootId() ? desc_->pid : 0;
     KVF_RETURN_IF_ERROR(rail->InsertPeer(desc_->rails[pairs_[i]].address, pid, &av_[i]));

@@ -4,13 +4,15 @@
 #include <limits>
 #include <string>
 
+#include "common/text.h"
+
 namespace kvfabric::engine {
 namespace {
 
 Status Count(const char* variable, int64_t value, const char* zero_means, size_t* out) {
   if (value < 0)
-    return Status::InvalidArgument(std::string(variable) + "=" + std::to_string(value) + ": use 0 (" + zero_means +
-                                   ") or a positive number");
+    return Status::InvalidArgument(
+        text::Format("{}={}: use 0 ({}) or a positive number", variable, value, zero_means));
   *out = static_cast<size_t>(value);
   return Status::OK();
 }
@@ -18,8 +20,8 @@ Status Count(const char* variable, int64_t value, const char* zero_means, size_t
 Status Period(const char* variable, int64_t ms, const char* zero_means, std::chrono::nanoseconds* out) {
   constexpr int64_t kMaxMs = std::numeric_limits<int64_t>::max() / 1000000;
   if (ms < 0 || ms > kMaxMs)
-    return Status::InvalidArgument(std::string(variable) + "=" + std::to_string(ms) + ": use 0 (" + zero_means +
-                                   ") or a number of milliseconds up to " + std::to_string(kMaxMs));
+    return Status::InvalidArgument(text::Format("{}={}: use 0 ({}) or a number of milliseconds up to {}", variable, ms,
+                                                zero_means, kMaxMs));
   *out = std::chrono::milliseconds(ms);
   return Status::OK();
 }

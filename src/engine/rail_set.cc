@@ -1,6 +1,7 @@
 #include "engine/rail_set.h"
 
 #include "common/log.h"
+#include "common/text.h"
 #include "engine/peer.h"
 #include "engine/rail_options.h"
 #include "fabric/fabric_info.h"
@@ -21,8 +22,8 @@ Status RailSet::OpenProvider(const std::string& provider, const std::string& nic
   std::vector<fi_info*> chosen;
   KVF_RETURN_IF_ERROR(fabric::SelectDomains(list, nic_filter, bind_ip, &chosen));
   if (rails.size() + chosen.size() > kMaxLocalRails)
-    return Status::InvalidArgument(std::to_string(rails.size() + chosen.size()) + " rails; at most " +
-                                   std::to_string(kMaxLocalRails) + " are supported: narrow them with the NIC filter");
+    return Status::InvalidArgument(text::Format("{} rails; at most {} are supported: narrow them with the NIC filter",
+                                                rails.size() + chosen.size(), kMaxLocalRails));
   fabric::RailOptions options;
   KVF_RETURN_IF_ERROR(RailOptionsFromSettings(settings, &options));
   for (fi_info* info : chosen) {

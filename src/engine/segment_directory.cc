@@ -1,6 +1,7 @@
 #include "engine/segment_directory.h"
 
 #include "common/host.h"
+#include "common/text.h"
 
 namespace kvfabric::engine {
 
@@ -83,7 +84,7 @@ Status SegmentDirectory::Close(SegmentHandle handle) {
   if (handle == kSelfHandle) return Status::InvalidArgument("the engine's own segment cannot be closed");
   std::lock_guard<std::mutex> g(mu_);
   auto it = peers_.find(handle);
-  if (it == peers_.end()) return Status::NotFound("unknown segment handle " + std::to_string(handle));
+  if (it == peers_.end()) return Status::NotFound(text::Format("unknown segment handle {}", handle));
   for (const auto& [rail, slot] : it->second->ReleaseSlots()) (*rails_)[rail]->RemovePeer(slot);
   by_name_.erase(it->second->name());
   peers_.erase(it);

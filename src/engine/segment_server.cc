@@ -6,6 +6,7 @@
 
 #include "common/host.h"
 #include "common/log.h"
+#include "common/text.h"
 #include "net/address.h"
 
 namespace kvfabric::engine {
@@ -78,8 +79,8 @@ Status SegmentServer::Handle(uint16_t type, const std::string& payload, std::str
     case metadata::kNotify: {
       std::lock_guard<std::mutex> g(notify_mu_);
       if (notifies_.size() >= kMaxNotifies)
-        return Status::Busy("notification queue of " + name_ + " is full (" + std::to_string(kMaxNotifies) +
-                            " messages): the receiver must call GetNotifies");
+        return Status::Busy(text::Format(
+            "notification queue of {} is full ({} messages): the receiver must call GetNotifies", name_, kMaxNotifies));
       notifies_.push_back(payload);
       return Status::OK();
     }

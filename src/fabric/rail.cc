@@ -11,13 +11,14 @@
 #include <mutex>
 
 #include "common/log.h"
+#include "common/text.h"
 #include "fabric/shm_regions.h"
 
 namespace kvfabric::fabric {
 namespace {
 
 std::string FiError(const char* call, int rc) {
-  return std::string(call) + " failed: " + fi_strerror(-rc) + " (" + std::to_string(rc) + ")";
+  return text::Format("{} failed: {} ({})", call, fi_strerror(-rc), rc);
 }
 
 int64_t NowNs() {
@@ -45,11 +46,12 @@ MemoryRegion::~MemoryRegion() { CloseFid(mr_ ? &mr_->fid : nullptr); }
 Rail::Rail(const fi_info* info, const RailOptions& options, size_t index)
     : index_(index),
       health_(options.stall_period.count(), options.retry_period.count()),
-      peers_("rail " + std::to_string(index) + " (" + info->domain_attr->name + ")") {
+      peers_(text::RailLabel(index, info->fabric_attr->prov_name, info->domain_attr->name)) {
   info_.provider = info->fabric_attr->prov_name;
   info_.domain = info->domain_attr->name;
   info_.fabric = info->fabric_attr->name;
   info_.virt_addr = (info->domain_attr->mr_mode & FI_MR_VIRT_ADDR) != 0;
+  label_ = text::RailLabel(index_, info_.provider, info_.domain);
   per_peer_ep_ = info_.provider == "shm";
   post_from_progress_ = options.post_mode == PostMode::kProgress ||
                         (options.post_mode == PostMode::kAuto && !PostsToHardware(info_.provider));
@@ -62,8 +64,7 @@ Rail::Rail(const fi_info* info, const RailOptions& options, size_t index)
 Status Rail::Open(const fi_info* info, const RailOptions& options, size_t index,
                   std::unique_ptr<Rail>* out) {
   std::unique_ptr<Rail> r(new Rail(info, options, index));
-  const std::string where = "rail " + std::to_string(index) + " (" + r->info_.provider + " " +
-                            r->info_.domain + ")";
+  const std::string& where = r->label_;
   const uint64_t mr_mode = info->domain_attr->mr_mode;
   if (mr_mode & FI_MR_ENDPOINT)
     return Status::Unavailable(where + ": provider requires FI_MR_ENDPOINT, which kvfabric does not offer");
@@ -150,8 +151,8 @@ Status Rail::InsertPeer(const std::string& raw_address, int64_t pid, fi_addr_t* 
   fi_addr_t a = FI_ADDR_NOTAVAIL;
   int rc = fi_av_insert(av_, raw_address.data(), 1, &a, 0, nullptr);
   if (rc != 1 || a == FI_ADDR_NOTAVAIL || a >= (1u << 24))
-    return Status::FabricError("fi_av_insert on rail " + std::to_string(index_) + " (" +
-                               info_.domain + ") failed: " + (rc < 0 ? fi_strerror(-rc) : "address rejected"));
+    return Status::FabricError(
+        text::Format("fi_av_insert on {} failed: {}", label_, rc < 0 ? fi_strerror(-rc) : "address rejected"));
   RemotePeer* p = peers_.Slot(a);
   if (per_peer_ep_ && p->ep == nullptr) {
     std::lock_guard<std::mutex> cq_guard(cq_mu_);
@@ -164,8 +165,8 @@ Status Rail::InsertPeer(const std::string& raw_address, int64_t pid, fi_addr_t* 
     if (rc != 0) {
       if (ep != nullptr) fi_close(&ep->fid);
       if (p->refs == 0) fi_av_remove(av_, &a, 1, 0);  // undo this insert; nothing uses the slot
-      return Status::FabricError("rail " + std::to_string(index_) + ": opening a transmit endpoint for a peer failed: " +
-                                 fi_strerror(-rc));
+      return Status::FabricError(
+          text::Format("{}: opening a transmit endpoint for a peer failed: {}", label_, fi_strerror(-rc)));
     }
     p->ep = ep;
   }
@@ -201,8 +202,8 @@ void Rail::ReapRemovedPeers() {
       fi_addr_t slot = r.slot;
       int rc = fi_av_remove(av_, &slot, 1, 0);
       if (rc != 0)
-        KVF_LOG_WARN("rail {} ({}): fi_av_remove of slot {} failed: {}; the entry stays in the address vector",
-                     index_, info_.domain, r.slot, fi_strerror(-rc));
+        KVF_LOG_WARN("{}: fi_av_remove of slot {} failed: {}; the entry stays in the address vector", label_, r.slot,
+                     fi_strerror(-rc));
     }
   }
 }
@@ -224,8 +225,8 @@ void Rail::ReapDeadPeers() {
   for (size_t i = 0; i < depth; ++i) {
     OpContext* op = &contexts_[i];
     if (op->peer != nullptr && op->peer->dead && op->peer->cleaned)
-      Finish(op, Status::NetworkError("peer process " + std::to_string(op->peer->pid) +
-                                      " on this host exited with this operation in flight"));
+      Finish(op, Status::NetworkError(
+                     text::Format("peer process {} on this host exited with this operation in flight", op->peer->pid)));
   }
 }
 
@@ -236,13 +237,13 @@ Status Rail::RegisterMemory(void* addr, size_t len, std::unique_ptr<MemoryRegion
   const uint64_t requested = prov_key_ ? 0 : next_key_.fetch_add(1);
   int rc = fi_mr_reg(domain_, addr, len, access, 0, requested, 0, &mr->mr_, nullptr);
   if (rc)
-    return Status::FabricError("fi_mr_reg of " + std::to_string(len) + " bytes on rail " +
-                               std::to_string(index_) + " (" + info_.domain + ") failed: " +
-                               fi_strerror(-rc) + "; check the locked-memory limit (ulimit -l)");
+    return Status::FabricError(text::Format("fi_mr_reg of {} bytes on {} failed: {}; check the locked-memory limit "
+                                            "(ulimit -l)",
+                                            len, label_, fi_strerror(-rc)));
   mr->desc_ = fi_mr_desc(mr->mr_);
   mr->key_ = fi_mr_key(mr->mr_);
   if (mr->key_ == FI_KEY_NOTAVAIL)
-    return Status::Unavailable("rail " + std::to_string(index_) + ": provider uses raw MR keys (FI_MR_RAW), not supported");
+    return Status::Unavailable(label_ + ": provider uses raw MR keys (FI_MR_RAW), not supported");
   *out = std::move(mr);
   return Status::OK();
 }
@@ -321,7 +322,7 @@ void Rail::DrainLocked() {
     }
     RemotePeer* peer = peers_.At(op->slice.dest);
     if (!PeerAlive(peer)) {
-      FailUnposted(op, Status::NetworkError("peer process " + std::to_string(peer->pid) + " on this host has exited"));
+      FailUnposted(op, Status::NetworkError(text::Format("peer process {} on this host has exited", peer->pid)));
       continue;
     }
     op->peer = peer;
@@ -349,9 +350,8 @@ void Rail::DrainLocked() {
       if (++eagain_streak >= 4) return;
       continue;
     }
-    Status err = Status::FabricError(std::string(op->slice.write ? "fi_writemsg" : "fi_read") +
-                                     " on rail " + std::to_string(index_) + " (" + info_.domain +
-                                     ") failed: " + fi_strerror(-rc));
+    Status err = Status::FabricError(
+        text::Format("{} on {} failed: {}", op->slice.write ? "fi_writemsg" : "fi_read", label_, fi_strerror(-rc)));
     KVF_LOG_WARN("{}", err.message());
     FailUnposted(op, err);
   }
@@ -397,7 +397,7 @@ size_t Rail::ReadCompletions() {
   g.unlock();
   if (n > 0) {
     if (health_.Completed(NowNs()))
-      KVF_LOG_INFO("rail {} ({}): operations complete again; back in service", index_, info_.domain);
+      KVF_LOG_INFO("{}: operations complete again; back in service", label_);
     for (ssize_t i = 0; i < n; ++i)
       Finish(reinterpret_cast<OpContext*>(entries[i].op_context), Status::OK());
     return static_cast<size_t>(n);
@@ -410,8 +410,8 @@ size_t Rail::ReadCompletions() {
     if (got <= 0) return 0;
     char buf[256] = {0};
     const char* text = fi_cq_strerror(cq_, err.prov_errno, err.err_data, buf, sizeof(buf));
-    std::string msg = "operation on rail " + std::to_string(index_) + " (" + info_.provider + " " +
-                      info_.domain + ") failed: " + fi_strerror(err.err) + " (" + (text ? text : "") + ")";
+    const std::string msg =
+        text::Format("operation on {} failed: {} ({})", label_, fi_strerror(err.err), text ? text : "");
     if (err.op_context != nullptr) {
       Finish(reinterpret_cast<OpContext*>(err.op_context), Status::FabricError(msg));
     } else {
@@ -422,7 +422,7 @@ size_t Rail::ReadCompletions() {
     return 1;
   }
   if (n < 0 && n != -FI_EAGAIN)
-    KVF_LOG_ERROR("fi_cq_read on rail {} ({}) failed: {}", index_, info_.domain, fi_strerror(-n));
+    KVF_LOG_ERROR("fi_cq_read on {} failed: {}", label_, fi_strerror(-n));
   return 0;
 }
 
@@ -492,10 +492,10 @@ void Rail::CheckStall(int64_t now) {
     queued_.fetch_add(static_cast<int64_t>(keep.size()));
     pending_.insert(pending_.begin(), std::make_move_iterator(keep.begin()), std::make_move_iterator(keep.end()));
   }
-  KVF_LOG_WARN("rail {} ({} {}): nothing completed for {} ms with {} operation(s) in flight; out of service for "
+  KVF_LOG_WARN("{}: nothing completed for {} ms with {} operation(s) in flight; out of service for "
                "{} ms (KVF_RAIL_STALL_MS, KVF_RAIL_RETRY_MS): {} slice(s) moved to other rails, {} left in place "
                "(no other rail serves them); check the link of {}",
-               index_, info_.provider, info_.domain, health_.stall_ns() / 1000000, in_flight,
+               label_, health_.stall_ns() / 1000000, in_flight,
                health_.retry_ns() / 1000000, moved, kept, info_.domain);
 }
 

@@ -148,6 +148,7 @@ class Rail {
 
   const size_t index_;
   RailInfo info_;
+  std::string label_;  // "rail 2 (tcp;ofi_rxm lo)": how messages name this rail
   std::string address_;
   bool prov_key_ = false;
   uint64_t write_flags_ = 0;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/text.h"
 
 namespace kvfabric::memory::cuda {
 namespace {
@@ -44,7 +45,7 @@ struct Driver {
   std::string Error(CUresult r) {
     const char* s = nullptr;
     if (cuGetErrorString != nullptr && cuGetErrorString(r, &s) == 0 && s != nullptr) return s;
-    return "CUDA error " + std::to_string(r);
+    return text::Format("CUDA error {}", static_cast<int>(r));
   }
 };
 
@@ -100,8 +101,7 @@ Status UseDevice(int device) {
   Driver& d = D();
   KVF_RETURN_IF_ERROR(d.status);
   if (device < 0 || device >= d.count)
-    return Status::InvalidArgument("cuda:" + std::to_string(device) + ": this host has " + std::to_string(d.count) +
-                                   " CUDA device(s)");
+    return Status::InvalidArgument(text::Format("cuda:{}: this host has {} CUDA device(s)", device, d.count));
   CUcontext ctx;
   {
     std::lock_guard<std::mutex> g(d.ctx_mu);
@@ -109,7 +109,7 @@ Status UseDevice(int device) {
       CUdevice dev;
       CUresult r = d.cuDeviceGet(&dev, device);
       if (r == 0) r = d.cuDevicePrimaryCtxRetain(&d.contexts[device], dev);
-      if (r != 0) return Status::Unavailable("cuda:" + std::to_string(device) + ": primary context: " + d.Error(r));
+      if (r != 0) return Status::Unavailable(text::Format("cuda:{}: primary context: {}", device, d.Error(r)));
     }
     ctx = d.contexts[device];
   }
@@ -161,8 +161,7 @@ Status Copy(void* dst, const void* src, size_t n, int device) {
   Driver& d = D();
   CUresult r = d.cuMemcpy(reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src), n);
   return r == 0 ? Status::OK()
-                : Status::FabricError("cuMemcpy of " + std::to_string(n) + " bytes on cuda:" + std::to_string(device) +
-                                      " failed: " + d.Error(r));
+                : Status::FabricError(text::Format("cuMemcpy of {} bytes on cuda:{} failed: {}", n, device, d.Error(r)));
 }
 
 std::vector<std::string> PciBusIds() {
@@ -179,15 +178,16 @@ Status StreamSynchronize(uintptr_t stream, int device) {
   Driver& d = D();
   CUresult r = d.cuStreamSynchronize(reinterpret_cast<void*>(stream));
   return r == 0 ? Status::OK()
-                : Status::FabricError("cuStreamSynchronize(" + std::to_string(stream) + ") on cuda:" +
-                                      std::to_string(device) + " failed: " + d.Error(r));
+                : Status::FabricError(
+                      text::Format("cuStreamSynchronize({}) on cuda:{} failed: {}", stream, device, d.Error(r)));
 }
 
 Status PinHost(void* p, size_t n) {
   KVF_RETURN_IF_ERROR(UseDevice(0));
   // CU_MEMHOSTREGISTER_PORTABLE: pinned for every context.
   CUresult r = D().cuMemHostRegister_v2(p, n, 1);
-  return r == 0 ? Status::OK() : Status::Unavailable("cuMemHostRegister of " + std::to_string(n) + " bytes: " + D().Error(r));
+  return r == 0 ? Status::OK()
+                : Status::Unavailable(text::Format("cuMemHostRegister of {} bytes: {}", n, D().Error(r)));
 }
 
 void UnpinHost(void* p) {
@@ -199,8 +199,7 @@ Status Alloc(int device, size_t n, void** out) {
   CUdeviceptr p = 0;
   CUresult r = D().cuMemAlloc_v2(&p, n);
   if (r != 0)
-    return Status::Unavailable("cuMemAlloc of " + std::to_string(n) + " bytes on cuda:" + std::to_string(device) +
-                               " failed: " + D().Error(r));
+    return Status::Unavailable(text::Format("cuMemAlloc of {} bytes on cuda:{} failed: {}", n, device, D().Error(r)));
   *out = reinterpret_cast<void*>(p);
   return Status::OK();
 }

@@ -7,6 +7,7 @@
 
 #include "common/hex.h"
 #include "common/log.h"
+#include "common/text.h"
 #include "memory/cuda.h"
 
 namespace kvfabric::memory {
@@ -45,7 +46,7 @@ Status ParseLocation(const std::string& location, std::string* kind, int* index)
 
 std::string DetectLocation(const void* addr, bool cuda) {
   int device = -1;
-  if (cuda && cuda::Load().ok() && cuda::IsDevicePointer(addr, &device)) return "cuda:" + std::to_string(device);
+  if (cuda && cuda::Load().ok() && cuda::IsDevicePointer(addr, &device)) return text::Format("cuda:{}", device);
   // move_pages with no target nodes only reports where each page lives
   // (negative errno in `node` for a page not yet faulted in). Called through
   // syscall() so kvfabric needs no libnuma.
@@ -53,7 +54,7 @@ std::string DetectLocation(const void* addr, bool cuda) {
   void* pages[1] = {reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(addr) & ~static_cast<uintptr_t>(page - 1))};
   int node = -1;
   if (syscall(SYS_move_pages, 0, 1UL, pages, nullptr, &node, 0) != 0 || node < 0) node = 0;
-  return "cpu:" + std::to_string(node);
+  return text::Format("cpu:{}", node);
 }
 
 Status MemoryRegistry::Register(void* addr, size_t length, const std::string& requested) {
@@ -65,7 +66,7 @@ Status MemoryRegistry::Register(void* addr, size_t length, const std::string& re
   std::string kind;
   int index = 0;
   KVF_RETURN_IF_ERROR(ParseLocation(location, &kind, &index));
-  const std::string range = "register [" + Address(a) + ", +" + std::to_string(length) + ")";
+  const std::string range = "register " + text::Range(a, length);
   int device = -1;
   if (kind == "cuda") {
     if (!cuda_) return Status::Unavailable(range + " as " + location + ": GPU memory is off in this engine (KVF_CUDA=0)");
@@ -79,10 +80,10 @@ Status MemoryRegistry::Register(void* addr, size_t length, const std::string& re
       return Status::InvalidArgument(range + " as " + location +
                                      ": not device memory the CUDA driver knows, in one allocation (host memory is cpu:N)");
     if (device != index)
-      return Status::InvalidArgument(range + " as " + location + ": the memory is on cuda:" + std::to_string(device));
+      return Status::InvalidArgument(text::Format("{} as {}: the memory is on cuda:{}", range, location, device));
   } else if (cuda_ && cuda::Load().ok() && cuda::IsDevicePointer(addr, &device)) {
-    return Status::InvalidArgument(range + " as " + location + ": this is device memory of cuda:" +
-                                   std::to_string(device) + "; register it as cuda:" + std::to_string(device));
+    return Status::InvalidArgument(
+        text::Format("{} as {}: this is device memory of cuda:{}; register it as cuda:{}", range, location, device, device));
   }
 
   auto overlap = [&]() -> std::shared_ptr<const Buffer> {
@@ -97,16 +98,15 @@ Status MemoryRegistry::Register(void* addr, size_t length, const std::string& re
   {
     std::shared_lock<std::shared_mutex> g(mu_);
     if (auto o = overlap())
-      return Status::InvalidArgument("register [" + Address(a) + ", +" + std::to_string(length) +
-                                     ") overlaps registered buffer [" + Address(o->addr) + ", +" +
-                                     std::to_string(o->length) + ")");
+      return Status::InvalidArgument(
+          text::Format("{} overlaps registered buffer {}", range, text::Range(o->addr, o->length)));
   }
 
   // Register outside the lock: it is slow on EFA and must not stall transfers.
   auto buf = std::make_shared<Buffer>();
   buf->addr = a;
   buf->length = length;
-  buf->location = kind + ":" + std::to_string(index);
+  buf->location = text::Format("{}:{}", kind, index);
   if (near_rails_) buf->near_rails = near_rails_(buf->location);
   buf->device = kind == "cuda" ? index : -1;
   const size_t step = chunk_bytes_ == 0 ? length : chunk_bytes_;
@@ -127,11 +127,11 @@ Status MemoryRegistry::Register(void* addr, size_t length, const std::string& re
 
   std::unique_lock<std::shared_mutex> g(mu_);
   if (auto o = overlap())  // registered concurrently by another thread
-    return Status::InvalidArgument("register [" + Address(a) + ", +" + std::to_string(length) +
-                                   ") overlaps registered buffer [" + Address(o->addr) + ")");
+    return Status::InvalidArgument(
+        text::Format("{} overlaps registered buffer {}", range, text::Range(o->addr, o->length)));
   buffers_[a] = std::move(buf);
   ++version_;
-  KVF_LOG_DEBUG("registered [{}, +{}) {} on {} rail(s)", Address(a), length, location, rails_.size());
+  KVF_LOG_DEBUG("registered {} {} on {} rail(s)", text::Range(a, length), location, rails_.size());
   return Status::OK();
 }
 

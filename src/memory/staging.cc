@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "common/log.h"
+#include "common/text.h"
 #include "memory/cuda.h"
 
 namespace kvfabric::memory {
@@ -10,15 +11,16 @@ namespace kvfabric::memory {
 Status StagingPool::Create(const std::vector<fabric::Rail*>& rails, size_t bytes, size_t slot_bytes,
                            std::unique_ptr<StagingPool>* out) {
   if (slot_bytes == 0 || bytes / slot_bytes < 2)
-    return Status::InvalidArgument("staging pool of " + std::to_string(bytes) + " bytes in slots of " +
-                                   std::to_string(slot_bytes) + ": needs at least 2 slots (KVF_STAGING_BYTES)");
+    return Status::InvalidArgument(
+        text::Format("staging pool of {} bytes in slots of {}: needs at least 2 slots (KVF_STAGING_BYTES)", bytes,
+                     slot_bytes));
   std::unique_ptr<StagingPool> p(new StagingPool());
   const size_t n = bytes / slot_bytes;
   const size_t total = n * slot_bytes;
   p->slot_bytes_ = slot_bytes;
   void* mem = nullptr;
   if (posix_memalign(&mem, 1 << 21, total) != 0)
-    return Status::Unavailable("staging pool: cannot allocate " + std::to_string(total) + " bytes");
+    return Status::Unavailable(text::Format("staging pool: cannot allocate {} bytes", total));
   p->base_ = static_cast<uint8_t*>(mem);
   Status pin = cuda::PinHost(mem, total);
   p->pinned_ = pin.ok();

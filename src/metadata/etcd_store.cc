@@ -14,6 +14,7 @@
 
 #include "common/base64.h"
 #include "common/log.h"
+#include "common/text.h"
 #include "metadata/frame.h"
 #include "metadata/store_impl.h"
 #include "net/address.h"
@@ -96,8 +97,8 @@ class EtcdStore final : public MetadataStore {
         continue;
       }
       if (res->status != 200)
-        return Status::ProtocolError("etcd " + ep.name + path + ": HTTP " + std::to_string(res->status) + " " +
-                                     res->body.substr(0, 200));
+        return Status::ProtocolError(
+            text::Format("etcd {}{}: HTTP {} {}", ep.name, path, res->status, res->body.substr(0, 200)));
       *reply = json::parse(res->body, nullptr, /*allow_exceptions=*/false);
       if (reply->is_discarded())
         return Status::ProtocolError("etcd " + ep.name + path + ": the reply is not JSON");

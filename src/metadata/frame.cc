@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/text.h"
+
 namespace kvfabric::metadata {
 namespace {
 
@@ -56,11 +58,29 @@ Status ReadFrame(int fd, size_t max_payload, Deadline deadline, Frame* out) {
     return Status::ProtocolError("handshake frame has a bad magic number (not a kvfabric peer?)");
   const uint32_t len = Get32(hdr + 8);
   if (len > max_payload)
-    return Status::ProtocolError("handshake frame of " + std::to_string(len) + " bytes exceeds the limit of " +
-                                 std::to_string(max_payload) + " (KVF_HANDSHAKE_MAX_FRAME)");
+    return Status::ProtocolError(text::Format(
+        "handshake frame of {} bytes exceeds the limit of {} (KVF_HANDSHAKE_MAX_FRAME)", len, max_payload));
   out->type = Get16(hdr + 4);
   out->payload.assign(len, '\0');
   return IoAll(fd, out->payload.data(), len, false, deadline);
+}
+
+std::string ErrorPayload(const Status& s) { return text::Format("{}:{}", static_cast<int>(s.code()), s.message()); }
+
+Status StatusFromErrorPayload(const std::string& text) {
+  auto colon = text.find(':');
+  int code = colon == std::string::npos ? -1 : std::atoi(text.substr(0, colon).c_str());
+  std::string msg = colon == std::string::npos ? text : text.substr(colon + 1);
+  switch (static_cast<Status::Code>(code)) {
+    case Status::Code::kInvalidArgument: return Status::InvalidArgument(msg);
+    case Status::Code::kNotFound: return Status::NotFound(msg);
+    case Status::Code::kOutOfRange: return Status::OutOfRange(msg);
+    case Status::Code::kBusy: return Status::Busy(msg);
+    case Status::Code::kTimeout: return Status::Timeout(msg);
+    case Status::Code::kPermissionDenied: return Status::PermissionDenied(msg);
+    case Status::Code::kUnavailable: return Status::Unavailable(msg);
+    default: return Status::ProtocolError(msg);
+  }
 }
 
 }  // namespace kvfabric::metadata

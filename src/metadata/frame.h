@@ -38,4 +38,9 @@ struct Frame {
 Status WriteFrame(int fd, uint16_t type, std::string_view payload, Deadline deadline);
 Status ReadFrame(int fd, size_t max_payload, Deadline deadline, Frame* out);
 
+// The payload of a kError frame: "<code>:<message>", the code being
+// Status::Code's number; and back (an unknown code is a ProtocolError).
+std::string ErrorPayload(const Status& s);
+Status StatusFromErrorPayload(const std::string& payload);
+
 }  // namespace kvfabric::metadata

@@ -1,29 +1,11 @@
 #include <unistd.h>
 
+#include "common/text.h"
 #include "metadata/handshake.h"
 #include "net/address.h"
 #include "net/socket.h"
 
 namespace kvfabric::metadata {
-namespace {
-
-Status StatusFromWire(const std::string& text) {
-  auto colon = text.find(':');
-  int code = colon == std::string::npos ? -1 : std::atoi(text.substr(0, colon).c_str());
-  std::string msg = colon == std::string::npos ? text : text.substr(colon + 1);
-  switch (static_cast<Status::Code>(code)) {
-    case Status::Code::kInvalidArgument: return Status::InvalidArgument(msg);
-    case Status::Code::kNotFound: return Status::NotFound(msg);
-    case Status::Code::kOutOfRange: return Status::OutOfRange(msg);
-    case Status::Code::kBusy: return Status::Busy(msg);
-    case Status::Code::kTimeout: return Status::Timeout(msg);
-    case Status::Code::kPermissionDenied: return Status::PermissionDenied(msg);
-    case Status::Code::kUnavailable: return Status::Unavailable(msg);
-    default: return Status::ProtocolError(msg);
-  }
-}
-
-}  // namespace
 
 Status HandshakeCall(const std::string& host_port, uint16_t type, std::string_view payload,
                      const CallOptions& options, std::string* reply) {
@@ -40,19 +22,17 @@ Status HandshakeCall(const std::string& host_port, uint16_t type, std::string_vi
     if (s.ok()) s = ReadFrame(fd, options.max_frame, deadline, &resp);
     if (s.ok() && resp.type != kReply) {  // refused: report the server's reason
       close(fd);
-      if (resp.type == kError) return StatusFromWire(resp.payload).Annotate("peer " + host_port);
-      return Status::ProtocolError("handshake with " + host_port + ": unexpected reply type " +
-                                   std::to_string(resp.type));
+      if (resp.type == kError) return StatusFromErrorPayload(resp.payload).Annotate("peer " + host_port);
+      return Status::ProtocolError(text::Format("handshake with {}: unexpected reply type {}", host_port, resp.type));
     }
   }
   if (s.ok()) s = WriteFrame(fd, type, payload, deadline);
   if (s.ok()) s = ReadFrame(fd, options.max_frame, deadline, &resp);
   close(fd);
   if (!s.ok()) return s.Annotate("handshake with " + host_port);
-  if (resp.type == kError) return StatusFromWire(resp.payload).Annotate("peer " + host_port);
+  if (resp.type == kError) return StatusFromErrorPayload(resp.payload).Annotate("peer " + host_port);
   if (resp.type != kReply)
-    return Status::ProtocolError("handshake with " + host_port + ": unexpected reply type " +
-                                 std::to_string(resp.type));
+    return Status::ProtocolError(text::Format("handshake with {}: unexpected reply type {}", host_port, resp.type));
   *reply = std::move(resp.payload);
   return Status::OK();
 }

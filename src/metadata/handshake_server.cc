@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "common/text.h"
 #include "metadata/handshake.h"
 #include "net/address.h"
 #include "net/socket.h"
@@ -118,8 +119,7 @@ void HandshakeServer::Serve(Connection* c) {
     if (!s.ok()) {
       if (s.code() == Status::Code::kProtocolError) {
         KVF_LOG_WARN("handshake server on port {}: {}; closing the connection", port_, s.message());
-        std::string text = std::to_string(static_cast<int>(s.code())) + ":" + s.message();
-        WriteFrame(c->fd, kError, text, DeadlineIn(options_.timeout_ms));
+        WriteFrame(c->fd, kError, ErrorPayload(s), DeadlineIn(options_.timeout_ms));
       }
       break;
     }
@@ -133,14 +133,13 @@ void HandshakeServer::Serve(Connection* c) {
     } else if (req.type == kGetSegment || req.type == kNotify || req.type == kProbe) {
       hs = handler_(req.type, req.payload, &reply);
     } else {
-      hs = Status::ProtocolError("unknown handshake request type " + std::to_string(req.type));
+      hs = Status::ProtocolError(text::Format("unknown handshake request type {}", req.type));
     }
     Status ws;
     if (hs.ok()) {
       ws = WriteFrame(c->fd, kReply, reply, DeadlineIn(options_.timeout_ms));
     } else {
-      std::string text = std::to_string(static_cast<int>(hs.code())) + ":" + hs.message();
-      ws = WriteFrame(c->fd, kError, text, DeadlineIn(options_.timeout_ms));
+      ws = WriteFrame(c->fd, kError, ErrorPayload(hs), DeadlineIn(options_.timeout_ms));
       if (hs.code() == Status::Code::kProtocolError || hs.code() == Status::Code::kPermissionDenied) {
         if (hs.code() == Status::Code::kPermissionDenied)
           KVF_LOG_WARN("handshake server on port {}: refused a client: {}", port_, hs.message());

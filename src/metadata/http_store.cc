@@ -2,6 +2,7 @@
 #include <httplib.h>
 
 #include "common/log.h"
+#include "common/text.h"
 #include "metadata/frame.h"
 #include "metadata/store_impl.h"
 #include "net/address.h"
@@ -55,8 +56,8 @@ class HttpStore final : public MetadataStore {
                                   httplib::to_string(res.error()) + "; is the metadata server running?");
     if (res->status == 404) return Status::NotFound("segment " + name + " is not published at " + uri_);
     if (res->status < 200 || res->status >= 300)
-      return Status::ProtocolError(std::string(method) + " " + uri_ + " for " + name + ": HTTP " +
-                                   std::to_string(res->status) + " " + res->body.substr(0, 200));
+      return Status::ProtocolError(
+          text::Format("{} {} for {}: HTTP {} {}", method, uri_, name, res->status, res->body.substr(0, 200)));
     return Status::OK();
   }
 

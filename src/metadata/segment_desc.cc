@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/hex.h"
+#include "common/text.h"
 
 namespace kvfabric::metadata {
 
@@ -105,8 +106,8 @@ Status FromJson(std::string_view text, SegmentDesc* out) {
   SegmentDesc d;
   if (!rd.I64(j, "version", &version)) return bad(rd.error);
   if (version != SegmentDesc::kVersion)
-    return bad("version " + std::to_string(version) + " is not supported (this engine speaks " +
-               std::to_string(SegmentDesc::kVersion) + "); upgrade the older side");
+    return bad(text::Format("version {} is not supported (this engine speaks {}); upgrade the older side", version,
+                            SegmentDesc::kVersion));
   if (!rd.Str(j, "name", &d.name) || !rd.U64(j, "epoch", &d.epoch) ||
       !rd.Str(j, "host_id", &d.host_id) || !rd.I64(j, "pid", &d.pid))
     return bad(rd.error);

@@ -7,6 +7,8 @@
 
 #include <cstring>
 
+#include "common/text.h"
+
 namespace kvfabric::net {
 
 namespace {
@@ -67,7 +69,7 @@ Status ParseHostPort(const std::string& s, std::string* host, uint16_t* port) {
 
 std::string FormatHostPort(const std::string& host, uint16_t port) {
   const bool bracket = host.find(':') != std::string::npos && host.front() != '[';
-  return (bracket ? "[" + host + "]" : host) + ":" + std::to_string(port);
+  return bracket ? text::Format("[{}]:{}", host, port) : text::Format("{}:{}", host, port);
 }
 
 std::string SocketAddress::ip() const {

@@ -8,6 +8,8 @@
 #include <regex>
 #include <sstream>
 
+#include "common/text.h"
+
 namespace kvfabric::topology {
 namespace fs = std::filesystem;
 
@@ -187,8 +189,8 @@ Status Topology::ApplyJson(const std::string& text, const std::string& where) {
           for (const auto& d : v.at("rails")) {
             const int i = index_of(d.get<std::string>());
             if (i < 0)
-              return Status::InvalidArgument(where + ": gpu " + std::to_string(g.index) + " names rail '" +
-                                             d.get<std::string>() + "' (rails: " + known() + ")");
+              return Status::InvalidArgument(text::Format("{}: gpu {} names rail '{}' (rails: {})", where, g.index,
+                                                          d.get<std::string>(), known()));
             g.nearest_rails.push_back(static_cast<size_t>(i));
           }
         }
@@ -258,13 +260,13 @@ std::string Topology::ToJson() const {
 std::string Topology::ToLocationMatrixJson() const {
   std::vector<std::string> locations;
   for (const Nic& n : nics_) {
-    const std::string loc = "cpu:" + std::to_string(n.numa);
+    const std::string loc = text::Format("cpu:{}", n.numa);
     if (n.numa >= 0 && std::find(locations.begin(), locations.end(), loc) == locations.end())
       locations.push_back(loc);
   }
   if (locations.empty()) locations.push_back("cpu:0");
   std::sort(locations.begin(), locations.end());
-  for (const Gpu& g : gpus_) locations.push_back("cuda:" + std::to_string(g.index));
+  for (const Gpu& g : gpus_) locations.push_back(text::Format("cuda:{}", g.index));
   auto names = [&](const std::vector<size_t>& rails) {
     nlohmann::json out = nlohmann::json::array();
     for (size_t r : rails) out.push_back(nics_[r].device.empty() ? nics_[r].domain : nics_[r].device);
