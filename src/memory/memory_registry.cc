@@ -57,6 +57,41 @@ std::string DetectLocation(const void* addr, bool cuda) {
   return text::Format("cpu:{}", node);
 }
 
+Status MemoryRegistry::CheckLocation(void* addr, size_t length, const std::string& location, const std::string& kind,
+                                     int index) const {
+  const std::string what = text::Format("register {} as {}", text::Range(reinterpret_cast<uintptr_t>(addr), length),
+                                        location);
+  int device = -1;
+  if (kind != "cuda") {
+    if (cuda_ && cuda::Load().ok() && cuda::IsDevicePointer(addr, &device))
+      return Status::InvalidArgument(
+          text::Format("{}: this is device memory of cuda:{}; register it as cuda:{}", what, device, device));
+    return Status::OK();
+  }
+  if (!cuda_) return Status::Unavailable(what + ": GPU memory is off in this engine (KVF_CUDA=0)");
+  Status s = cuda::Load();
+  if (!s.ok())
+    return Status::Unavailable(what + ": " + s.message() +
+                               "; GPU memory needs the NVIDIA driver (or register host memory as cpu:N)");
+  int last = -1;
+  if (!cuda::IsDevicePointer(addr, &device) ||
+      !cuda::IsDevicePointer(reinterpret_cast<const char*>(addr) + length - 1, &last) || last != device)
+    return Status::InvalidArgument(what +
+                                   ": not device memory the CUDA driver knows, in one allocation (host memory is cpu:N)");
+  if (device != index) return Status::InvalidArgument(text::Format("{}: the memory is on cuda:{}", what, device));
+  return Status::OK();
+}
+
+std::shared_ptr<const Buffer> MemoryRegistry::OverlapLocked(uintptr_t a, size_t length) const {
+  auto it = buffers_.upper_bound(a);
+  if (it != buffers_.end() && it->first < a + length) return it->second;
+  if (it != buffers_.begin()) {
+    --it;
+    if (it->first + it->second->length > a) return it->second;
+  }
+  return nullptr;
+}
+
 Status MemoryRegistry::Register(void* addr, size_t length, const std::string& requested) {
   const std::string location = requested == kAnyLocation && addr != nullptr ? DetectLocation(addr, cuda_) : requested;
   const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
@@ -66,38 +101,11 @@ Status MemoryRegistry::Register(void* addr, size_t length, const std::string& re
   std::string kind;
   int index = 0;
   KVF_RETURN_IF_ERROR(ParseLocation(location, &kind, &index));
+  KVF_RETURN_IF_ERROR(CheckLocation(addr, length, location, kind, index));
   const std::string range = "register " + text::Range(a, length);
-  int device = -1;
-  if (kind == "cuda") {
-    if (!cuda_) return Status::Unavailable(range + " as " + location + ": GPU memory is off in this engine (KVF_CUDA=0)");
-    Status s = cuda::Load();
-    if (!s.ok())
-      return Status::Unavailable(range + " as " + location + ": " + s.message() +
-                                 "; GPU memory needs the NVIDIA driver (or register host memory as cpu:N)");
-    int last = -1;
-    if (!cuda::IsDevicePointer(addr, &device) ||
-        !cuda::IsDevicePointer(reinterpret_cast<const char*>(addr) + length - 1, &last) || last != device)
-      return Status::InvalidArgument(range + " as " + location +
-                                     ": not device memory the CUDA driver knows, in one allocation (host memory is cpu:N)");
-    if (device != index)
-      return Status::InvalidArgument(text::Format("{} as {}: the memory is on cuda:{}", range, location, device));
-  } else if (cuda_ && cuda::Load().ok() && cuda::IsDevicePointer(addr, &device)) {
-    return Status::InvalidArgument(
-        text::Format("{} as {}: this is device memory of cuda:{}; register it as cuda:{}", range, location, device, device));
-  }
-
-  auto overlap = [&]() -> std::shared_ptr<const Buffer> {
-    auto it = buffers_.upper_bound(a);
-    if (it != buffers_.end() && it->first < a + length) return it->second;
-    if (it != buffers_.begin()) {
-      --it;
-      if (it->first + it->second->length > a) return it->second;
-    }
-    return nullptr;
-  };
   {
     std::shared_lock<std::shared_mutex> g(mu_);
-    if (auto o = overlap())
+    if (auto o = OverlapLocked(a, length))
       return Status::InvalidArgument(
           text::Format("{} overlaps registered buffer {}", range, text::Range(o->addr, o->length)));
   }
@@ -115,18 +123,14 @@ Status MemoryRegistry::Register(void* addr, size_t length, const std::string& re
     c.addr = a + off;
     c.length = std::min(step, length - off);
     c.regions.resize(rails_.size());
-    if (buf->device >= 0) {  // no rail here registers GPU memory (FI_HMEM)
-      buf->chunks.push_back(std::move(c));
-      continue;
-    }
-    for (fabric::Rail* r : rails_)
-      KVF_RETURN_IF_ERROR(r->RegisterMemory(reinterpret_cast<void*>(c.addr), c.length,
-                                            &c.regions[r->index()]));
+    if (buf->device < 0)  // no rail here registers GPU memory (FI_HMEM)
+      for (fabric::Rail* r : rails_)
+        KVF_RETURN_IF_ERROR(r->RegisterMemory(reinterpret_cast<void*>(c.addr), c.length, &c.regions[r->index()]));
     buf->chunks.push_back(std::move(c));
   }
 
   std::unique_lock<std::shared_mutex> g(mu_);
-  if (auto o = overlap())  // registered concurrently by another thread
+  if (auto o = OverlapLocked(a, length))  // registered concurrently by another thread
     return Status::InvalidArgument(
         text::Format("{} overlaps registered buffer {}", range, text::Range(o->addr, o->length)));
   buffers_[a] = std::move(buf);

@@ -78,6 +78,14 @@ class MemoryRegistry {
   uint64_t version() const;
 
  private:
+  // Whether `location` (parsed into `kind` and `index`) is what the memory
+  // at [addr, +length) is: device memory of that GPU for cuda:N, never
+  // device memory for cpu:N.
+  Status CheckLocation(void* addr, size_t length, const std::string& location, const std::string& kind,
+                       int index) const;
+  // A registered buffer sharing a byte with [a, +length), or null; mu_ held.
+  std::shared_ptr<const Buffer> OverlapLocked(uintptr_t a, size_t length) const;
+
   std::vector<fabric::Rail*> rails_;
   size_t chunk_bytes_;
   NearRails near_rails_;
