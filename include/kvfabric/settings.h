@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -9,31 +11,69 @@
 
 namespace kvfabric {
 
+// The values a numeric setting accepts, in its unit: minimum..maximum, and 0
+// as well when zero_allowed (a special value such as "off" or "provider's").
+struct SettingRange {
+  int64_t minimum = std::numeric_limits<int64_t>::min();
+  int64_t maximum = std::numeric_limits<int64_t>::max();
+  bool zero_allowed = false;
+
+  constexpr bool Contains(int64_t v) const { return (zero_allowed && v == 0) || (v >= minimum && v <= maximum); }
+  constexpr bool has_maximum() const { return maximum != std::numeric_limits<int64_t>::max(); }
+};
+
 struct SettingInfo {
   std::string field;    // e.g. "tx_depth"
   std::string env;      // e.g. "KVF_TX_DEPTH"
-  std::string type;     // "Int", "Bool" or "String"
-  std::string default_value;
+  std::string type;     // "Int", "Bool", "String", "Choice", "Bytes" or "Duration"
+  std::string default_value;  // as Get() shows it
   std::string meaning;
+  std::vector<std::string> choices;  // Choice: the allowed values, lower case
+  std::string unit;     // Bytes: "bytes"; Duration: "microseconds", "milliseconds" or "seconds"
+  std::optional<SettingRange> range;  // Int, Bytes and Duration
+  std::string values;   // what is accepted, in words (the Values column of docs/settings.md)
 };
 
 struct Settings {
-#define KVF_TYPE_Int int64_t
-#define KVF_TYPE_Bool bool
-#define KVF_TYPE_String std::string
-#define KVF_SETTING(type, field, env, def, doc) KVF_TYPE_##type field = def;
-#include "kvfabric/settings.def"
-#undef KVF_SETTING
+  // For byte sizes in settings.def and in code.
+  static constexpr int64_t KiB = int64_t{1} << 10;
+  static constexpr int64_t MiB = int64_t{1} << 20;
+  static constexpr int64_t GiB = int64_t{1} << 30;
 
-  // Overlays every KVF_* variable present in the environment. An unparsable
-  // value is an InvalidArgument naming the variable; nothing is changed then.
+  // A choice is a std::string holding one of its lower-case words; byte sizes
+  // and durations are int64_t in the unit their name says (bytes, _us, _ms, _s).
+#define KVF_SETTING_BOOL(field, env, def, doc) bool field = def;
+#define KVF_SETTING_STRING(field, env, def, doc) std::string field = def;
+#define KVF_SETTING_CHOICE(field, env, def, choices, doc) std::string field = def;
+#define KVF_SETTING_INT(field, env, def, range, doc) int64_t field = def;
+#define KVF_SETTING_BYTES(field, env, def, range, doc) int64_t field = def;
+#define KVF_SETTING_DURATION(field, env, def, unit, range, doc) int64_t field = def;
+#include "kvfabric/settings.def"
+#undef KVF_SETTING_BOOL
+#undef KVF_SETTING_STRING
+#undef KVF_SETTING_CHOICE
+#undef KVF_SETTING_INT
+#undef KVF_SETTING_BYTES
+#undef KVF_SETTING_DURATION
+
+  // Overlays every KVF_* variable present in the environment. A value that
+  // does not parse or is not allowed (a choice not listed, a number out of
+  // range) is an InvalidArgument naming the variable, the value and what is
+  // allowed; nothing is changed then.
   Status ApplyEnvironment();
-  // Sets one setting by field name or variable name ("tx_depth" or "KVF_TX_DEPTH").
+  // Sets one setting by field name or variable name ("tx_depth" or
+  // "KVF_TX_DEPTH"), checked as ApplyEnvironment checks it; unchanged on error.
   Status Set(const std::string& name, const std::string& value);
   // The same from one "NAME=value" word (--set flags, the C API's list);
   // InvalidArgument without a '='.
   Status Assign(const std::string& name_value);
+  // The value as Set reads it back: byte sizes with a binary suffix where
+  // exact ("64MiB"), durations with their unit ("30000ms"); "" for an unknown
+  // name. A set auth_token shows as "(set)".
   std::string Get(const std::string& name) const;
+  // Whether every field holds a value its declaration allows (fields assigned
+  // in code skip Set's checks); the first offender as Set would name it.
+  Status Validate() const;
 
   static const std::vector<SettingInfo>& Table();
   // The documentation table (Markdown), as written to docs/settings.md.

@@ -364,8 +364,12 @@ NB_MODULE(_core, m) {
   }, nb::arg("protocol"), nb::arg("devices"), Release(),
         "The rails near each location (cpu:N, cuda:N) as JSON: {location: [[near], [other]]}.");
   m.def("setting_table", [] {
-    std::vector<std::tuple<std::string, std::string, std::string, std::string>> out;
-    for (const auto& s : kvfabric::Settings::Table()) out.emplace_back(s.env, s.type, s.default_value, s.meaning);
+    // (variable, type, default, meaning, values in words, choices, unit)
+    std::vector<std::tuple<std::string, std::string, std::string, std::string, std::string, std::vector<std::string>,
+                           std::string>>
+        out;
+    for (const auto& s : kvfabric::Settings::Table())
+      out.emplace_back(s.env, s.type, s.default_value, s.meaning, s.values, s.choices, s.unit);
     return out;
   });
 

@@ -203,3 +203,20 @@ def test_same_process_segment_is_a_copy():
         a.read(own, back, src.ctypes.data)
         assert np.array_equal(back, src)
         assert [x.addr for x in a.buffers(b.name)] == [dst.ctypes.data]
+
+
+def test_settings_are_checked_when_read():
+    from kvfabric import _core
+    rows = {r[0]: r for r in _core.setting_table()}
+    env, kind, default, meaning, values, choices, unit = rows["KVF_POST_MODE"]
+    assert (kind, default, choices, values) == ("Choice", "auto", ["auto", "direct", "progress"],
+                                                "`auto`, `direct`, `progress`")
+    assert rows["KVF_STAGING_BYTES"][1:3] == ("Bytes", "64MiB") and rows["KVF_STAGING_BYTES"][6] == "bytes"
+    assert rows["KVF_TRANSFER_TIMEOUT_MS"][6] == "milliseconds"
+    with pytest.raises(kvfabric.InvalidArgumentError, match="allowed values are auto, direct, progress"):
+        kvfabric.Engine(protocol="tcp", settings={"KVF_POST_MODE": "sideways"})
+    with pytest.raises(kvfabric.InvalidArgumentError, match="KVF_STAGING_BYTES='-1': must be at least 1 MiB"):
+        kvfabric.Engine(protocol="tcp", settings={"KVF_STAGING_BYTES": -1})
+    with kvfabric.Engine(protocol="tcp", settings={"KVF_POST_MODE": "Direct", "KVF_TRANSFER_TIMEOUT_MS": "3s"}) as e:
+        assert e.settings()["KVF_POST_MODE"] == "direct"
+        assert e.settings()["KVF_TRANSFER_TIMEOUT_MS"] == "3000ms"

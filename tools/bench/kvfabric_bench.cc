@@ -489,7 +489,7 @@ int main(int argc, char** argv) {
   app.add_option("--set", o.set, "a setting, KVF_NAME=value (repeatable); see the list below");
   std::string footer = "\nSettings (environment variables, or --set NAME=value):\n";
   for (const auto& s : Settings::Table())
-    footer += "  " + s.env + " (default " + s.default_value + "): " + s.meaning + "\n";
+    footer += "  " + s.env + " (default " + s.default_value + "; " + s.values + "): " + s.meaning + "\n";
   app.footer(footer);
   CLI11_PARSE(app, argc, argv);
 
