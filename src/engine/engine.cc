@@ -108,9 +108,9 @@ Status Engine::Create(const EngineConfig& config, std::unique_ptr<Engine>* out) 
                                                           engine::HandshakeCallOptions(e.settings));
   engine::Poster::Options po;
   po.transfer_timeout_ms = e.settings.transfer_timeout_ms;
-  po.stripe_threshold = static_cast<size_t>(std::max<int64_t>(e.settings.stripe_threshold, 0));
+  po.stripe_threshold = static_cast<size_t>(e.settings.stripe_threshold);
   po.rail_retry_ms = e.settings.rail_retry_ms;
-  po.staging_bytes = static_cast<size_t>(std::max<int64_t>(e.settings.staging_bytes, 0));
+  po.staging_bytes = static_cast<size_t>(e.settings.staging_bytes);
   e.poster = std::make_unique<engine::Poster>(&e.rails, po);
   e.progress = std::make_unique<fabric::Progress>(e.rails.raw(), static_cast<int>(e.settings.progress_threads),
                                                   e.settings.progress_spin_us, e.settings.progress_idle_us);

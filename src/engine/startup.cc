@@ -12,8 +12,9 @@ namespace kvfabric::engine {
 Status ResolveSettings(const EngineConfig& config, Settings* out) {
   Settings s = config.settings;
   if (config.apply_environment) KVF_RETURN_IF_ERROR(s.ApplyEnvironment());
-  if (!log::SetLevel(s.log_level))
-    return Status::InvalidArgument("KVF_LOG_LEVEL='" + s.log_level + "': use trace, debug, info, warn, error or off");
+  // Fields the application assigned skipped Set's checks.
+  KVF_RETURN_IF_ERROR(s.Validate());
+  if (!log::SetLevel(s.log_level)) return Status::Internal("KVF_LOG_LEVEL='" + s.log_level + "' passed its check");
   *out = std::move(s);
   return Status::OK();
 }

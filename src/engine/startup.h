@@ -14,7 +14,8 @@
 namespace kvfabric::engine {
 
 // 1. The settings in force: the configuration's, overlaid with KVF_*
-// variables when it asks for that; the log level takes effect.
+// variables when it asks for that, each within its declared range (fields
+// set in code are checked too); the log level takes effect.
 Status ResolveSettings(const EngineConfig& config, Settings* out);
 
 // 2. Where descriptors live: null for p2p ("p2p", "P2PHANDSHAKE", any

@@ -193,7 +193,8 @@ def _environment_settings(protocol: str) -> tuple[str, dict]:
             used.append("MC_TRANSFER_TIMEOUT: KVF_TRANSFER_TIMEOUT_MS is set and wins")
         else:
             try:
-                seconds = max(5, int(os.environ["MC_TRANSFER_TIMEOUT"]))  # Mooncake's floor
+                # Mooncake's floor, and KVF_TRANSFER_TIMEOUT_MS's ceiling (a day)
+                seconds = min(86400, max(5, int(os.environ["MC_TRANSFER_TIMEOUT"])))
                 settings["KVF_TRANSFER_TIMEOUT_MS"] = seconds * 1000
                 used.append(f"MC_TRANSFER_TIMEOUT={os.environ['MC_TRANSFER_TIMEOUT']} -> "
                             f"KVF_TRANSFER_TIMEOUT_MS={seconds * 1000}")
