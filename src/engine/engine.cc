@@ -31,16 +31,6 @@ using engine::Batch;
 using engine::Clock;
 using engine::Peer;
 
-const char* TaskStateName(TaskState s) {
-  switch (s) {
-    case TaskState::kPending: return "PENDING";
-    case TaskState::kCompleted: return "COMPLETED";
-    case TaskState::kFailed: return "FAILED";
-    case TaskState::kTimeout: return "TIMEOUT";
-  }
-  return "UNKNOWN";
-}
-
 namespace {
 
 constexpr SegmentHandle kSelfHandle = 0;
