@@ -23,25 +23,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kvfabric/codes.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* Return codes: the negated codes of kvfabric::Status. */
-enum {
-  KVF_OK = 0,
-  KVF_EINVAL = -1,        /* bad argument; nothing was changed */
-  KVF_ENOTFOUND = -2,     /* unknown segment, buffer, batch or peer */
-  KVF_ERANGE = -3,        /* a range outside registered memory */
-  KVF_EBUSY = -4,         /* the object still has work in flight */
-  KVF_ETIMEOUT = -5,      /* a deadline passed */
-  KVF_EFABRIC = -6,       /* libfabric reported an error */
-  KVF_ENETWORK = -7,      /* the handshake connection failed */
-  KVF_EPROTOCOL = -8,     /* a peer sent a malformed message */
-  KVF_EUNAVAILABLE = -9,  /* provider or feature absent on this machine */
-  KVF_EINTERNAL = -10,    /* a bug in kvfabric: please report it */
-  KVF_EPERM = -11         /* the peer refused this engine */
-};
+/* Return codes: KVF_OK (0), or a kvfabric::Status code negated: one constant
+ * per row of KVF_STATUS_CODES in kvfabric/codes.h, which gives each its
+ * meaning. KVF_EINVAL = -1, KVF_ENOTFOUND, KVF_ERANGE, KVF_EBUSY, KVF_ETIMEOUT,
+ * KVF_EFABRIC, KVF_ENETWORK, KVF_EPROTOCOL, KVF_EUNAVAILABLE, KVF_EINTERNAL,
+ * KVF_EPERM = -11. */
+#define KVF_STATUS_CONSTANT_(number, Name, C_NAME, meaning) KVF_##C_NAME = -(number),
+enum { KVF_OK = 0, KVF_STATUS_CODES(KVF_STATUS_CONSTANT_) };
+#undef KVF_STATUS_CONSTANT_
 
 typedef struct kvf_engine kvf_engine;
 typedef int64_t kvf_segment; /* from kvf_open_segment */
@@ -57,7 +52,10 @@ typedef struct kvf_config {
   const char* const* settings;
 } kvf_config;
 
-enum { KVF_READ = 0, KVF_WRITE = 1 };
+/* Op codes, the rows of KVF_OP_CODES: KVF_READ = 0, KVF_WRITE = 1. */
+#define KVF_OP_CODE_CONSTANT_(number, Name, C_NAME, meaning) KVF_##C_NAME = (number),
+enum { KVF_OP_CODES(KVF_OP_CODE_CONSTANT_) };
+#undef KVF_OP_CODE_CONSTANT_
 
 typedef struct kvf_request {
   int opcode;           /* KVF_READ or KVF_WRITE */
@@ -67,7 +65,11 @@ typedef struct kvf_request {
   uint64_t length;
 } kvf_request;
 
-enum { KVF_PENDING = 0, KVF_COMPLETED = 1, KVF_FAILED = 2, KVF_TIMEOUT = 3 };
+/* Task states, the rows of KVF_TASK_STATES: KVF_PENDING = 0, KVF_COMPLETED,
+ * KVF_FAILED, KVF_TIMEOUT = 3. */
+#define KVF_TASK_STATE_CONSTANT_(number, Name, C_NAME, meaning) KVF_##C_NAME = (number),
+enum { KVF_TASK_STATES(KVF_TASK_STATE_CONSTANT_) };
+#undef KVF_TASK_STATE_CONSTANT_
 
 typedef struct kvf_transfer_status {
   int state;                  /* KVF_PENDING, KVF_COMPLETED, KVF_FAILED, KVF_TIMEOUT */

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "kvfabric/codes.h"
 #include "kvfabric/settings.h"
 #include "kvfabric/status.h"
 
@@ -23,7 +24,10 @@ namespace kvfabric {
 using SegmentHandle = int64_t;  // from OpenSegment; the engine's own segment too
 using BatchId = uint64_t;       // from AllocateBatch
 
-enum class OpCode { kRead, kWrite };
+// kRead, kWrite: one per row of KVF_OP_CODES (kvfabric/codes.h), numbered as in C and Python.
+#define KVF_OP_CODE_ENUMERATOR_(number, Name, C_NAME, meaning) k##Name = number,
+enum class OpCode : int { KVF_OP_CODES(KVF_OP_CODE_ENUMERATOR_) };
+#undef KVF_OP_CODE_ENUMERATOR_
 
 // One request: READ copies [remote_addr, +length) of the target segment into
 // local memory at `local`; WRITE copies local memory there. `remote_addr` is
@@ -36,8 +40,22 @@ struct TransferRequest {
   size_t length = 0;
 };
 
-enum class TaskState { kPending, kCompleted, kFailed, kTimeout };
-const char* TaskStateName(TaskState s);
+// kPending, kCompleted, kFailed, kTimeout: one per row of KVF_TASK_STATES
+// (kvfabric/codes.h), numbered as in C and Python.
+#define KVF_TASK_STATE_ENUMERATOR_(number, Name, C_NAME, meaning) k##Name = number,
+enum class TaskState : int { KVF_TASK_STATES(KVF_TASK_STATE_ENUMERATOR_) };
+#undef KVF_TASK_STATE_ENUMERATOR_
+
+// The state's C name without KVF_: "PENDING", "COMPLETED", ... ("UNKNOWN" for no state).
+inline const char* TaskStateName(TaskState s) {
+  switch (s) {
+#define KVF_TASK_STATE_NAME_(number, Name, C_NAME, meaning) \
+  case TaskState::k##Name: return #C_NAME;
+    KVF_TASK_STATES(KVF_TASK_STATE_NAME_)
+#undef KVF_TASK_STATE_NAME_
+  }
+  return "UNKNOWN";
+}
 
 struct TransferStatus {
   TaskState state = TaskState::kPending;

@@ -7,45 +7,36 @@
 #include <string_view>
 #include <utility>
 
+#include "kvfabric/codes.h"
+
 namespace kvfabric {
 
 class Status {
  public:
-  // Stable numbering: the C API returns the negated code.
+  // The numbers and names come from KVF_STATUS_CODES (kvfabric/codes.h);
+  // they are stable: the C API returns the negated code.
   enum class Code : int {
     kOk = 0,
-    kInvalidArgument = 1,   // bad input from the caller; nothing was changed
-    kNotFound = 2,          // unknown segment, buffer, batch or peer
-    kOutOfRange = 3,        // remote or local range outside registered memory
-    kBusy = 4,              // the object still has work in flight
-    kTimeout = 5,           // a deadline passed
-    kFabricError = 6,       // libfabric returned an error
-    kNetworkError = 7,      // handshake connection failed or broke
-    kProtocolError = 8,     // a peer sent a malformed message
-    kUnavailable = 9,       // the requested provider/feature is absent here
-    kInternal = 10,         // a bug: please report it
-    kPermissionDenied = 11, // the peer refused us (auth)
+#define KVF_STATUS_ENUMERATOR_(number, Name, C_NAME, meaning) k##Name = number,
+    KVF_STATUS_CODES(KVF_STATUS_ENUMERATOR_)
+#undef KVF_STATUS_ENUMERATOR_
   };
 
   Status() = default;
   static Status OK() { return Status(); }
-  static Status InvalidArgument(std::string m) { return {Code::kInvalidArgument, std::move(m)}; }
-  static Status NotFound(std::string m) { return {Code::kNotFound, std::move(m)}; }
-  static Status OutOfRange(std::string m) { return {Code::kOutOfRange, std::move(m)}; }
-  static Status Busy(std::string m) { return {Code::kBusy, std::move(m)}; }
-  static Status Timeout(std::string m) { return {Code::kTimeout, std::move(m)}; }
-  static Status FabricError(std::string m) { return {Code::kFabricError, std::move(m)}; }
-  static Status NetworkError(std::string m) { return {Code::kNetworkError, std::move(m)}; }
-  static Status ProtocolError(std::string m) { return {Code::kProtocolError, std::move(m)}; }
-  static Status Unavailable(std::string m) { return {Code::kUnavailable, std::move(m)}; }
-  static Status Internal(std::string m) { return {Code::kInternal, std::move(m)}; }
-  static Status PermissionDenied(std::string m) { return {Code::kPermissionDenied, std::move(m)}; }
+  // Status::InvalidArgument("..."), Status::NotFound("..."), ...: one per code.
+#define KVF_STATUS_FACTORY_(number, Name, C_NAME, meaning) \
+  static Status Name(std::string m) { return {Code::k##Name, std::move(m)}; }
+  KVF_STATUS_CODES(KVF_STATUS_FACTORY_)
+#undef KVF_STATUS_FACTORY_
 
   bool ok() const { return code_ == Code::kOk; }
   Code code() const { return code_; }
   const std::string& message() const { return message_; }
   // "InvalidArgument: <message>", or "OK".
   std::string ToString() const;
+  // "OK", "InvalidArgument", ... ("Unknown" for a number that is no code).
+  // The view is of a NUL-terminated string literal.
   static std::string_view CodeName(Code c);
 
   // Prefixes context: Status::NotFound("x").Annotate("open segment a:1")

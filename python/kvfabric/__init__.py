@@ -32,11 +32,12 @@ __version__ = "0.1.0"
 
 # The engine (and with it libfabric) loads on first use, so importing the
 # package, or its Mooncake shim at interpreter start, costs nothing.
-_ENGINE_NAMES = ("Engine", "Op", "RemoteBuffer", "Request", "Segment", "State", "Status", "Transfer",
-                 "buffer_address")
+_ENGINE_NAMES = ("Engine", "Op", "OpCode", "RemoteBuffer", "Request", "Segment", "State", "Status", "TaskState",
+                 "Transfer", "buffer_address")
 
 if TYPE_CHECKING:
-    from .engine import Engine, Op, RemoteBuffer, Request, Segment, State, Status, Transfer, buffer_address
+    from .engine import (Engine, Op, OpCode, RemoteBuffer, Request, Segment, State, Status, TaskState, Transfer,
+                         buffer_address)
 
 
 def __getattr__(name: str):
@@ -50,11 +51,13 @@ def __getattr__(name: str):
 __all__ = [
     "Engine",
     "Op",
+    "OpCode",
     "RemoteBuffer",
     "Request",
     "Segment",
     "State",
     "Status",
+    "TaskState",
     "Transfer",
     "buffer_address",
     "KvfabricError",

@@ -3,30 +3,27 @@
 from __future__ import annotations
 
 import asyncio
-import enum
 import threading
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence, Union
 
 from . import _core
-from .errors import ERROR_CLASSES, InvalidArgumentError, TransferTimeoutError, error_for
+from . import errors
+from .errors import InvalidArgumentError, TransferTimeoutError, error_for
 
-_core._set_error_classes(dict(ERROR_CLASSES))
+errors.register(_core)  # ImportError when the classes differ from the engine's codes
 
 # DLPack device types (dlpack.h): the ones the engine knows.
 _DL_CPU, _DL_CUDA, _DL_CUDA_HOST = 1, 2, 3
 
 
-class Op(enum.IntEnum):
-    READ = 0
-    WRITE = 1
-
-
-class State(enum.IntEnum):
-    PENDING = 0
-    COMPLETED = 1
-    FAILED = 2
-    TIMEOUT = 3
+# The engine's enums, generated from include/kvfabric/codes.h: IntEnums, so a
+# member equals the number the C API and the C++ engine use (TaskState.FAILED == 2).
+TaskState = _core.TaskState  # PENDING, COMPLETED, FAILED, TIMEOUT
+OpCode = _core.OpCode  # READ, WRITE
+# Their earlier names: the same classes.
+State = TaskState
+Op = OpCode
 
 
 @dataclass(frozen=True)
@@ -150,7 +147,7 @@ class Transfer:
             ms = -1 if timeout is None else max(0, int(timeout * 1000))
             st = self._finish(self._engine._core.wait_batch(self._batch, ms))
             if st.state == State.PENDING:
-                raise TransferTimeoutError(f"transfer still running after {timeout} s", 5)
+                raise TransferTimeoutError(f"transfer still running after {timeout} s")
         final = self._final
         if final.state != State.COMPLETED:
             raise error_for(final.code, final.error)

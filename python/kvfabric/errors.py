@@ -2,7 +2,9 @@
 
 Every exception carries the engine's own message (what failed, where, what to
 do) and its numeric ``code`` (the C++ ``Status::Code``; the C API returns it
-negated).
+negated). The codes are declared once, in ``include/kvfabric/codes.h``; when
+the engine loads, ``register`` checks these classes against that declaration
+(``_core.status_codes()``) and refuses to import on any difference.
 """
 
 from __future__ import annotations
@@ -85,22 +87,64 @@ class PermissionDeniedError(KvfabricError, PermissionError):
     code = 11
 
 
-ERROR_CLASSES = {
-    cls.code: cls
-    for cls in (
-        InvalidArgumentError,
-        NotFoundError,
-        OutOfRangeError,
-        BusyError,
-        TransferTimeoutError,
-        FabricError,
-        NetworkError,
-        ProtocolError,
-        UnavailableError,
-        InternalError,
-        PermissionDeniedError,
-    )
-}
+_CLASSES = (
+    InvalidArgumentError,
+    NotFoundError,
+    OutOfRangeError,
+    BusyError,
+    TransferTimeoutError,
+    FabricError,
+    NetworkError,
+    ProtocolError,
+    UnavailableError,
+    InternalError,
+    PermissionDeniedError,
+)
+
+ERROR_CLASSES = {cls.code: cls for cls in _CLASSES}
+
+# The class of a declared code ``Name`` is ``NameError`` (``Name`` when it
+# already ends in Error), except:
+_CLASS_NAMES = {"Timeout": "TransferTimeoutError"}  # not the builtin TimeoutError
+
+
+def _class_name(name: str) -> str:
+    """The exception class name for a status code's declared name."""
+    return _CLASS_NAMES.get(name, name if name.endswith("Error") else name + "Error")
+
+
+def check_codes(rows) -> None:
+    """Raises ImportError unless the classes here are exactly the engine's codes.
+
+    ``rows``: ``(name, code, C constant, meaning)`` per failure code, as
+    ``_core.status_codes()`` returns them. Every code needs its class, named
+    for it, with that ``code``; every class needs a declared code."""
+    problems = []
+    if len(ERROR_CLASSES) != len(_CLASSES):
+        problems.append("two classes share a code: " + ", ".join(f"{c.__name__}={c.code}" for c in _CLASSES))
+    declared = set()
+    for name, code, c_name, _meaning in rows:
+        declared.add(code)
+        cls = ERROR_CLASSES.get(code)
+        if cls is None:
+            problems.append(f"code {code} ({name}, {c_name}) has no class: add {_class_name(name)} with code = {code}")
+        elif cls.__name__ != _class_name(name):
+            problems.append(f"code {code} is {name} ({c_name}) in the engine, but {cls.__name__} here")
+        if name == "Internal" and KvfabricError.code != code:
+            problems.append(f"KvfabricError.code is {KvfabricError.code}, not Internal's {code}")
+    for code, cls in sorted(ERROR_CLASSES.items()):
+        if code not in declared:
+            problems.append(f"{cls.__name__}.code = {code} is no code of the engine")
+    if problems:
+        raise ImportError("kvfabric.errors does not match the engine's status codes (include/kvfabric/codes.h):\n  "
+                          + "\n  ".join(problems))
+
+
+def register(core) -> None:
+    """Checks the classes against ``kvfabric._core`` and registers them there:
+    a failed engine call then raises its code's class."""
+    check_codes(core.status_codes())
+    core._set_error_classes(dict(ERROR_CLASSES))
 
 
 def error_for(code: int, message: str) -> KvfabricError:

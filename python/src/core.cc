@@ -327,6 +327,28 @@ NB_MODULE(_core, m) {
     Py_XDECREF(g_error_classes);
     g_error_classes = d.inc_ref().ptr();
   });
+  // The declarations of kvfabric/codes.h: kvfabric/errors.py checks its
+  // exception classes against status_codes(); TaskState and OpCode are the
+  // enums kvfabric exports (IntEnum: equal to the C API's numbers).
+  m.def("status_codes", [] {
+    std::vector<std::tuple<std::string, int, std::string, std::string>> rows;
+#define KVF_STATUS_ROW_(number, Name, C_NAME, meaning) rows.emplace_back(#Name, number, "KVF_" #C_NAME, meaning);
+    KVF_STATUS_CODES(KVF_STATUS_ROW_)
+#undef KVF_STATUS_ROW_
+    return rows;
+  }, "(name, code, C constant, meaning) of every failure code of the engine (0 is OK).");
+  nb::enum_<kvfabric::TaskState> task_state(m, "TaskState", nb::is_arithmetic(),
+                                            "The state of a request or a batch (kvfabric/codes.h).");
+#define KVF_TASK_STATE_VALUE_(number, Name, C_NAME, meaning) \
+  task_state.value(#C_NAME, kvfabric::TaskState::k##Name, meaning);
+  KVF_TASK_STATES(KVF_TASK_STATE_VALUE_)
+#undef KVF_TASK_STATE_VALUE_
+  nb::enum_<kvfabric::OpCode> op_code(m, "OpCode", nb::is_arithmetic(), "What a request does (kvfabric/codes.h).");
+#define KVF_OP_CODE_VALUE_(number, Name, C_NAME, meaning) op_code.value(#C_NAME, kvfabric::OpCode::k##Name, meaning);
+  KVF_OP_CODES(KVF_OP_CODE_VALUE_)
+#undef KVF_OP_CODE_VALUE_
+  // ToRequests and ListRequests above take these numbers as ints.
+  static_assert(static_cast<int>(kvfabric::OpCode::kRead) == 0 && static_cast<int>(kvfabric::OpCode::kWrite) == 1);
 
   m.def("buffer_info", &BufferInfo, nb::arg("buffer"),
         "(address, nbytes, dlpack device type, device id, read-only) of a buffer-protocol or DLPack object.");

@@ -2,6 +2,7 @@
 // into negative codes plus a per-thread message.
 #include "kvfabric.h"
 
+#include <climits>
 #include <exception>
 #include <memory>
 #include <string>
@@ -18,6 +19,42 @@ namespace {
 using kvfabric::Status;
 
 thread_local std::string g_last_error;
+
+// The C constants and the C++ enumerators are generated from the same rows of
+// kvfabric/codes.h; these keep them equal should either side be edited by hand.
+static_assert(KVF_OK == static_cast<int>(Status::Code::kOk));
+#define KVF_CHECK_STATUS_(number, Name, C_NAME, meaning) \
+  static_assert(KVF_##C_NAME == -static_cast<int>(Status::Code::k##Name), "KVF_" #C_NAME);
+KVF_STATUS_CODES(KVF_CHECK_STATUS_)
+#undef KVF_CHECK_STATUS_
+#define KVF_CHECK_STATE_(number, Name, C_NAME, meaning) \
+  static_assert(KVF_##C_NAME == static_cast<int>(kvfabric::TaskState::k##Name), "KVF_" #C_NAME);
+KVF_TASK_STATES(KVF_CHECK_STATE_)
+#undef KVF_CHECK_STATE_
+#define KVF_CHECK_OP_(number, Name, C_NAME, meaning) \
+  static_assert(KVF_##C_NAME == static_cast<int>(kvfabric::OpCode::k##Name), "KVF_" #C_NAME);
+KVF_OP_CODES(KVF_CHECK_OP_)
+#undef KVF_CHECK_OP_
+
+bool IsOpCode(int op) {
+  switch (op) {
+#define KVF_OP_CASE_(number, Name, C_NAME, meaning) case KVF_##C_NAME:
+    KVF_OP_CODES(KVF_OP_CASE_)
+#undef KVF_OP_CASE_
+    return true;
+  }
+  return false;
+}
+
+// "KVF_READ, KVF_WRITE"
+std::string OpCodeNames() {
+  std::string names;
+#define KVF_OP_NAME_(number, Name, C_NAME, meaning) \
+  names += std::string(names.empty() ? "" : ", ") + "KVF_" #C_NAME;
+  KVF_OP_CODES(KVF_OP_NAME_)
+#undef KVF_OP_NAME_
+  return names;
+}
 
 int Report(const Status& s) {
   if (s.ok()) return KVF_OK;
@@ -45,22 +82,17 @@ Status ToRequests(const kvf_request* in, size_t n, std::vector<kvfabric::Transfe
   if (in == nullptr && n > 0) return Status::InvalidArgument("requests is NULL");
   out->resize(n);
   for (size_t i = 0; i < n; ++i) {
-    if (in[i].opcode != KVF_READ && in[i].opcode != KVF_WRITE)
+    if (!IsOpCode(in[i].opcode))
       return Status::InvalidArgument("request " + std::to_string(i) + ": opcode " +
-                                     std::to_string(in[i].opcode) + " is neither KVF_READ nor KVF_WRITE");
-    (*out)[i] = {in[i].opcode == KVF_READ ? kvfabric::OpCode::kRead : kvfabric::OpCode::kWrite, in[i].local,
-                 in[i].target, in[i].remote_addr, static_cast<size_t>(in[i].length)};
+                                     std::to_string(in[i].opcode) + " is not one of " + OpCodeNames());
+    (*out)[i] = {static_cast<kvfabric::OpCode>(in[i].opcode), in[i].local, in[i].target, in[i].remote_addr,
+                 static_cast<size_t>(in[i].length)};
   }
   return Status::OK();
 }
 
 void FromStatus(const kvfabric::TransferStatus& s, kvf_transfer_status* out) {
-  switch (s.state) {
-    case kvfabric::TaskState::kPending: out->state = KVF_PENDING; break;
-    case kvfabric::TaskState::kCompleted: out->state = KVF_COMPLETED; break;
-    case kvfabric::TaskState::kFailed: out->state = KVF_FAILED; break;
-    case kvfabric::TaskState::kTimeout: out->state = KVF_TIMEOUT; break;
-  }
+  out->state = static_cast<int>(s.state);  // KVF_<state> == TaskState::k<State> (asserted above)
   out->transferred_bytes = s.transferred_bytes;
   out->error = -static_cast<int>(s.error.code());
   // A failed or timed-out request's message, for kvf_last_error().
@@ -74,12 +106,10 @@ extern "C" {
 const char* kvf_last_error(void) { return g_last_error.c_str(); }
 
 const char* kvf_code_name(int code) {
-  static const char* const kNames[] = {"OK",           "InvalidArgument", "NotFound",      "OutOfRange",
-                                       "Busy",         "Timeout",         "FabricError",   "NetworkError",
-                                       "ProtocolError", "Unavailable",    "Internal",      "PermissionDenied"};
-  const int i = -code;
-  if (i < 0 || i >= static_cast<int>(sizeof(kNames) / sizeof(kNames[0]))) return "Unknown";
-  return kNames[i];
+  // CodeName's views are of string literals: NUL-terminated. -INT_MIN does not
+  // exist; it is no code either.
+  if (code > 0 || code == INT_MIN) return "Unknown";
+  return Status::CodeName(static_cast<Status::Code>(-code)).data();
 }
 
 int kvf_engine_create(const kvf_config* config, kvf_engine** out) {

@@ -5,17 +5,10 @@ namespace kvfabric {
 std::string_view Status::CodeName(Code c) {
   switch (c) {
     case Code::kOk: return "OK";
-    case Code::kInvalidArgument: return "InvalidArgument";
-    case Code::kNotFound: return "NotFound";
-    case Code::kOutOfRange: return "OutOfRange";
-    case Code::kBusy: return "Busy";
-    case Code::kTimeout: return "Timeout";
-    case Code::kFabricError: return "FabricError";
-    case Code::kNetworkError: return "NetworkError";
-    case Code::kProtocolError: return "ProtocolError";
-    case Code::kUnavailable: return "Unavailable";
-    case Code::kInternal: return "Internal";
-    case Code::kPermissionDenied: return "PermissionDenied";
+#define KVF_STATUS_NAME_(number, Name, C_NAME, meaning) \
+  case Code::k##Name: return #Name;
+    KVF_STATUS_CODES(KVF_STATUS_NAME_)
+#undef KVF_STATUS_NAME_
   }
   return "Unknown";
 }

@@ -25,16 +25,6 @@ using engine::Batch;
 using engine::Clock;
 using engine::kSelfHandle;
 
-const char* TaskStateName(TaskState s) {
-  switch (s) {
-    case TaskState::kPending: return "PENDING";
-    case TaskState::kCompleted: return "COMPLETED";
-    case TaskState::kFailed: return "FAILED";
-    case TaskState::kTimeout: return "TIMEOUT";
-  }
-  return "UNKNOWN";
-}
-
 // The engine's parts, in the order they are built; destroyed in the order
 // that lets each finish with the ones below it still there.
 struct Engine::Impl {

@@ -202,6 +202,15 @@ static void run_initiator(const char* protocol, const char* peer, uint64_t raddr
   rc = kvf_register_memory(NULL, local, 16, NULL);
   CHECK(rc == KVF_EINVAL, "NULL engine: %d", rc);
   CHECK(strcmp(kvf_code_name(KVF_ERANGE), "OutOfRange") == 0, "code name %s", kvf_code_name(KVF_ERANGE));
+  /* Every code of kvfabric/codes.h: its C constant and kvf_code_name. */
+#define CHECK_CODE(number, Name, C_NAME, meaning)                                                \
+  CHECK(KVF_##C_NAME == -(number) && strcmp(kvf_code_name(KVF_##C_NAME), #Name) == 0, "KVF_%s: %d %s", \
+        #C_NAME, KVF_##C_NAME, kvf_code_name(KVF_##C_NAME));
+  KVF_STATUS_CODES(CHECK_CODE)
+#undef CHECK_CODE
+  CHECK(strcmp(kvf_code_name(KVF_OK), "OK") == 0 && strcmp(kvf_code_name(-1000), "Unknown") == 0 &&
+            strcmp(kvf_code_name(1), "Unknown") == 0,
+        "code names of OK, -1000, 1");
   ok = target_check(up, down, 16ull * BLOCK, BUF - 16ull * BLOCK, 1);
   CHECK(ok == BUF - 16ull * BLOCK, "the failed requests changed target memory");
 

@@ -34,7 +34,7 @@ import threading
 import time
 from typing import Callable, List, Optional, Sequence
 
-from ..engine import Engine
+from ..engine import Engine, OpCode, TaskState
 from ..errors import KvfabricError
 
 # Module attributes Mooncake's binding sets from its build flags. kvfabric
@@ -75,6 +75,15 @@ class TransferOpcode(enum.IntEnum):
 # pybind11's export_values(): the members are module attributes too.
 Read = TransferOpcode.Read
 Write = TransferOpcode.Write
+
+# Mooncake numbers its opcodes as kvfabric does, so a caller's TransferOpcode
+# (or int) goes to the engine as it is.
+if (int(TransferOpcode.Read), int(TransferOpcode.Write)) != (OpCode.READ, OpCode.WRITE):
+    raise ImportError("Mooncake's TransferOpcode and kvfabric.OpCode number READ and WRITE differently")
+# The engine's numbers, as plain ints for the batch paths; the results of
+# transfer_check_status and get_batch_transfer_status stay Mooncake's.
+_READ, _WRITE = int(OpCode.READ), int(OpCode.WRITE)
+_PENDING, _COMPLETED, _TIMEOUT = int(TaskState.PENDING), int(TaskState.COMPLETED), int(TaskState.TIMEOUT)
 
 
 class TransferNotify:
@@ -463,11 +472,11 @@ class TransferEngine:
 
     def transfer_sync_write(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int,
                             transport_hint: str = "") -> int:
-        return self._sync("transfer_sync_write", target_hostname, 1, [buffer], [peer_buffer_address], [length])
+        return self._sync("transfer_sync_write", target_hostname, _WRITE, [buffer], [peer_buffer_address], [length])
 
     def transfer_sync_read(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int,
                            transport_hint: str = "") -> int:
-        return self._sync("transfer_sync_read", target_hostname, 0, [buffer], [peer_buffer_address], [length])
+        return self._sync("transfer_sync_read", target_hostname, _READ, [buffer], [peer_buffer_address], [length])
 
     def transfer_sync(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int, opcode,
                       notify: Optional[TransferNotify] = None, transport_hint: str = "") -> int:
@@ -478,7 +487,7 @@ class TransferEngine:
                                   peer_buffer_addresses: Sequence[int], lengths: Sequence[int],
                                   transport_hint: str = "") -> int:
         try:  # inline, not _sync: the path every framework's batch takes (one frame less, from cold caches)
-            self._core.transfer_to(target_hostname, 1, buffers, peer_buffer_addresses, lengths)
+            self._core.transfer_to(target_hostname, _WRITE, buffers, peer_buffer_addresses, lengths)
             return 0
         except _FAILURES as e:
             return self._failed("batch_transfer_sync_write", target_hostname, e)
@@ -487,7 +496,7 @@ class TransferEngine:
                                  peer_buffer_addresses: Sequence[int], lengths: Sequence[int],
                                  transport_hint: str = "") -> int:
         try:  # inline, as batch_transfer_sync_write
-            self._core.transfer_to(target_hostname, 0, buffers, peer_buffer_addresses, lengths)
+            self._core.transfer_to(target_hostname, _READ, buffers, peer_buffer_addresses, lengths)
             return 0
         except _FAILURES as e:
             return self._failed("batch_transfer_sync_read", target_hostname, e)
@@ -501,12 +510,14 @@ class TransferEngine:
     def batch_transfer_async_write(self, target_hostname: str, buffers: Sequence[int],
                                    peer_buffer_addresses: Sequence[int], lengths: Sequence[int],
                                    transport_hint: str = "") -> int:
-        return self._submit("batch_transfer_async_write", target_hostname, 1, buffers, peer_buffer_addresses, lengths)
+        return self._submit("batch_transfer_async_write", target_hostname, _WRITE, buffers, peer_buffer_addresses,
+                            lengths)
 
     def batch_transfer_async_read(self, target_hostname: str, buffers: Sequence[int],
                                   peer_buffer_addresses: Sequence[int], lengths: Sequence[int],
                                   transport_hint: str = "") -> int:
-        return self._submit("batch_transfer_async_read", target_hostname, 0, buffers, peer_buffer_addresses, lengths)
+        return self._submit("batch_transfer_async_read", target_hostname, _READ, buffers, peer_buffer_addresses,
+                            lengths)
 
     def batch_transfer_async(self, target_hostname: str, buffers: Sequence[int], peer_buffer_addresses: Sequence[int],
                              lengths: Sequence[int], opcode, transport_hint: str = "") -> int:
@@ -516,7 +527,7 @@ class TransferEngine:
     def transfer_submit_write(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int,
                               transport_hint: str = "") -> int:
         """A batch id, or 0 on failure (as Mooncake)."""
-        return self._submit("transfer_submit_write", target_hostname, 1, [buffer], [peer_buffer_address], [length])
+        return self._submit("transfer_submit_write", target_hostname, _WRITE, [buffer], [peer_buffer_address], [length])
 
     def get_batch_transfer_status(self, batch_ids: List[int]) -> int:
         """Waits for every batch and frees it; 0 when all completed, -1 when any
@@ -532,7 +543,7 @@ class TransferEngine:
                 _log("error", f"get_batch_transfer_status: batch {bid}: {e}")
                 rc = -1
                 continue
-            if st[0] != 1:
+            if st[0] != _COMPLETED:
                 _log("error", f"get_batch_transfer_status: batch {bid}: {st[3]}")
                 rc = -1
         return rc
@@ -548,12 +559,12 @@ class TransferEngine:
         except (KvfabricError, ValueError, TypeError, OverflowError) as e:
             _log("error", f"transfer_check_status: batch {batch_id}: {e}")
             return -1
-        if state == 0:
+        if state == _PENDING:
             return 0
-        if state == 3:
+        if state == _TIMEOUT:
             return -2
         self._core.free_batch(int(batch_id))
-        if state == 1:
+        if state == _COMPLETED:
             return 1
         _log("error", f"transfer_check_status: batch {batch_id}: {error}")
         return -1
@@ -579,24 +590,24 @@ class TransferEngine:
 
     def transfer_write_on_cuda(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int,
                                stream_ptr: int = 0, transport_hint: str = "") -> None:
-        self._on_cuda("transfer_write_on_cuda", target_hostname, 1, [buffer], [peer_buffer_address], [length],
+        self._on_cuda("transfer_write_on_cuda", target_hostname, _WRITE, [buffer], [peer_buffer_address], [length],
                       stream_ptr)
 
     def transfer_read_on_cuda(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int,
                               stream_ptr: int = 0, transport_hint: str = "") -> None:
-        self._on_cuda("transfer_read_on_cuda", target_hostname, 0, [buffer], [peer_buffer_address], [length],
+        self._on_cuda("transfer_read_on_cuda", target_hostname, _READ, [buffer], [peer_buffer_address], [length],
                       stream_ptr)
 
     def batch_transfer_write_on_cuda(self, target_hostname: str, buffers: Sequence[int],
                                      peer_buffer_addresses: Sequence[int], lengths: Sequence[int],
                                      stream_ptr: int = 0, transport_hint: str = "") -> None:
-        self._on_cuda("batch_transfer_write_on_cuda", target_hostname, 1, buffers, peer_buffer_addresses, lengths,
+        self._on_cuda("batch_transfer_write_on_cuda", target_hostname, _WRITE, buffers, peer_buffer_addresses, lengths,
                       stream_ptr)
 
     def batch_transfer_read_on_cuda(self, target_hostname: str, buffers: Sequence[int],
                                     peer_buffer_addresses: Sequence[int], lengths: Sequence[int],
                                     stream_ptr: int = 0, transport_hint: str = "") -> None:
-        self._on_cuda("batch_transfer_read_on_cuda", target_hostname, 0, buffers, peer_buffer_addresses, lengths,
+        self._on_cuda("batch_transfer_read_on_cuda", target_hostname, _READ, buffers, peer_buffer_addresses, lengths,
                       stream_ptr)
 
     # -- segments, peers, notifications -----------------------------------
