@@ -1,6 +1,7 @@
 // Status: the error value of the kvfabric C++ API (LevelDB style).
 // Every fallible call returns one; the first function that decides a failure
-// builds it with a message saying what failed, where, and what to do.
+// builds it with a message saying what failed, where, and what to do. It is
+// [[nodiscard]]: a caller that means to ignore one says so with (void).
 #pragma once
 
 #include <string>
@@ -11,7 +12,7 @@
 
 namespace kvfabric {
 
-class Status {
+class [[nodiscard]] Status {
  public:
   // The numbers and names come from KVF_STATUS_CODES (kvfabric/codes.h);
   // they are stable: the C API returns the negated code.

@@ -142,7 +142,8 @@ Status Engine::UnregisterMemory(void* addr) { return UnregisterMemoryBatch({addr
 Status Engine::RegisterMemoryBatch(const std::vector<BufferEntry>& buffers) {
   // All or nothing: on a failure the buffers registered by this call are undone.
   auto undo = [&](size_t n) {
-    for (size_t j = 0; j < n; ++j) impl_->registry->Unregister(buffers[j].addr);
+    // Registered by this call a moment ago: unregistering them cannot fail.
+    for (size_t j = 0; j < n; ++j) (void)impl_->registry->Unregister(buffers[j].addr);
   };
   for (size_t i = 0; i < buffers.size(); ++i) {
     Status s = impl_->registry->Register(buffers[i].addr, buffers[i].length, buffers[i].location);

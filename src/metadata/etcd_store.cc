@@ -45,7 +45,9 @@ class EtcdStore final : public MetadataStore {
     if (keeper_.joinable()) keeper_.join();
     if (lease_ != 0) {
       json r;
-      Call("/v3/lease/revoke", {{"ID", std::to_string(lease_)}}, &r);  // best effort: keys go now
+      // Best effort: the keys go now, else when the lease expires.
+      Status s = Call("/v3/lease/revoke", {{"ID", std::to_string(lease_)}}, &r);
+      if (!s.ok()) KVF_LOG_DEBUG("etcd lease {} not revoked ({}); its keys expire with it", lease_, s.ToString());
     }
   }
 

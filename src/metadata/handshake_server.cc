@@ -119,7 +119,8 @@ void HandshakeServer::Serve(Connection* c) {
     if (!s.ok()) {
       if (s.code() == Status::Code::kProtocolError) {
         KVF_LOG_WARN("handshake server on port {}: {}; closing the connection", port_, s.message());
-        WriteFrame(c->fd, kError, ErrorPayload(s), DeadlineIn(options_.timeout_ms));
+        // Best effort: the connection closes either way.
+        (void)WriteFrame(c->fd, kError, ErrorPayload(s), DeadlineIn(options_.timeout_ms));
       }
       break;
     }

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <sstream>
@@ -110,7 +111,10 @@ class ProcessTarget : public Target {
 class LocalTarget : public Target {
  public:
   ~LocalTarget() override {
-    if (owner_ != nullptr) owner_->UnregisterMemory(buf_);
+    if (owner_ != nullptr) {
+      Status s = owner_->UnregisterMemory(buf_);
+      if (!s.ok()) std::fprintf(stderr, "LocalTarget: %s\n", s.ToString().c_str());
+    }
     own_engine_.reset();
     std::free(buf_);
   }

@@ -83,7 +83,7 @@ TEST_P(TransportBatchTest, ConcurrencyFarPastProviderDepth) {
       if (!engine_->Submit(b, reqs).ok() || !engine_->WaitBatch(b, 60000, &agg).ok() ||
           agg.state != TaskState::kCompleted)
         ++failures;
-      engine_->FreeBatch(b);
+      if (!engine_->FreeBatch(b).ok()) ++failures;
     });
   }
   for (auto& th : threads) th.join();

@@ -134,7 +134,7 @@ TEST_P(TransportDataTest, WriteThenReadVisibility) {
   ASSERT_TRUE(engine_->WaitBatch(b, 30000, &agg).ok());
   ASSERT_EQ(agg.state, TaskState::kCompleted);
   EXPECT_EQ(target_->Check(40 * MiB, 64 * 64 * KiB, 99), 64 * 64 * KiB);
-  engine_->FreeBatch(b);
+  EXPECT_TRUE(engine_->FreeBatch(b).ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, TransportDataTest, ::testing::ValuesIn(TransportCases()), CaseName);

@@ -157,7 +157,7 @@ TEST_P(PeerFailureTest, PeerRestartedUnderTheSameName) {
   ASSERT_TRUE(target_->Kill());
   target_ = StartProcessTarget(GetParam().protocol, 4 * MiB, fixed, &err);
   ASSERT_NE(target_, nullptr) << err;
-  WritePattern(0, 0, MiB, 124);  // may meet the restart
+  (void)WritePattern(0, 0, MiB, 124);  // may meet the restart
   Status third = WritePattern(MiB, MiB, MiB, 125);
   ASSERT_TRUE(third.ok()) << third.ToString();
   EXPECT_EQ(target_->Check(MiB, MiB, 125), MiB);

@@ -97,7 +97,7 @@ void TransportFixture::SetUp() {
 
 void TransportFixture::TearDown() {
   target_.reset();
-  if (engine_ && local_) engine_->UnregisterMemory(local_);
+  if (engine_ && local_) EXPECT_TRUE(engine_->UnregisterMemory(local_).ok());
   engine_.reset();
   std::free(local_);
 }
