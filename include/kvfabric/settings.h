@@ -49,12 +49,6 @@ struct Settings {
 #define KVF_SETTING_BYTES(field, env, def, range, doc) int64_t field = def;
 #define KVF_SETTING_DURATION(field, env, def, unit, range, doc) int64_t field = def;
 #include "kvfabric/settings.def"
-#undef KVF_SETTING_BOOL
-#undef KVF_SETTING_STRING
-#undef KVF_SETTING_CHOICE
-#undef KVF_SETTING_INT
-#undef KVF_SETTING_BYTES
-#undef KVF_SETTING_DURATION
 
   // Overlays every KVF_* variable present in the environment. A value that
   // does not parse or is not allowed (a choice not listed, a number out of

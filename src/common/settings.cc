@@ -72,12 +72,6 @@ constexpr bool RangeWellFormed(const SettingRange& r) {
   static_assert(range.Contains(def), #env ": the default is outside its range");               \
   static_assert(range.maximum <= kNoMaximum / kUnit_##unit, #env ": maximum too large to convert");
 #include "kvfabric/settings.def"
-#undef KVF_SETTING_BOOL
-#undef KVF_SETTING_STRING
-#undef KVF_SETTING_CHOICE
-#undef KVF_SETTING_INT
-#undef KVF_SETTING_BYTES
-#undef KVF_SETTING_DURATION
 
 std::vector<std::string> SplitChoices(std::string_view list) {
   std::vector<std::string> out;
@@ -300,12 +294,6 @@ const std::vector<SettingInfo>& Settings::Table() {
                std::string(UnitName(kUnit_##unit)) + ", " +                                      \
                    RangeWords(range, [](int64_t x) { return HumanDuration(x, kUnit_##unit); })});
 #include "kvfabric/settings.def"
-#undef KVF_SETTING_BOOL
-#undef KVF_SETTING_STRING
-#undef KVF_SETTING_CHOICE
-#undef KVF_SETTING_INT
-#undef KVF_SETTING_BYTES
-#undef KVF_SETTING_DURATION
     return t;
   }();
   return table;
@@ -324,12 +312,6 @@ Status Settings::Set(const std::string& name, const std::string& value) {
 #define KVF_SETTING_DURATION(field, env, def, unit, range, doc) \
   KVF_MATCH(field, env) return ParseDuration(#env, value, kUnit_##unit, range, &field);
 #include "kvfabric/settings.def"
-#undef KVF_SETTING_BOOL
-#undef KVF_SETTING_STRING
-#undef KVF_SETTING_CHOICE
-#undef KVF_SETTING_INT
-#undef KVF_SETTING_BYTES
-#undef KVF_SETTING_DURATION
 #undef KVF_MATCH
   return Status::NotFound("no setting named '" + name + "' (see docs/settings.md)");
 }
@@ -353,12 +335,6 @@ std::string Settings::Get(const std::string& name) const {
 #define KVF_SETTING_DURATION(field, env, def, unit, range, doc) \
   KVF_MATCH(field, env) return ShowDuration(field, kUnit_##unit);
 #include "kvfabric/settings.def"
-#undef KVF_SETTING_BOOL
-#undef KVF_SETTING_STRING
-#undef KVF_SETTING_CHOICE
-#undef KVF_SETTING_INT
-#undef KVF_SETTING_BYTES
-#undef KVF_SETTING_DURATION
 #undef KVF_MATCH
   return "";
 }
@@ -381,12 +357,6 @@ Status Settings::Validate() const {
     return OutOfRange(#env, ShowDuration(field, kUnit_##unit), range,                      \
                       [](int64_t x) { return HumanDuration(x, kUnit_##unit); });
 #include "kvfabric/settings.def"
-#undef KVF_SETTING_BOOL
-#undef KVF_SETTING_STRING
-#undef KVF_SETTING_CHOICE
-#undef KVF_SETTING_INT
-#undef KVF_SETTING_BYTES
-#undef KVF_SETTING_DURATION
   return Status::OK();
 }
 
