@@ -97,7 +97,9 @@ void TransportFixture::SetUp() {
 
 void TransportFixture::TearDown() {
   target_.reset();
-  if (engine_ && local_) EXPECT_TRUE(engine_->UnregisterMemory(local_).ok());
+  if (engine_ && local_) {
+    EXPECT_TRUE(engine_->UnregisterMemory(local_).ok());
+  }
   engine_.reset();
   std::free(local_);
 }

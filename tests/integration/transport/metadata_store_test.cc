@@ -51,7 +51,9 @@ TEST(MetadataStoreTest, SegmentsLeaveTheStoreWithTheirEngine) {
   while (std::chrono::steady_clock::now() - start < std::chrono::seconds(10)) {
     s = e->OpenSegment(name, &h);
     if (s.code() == Status::Code::kNotFound) break;
-    if (s.ok()) ASSERT_TRUE(e->CloseSegment(h).ok());
+    if (s.ok()) {
+      ASSERT_TRUE(e->CloseSegment(h).ok());
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   EXPECT_EQ(s.code(), Status::Code::kNotFound) << s.ToString();
