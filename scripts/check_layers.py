@@ -19,6 +19,7 @@ from pathlib import Path
 
 PUBLIC = {
     "kvfabric/status.h": "vocabulary",
+    "kvfabric/codes.h": "vocabulary",
     "kvfabric/settings.h": "settings",
     "kvfabric/settings.def": "settings",
     "kvfabric/engine.h": "api",
