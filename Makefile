@@ -38,7 +38,7 @@ test: build python
 	cd $(BUILD) && ctest --output-on-failure --timeout 300
 	$(PY) -m pytest -q python/tests
 	scripts/fuzz.sh
-	$(MAKE) --no-print-directory soak
+	$(SOAK)
 
 # The edit loop: build, the C++ tests and pytest, without the fuzzers and
 # the soak that `make test` (what CI runs) adds.
@@ -49,8 +49,9 @@ check: build python
 # Randomized multi-process run with target restarts, every byte verified;
 # SOAK_SECONDS long (2 minutes in make test).
 SOAK_SECONDS ?= 120
+SOAK = $(PY) tools/soak/soak.py --duration $(SOAK_SECONDS) --json_out $(BUILD)/soak.json
 soak: python
-	$(PY) tools/soak/soak.py --duration $(SOAK_SECONDS) --json_out $(BUILD)/soak.json
+	$(SOAK)
 
 # The libFuzzer targets (descriptor and handshake parsers), FUZZ_SECONDS each.
 fuzz: deps

@@ -109,6 +109,7 @@ int kvf_segment_buffers(kvf_engine* engine, kvf_segment segment, kvf_remote_buff
                         size_t* count);
 int kvf_warmup(kvf_engine* engine, const char* name);
 
+/* capacity: 1 to 2^20 requests. */
 int kvf_batch_allocate(kvf_engine* engine, size_t capacity, kvf_batch* out);
 /* Every request is checked before any is posted. */
 int kvf_batch_submit(kvf_engine* engine, kvf_batch batch, const kvf_request* requests, size_t count);
@@ -116,7 +117,7 @@ int kvf_task_status(kvf_engine* engine, kvf_batch batch, size_t task, kvf_transf
 int kvf_batch_status(kvf_engine* engine, kvf_batch batch, kvf_transfer_status* out);
 /* Waits up to timeout_ms (negative: no limit) for every task to end. */
 int kvf_batch_wait(kvf_engine* engine, kvf_batch batch, int64_t timeout_ms, kvf_transfer_status* out);
-/* KVF_EBUSY while a task is pending. */
+/* KVF_EBUSY while a task is pending or a submit on another thread uses the batch. */
 int kvf_batch_free(kvf_engine* engine, kvf_batch batch);
 /* Submits and waits for every request; returns the first failure. */
 int kvf_transfer(kvf_engine* engine, const kvf_request* requests, size_t count);

@@ -5,7 +5,7 @@
 # (-timeout) or memory blow-up (-rss_limit_mb) fails the run and leaves the
 # reproducer in build-fuzz/artifacts/.
 set -euo pipefail
-SECONDS_EACH=${FUZZ_SECONDS:-30}
+SECONDS_EACH=${FUZZ_SECONDS:-20}
 if ! command -v clang++ >/dev/null 2>&1; then
   echo "fuzz: skipped: no clang++ (Debian: apt install clang; make deps installs it)"
   exit 0

@@ -127,7 +127,8 @@ class Engine {
   std::vector<RailInfo> rails() const;
 
   // Memory. Registration covers every rail that serves `location` (see
-  // BufferEntry::location; "*" detects it).
+  // BufferEntry::location; "*" detects it). Host memory must be mapped in
+  // this process: a range with an unmapped page is an InvalidArgument.
   Status RegisterMemory(void* addr, size_t length, const std::string& location = "*");
   Status UnregisterMemory(void* addr);
   Status RegisterMemoryBatch(const std::vector<BufferEntry>& buffers);
@@ -150,7 +151,7 @@ class Engine {
   Status SendNotify(const std::string& name, const std::string& message);
   Status GetNotifies(std::vector<std::string>* out);
 
-  // Batches: up to `capacity` requests, submitted in one or more calls.
+  // Batches: up to `capacity` requests (1 to 2^20), submitted in one or more calls.
   Status AllocateBatch(size_t capacity, BatchId* out);
   // All requests are checked before any is posted: on error nothing was submitted.
   Status Submit(BatchId batch, const std::vector<TransferRequest>& requests);
@@ -161,7 +162,8 @@ class Engine {
   // Blocks until every submitted task has ended (or `timeout_ms` passes;
   // negative waits without limit), then returns the aggregate status.
   Status WaitBatch(BatchId batch, int64_t timeout_ms, TransferStatus* out);
-  // Refused with Busy while any task is still pending.
+  // Refused with Busy while any task is still pending, or while a Submit on
+  // another thread is using the batch.
   Status FreeBatch(BatchId batch);
   // Submits and waits for every request; the first failure is returned.
   Status Transfer(const std::vector<TransferRequest>& requests);

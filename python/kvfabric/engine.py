@@ -70,10 +70,16 @@ def buffer_address(buf: Local, length: int | None = None, writable: bool = False
     address, gives the size. ``writable`` refuses read-only objects (bytes)."""
     if isinstance(buf, bool):
         raise InvalidArgumentError(f"a bool is not a buffer: {buf!r}")
+    if length is not None:
+        length = int(length)
+        if not 0 < length < 1 << 63:
+            raise InvalidArgumentError(f"length {length} is not a positive byte count")
     if isinstance(buf, int):
         if length is None:
             raise InvalidArgumentError("an int address needs a length")
-        return buf, int(length), "*"  # the engine asks the CUDA driver: host or cuda:N
+        if not 0 < buf < 1 << 64 or buf + length > 1 << 64:
+            raise InvalidArgumentError(f"address {buf:#x} with length {length} is outside the address space")
+        return buf, length, "*"  # the engine asks the CUDA driver: host or cuda:N
     addr, nbytes, dev_type, dev_id, readonly = _core.buffer_info(buf)
     if readonly and writable:
         raise InvalidArgumentError(
@@ -88,8 +94,24 @@ def buffer_address(buf: Local, length: int | None = None, writable: bool = False
     if length is not None:
         if length > nbytes:
             raise InvalidArgumentError(f"length {length} exceeds the buffer's {nbytes} bytes")
-        nbytes = int(length)
+        nbytes = length
     return addr, nbytes, location
+
+
+def _pin(buf: Local):
+    """What keeps a registered object's memory in place until it is
+    unregistered: a buffer export where the object has one (a bytearray
+    cannot be resized, nor a numpy array resized in place, while it exists),
+    else the object itself (kept alive)."""
+    try:
+        return memoryview(buf)
+    except TypeError:
+        return buf
+
+
+def _unpin(kept) -> None:
+    if isinstance(kept, memoryview):
+        kept.release()
 
 
 class Transfer:
@@ -185,6 +207,8 @@ class Engine:
     def close(self) -> None:
         """Stops the engine (idempotent); in-flight requests fail."""
         self._core.close()
+        for kept in self._registered.values():
+            _unpin(kept)
         self._registered.clear()
         self._segments.clear()
 
@@ -221,15 +245,20 @@ class Engine:
         pointer registers as cuda:N), else host memory on its NUMA node.
         """
         addr, nbytes, loc = buffer_address(buf, length, writable=True)
-        self._core.register(addr, nbytes, location or loc)
-        if not isinstance(buf, int):
-            self._registered[addr] = buf
+        kept = None if isinstance(buf, int) else _pin(buf)
+        try:
+            self._core.register(addr, nbytes, location or loc)
+        except BaseException:
+            _unpin(kept)
+            raise
+        if kept is not None:
+            self._registered[addr] = kept
         return addr
 
     def unregister(self, buf: Local) -> None:
         addr = buf if isinstance(buf, int) else buffer_address(buf)[0]
         self._core.unregister(addr)
-        self._registered.pop(addr, None)
+        _unpin(self._registered.pop(addr, None))
 
     def register_many(self, bufs: Iterable[Local | tuple[int, int]], location: str | None = None) -> list[int]:
         """Registers several buffers at once (all or none)."""
@@ -237,8 +266,13 @@ class Engine:
         for b in bufs:
             addr, nbytes, loc = buffer_address(*b) if isinstance(b, tuple) else buffer_address(b, writable=True)
             entries.append((addr, nbytes, location or loc))
-            objs.append(None if isinstance(b, tuple) else b)
-        self._core.register_batch(entries)
+            objs.append(None if isinstance(b, tuple) else _pin(b))
+        try:
+            self._core.register_batch(entries)
+        except BaseException:
+            for o in objs:
+                _unpin(o)
+            raise
         for (addr, _, _), o in zip(entries, objs):
             if o is not None:
                 self._registered[addr] = o
@@ -248,7 +282,7 @@ class Engine:
         addrs = [b if isinstance(b, int) else buffer_address(b)[0] for b in bufs]
         self._core.unregister_batch(addrs)
         for a in addrs:
-            self._registered.pop(a, None)
+            _unpin(self._registered.pop(a, None))
 
     # -- segments ---------------------------------------------------------
     def open(self, name: str) -> Segment:

@@ -220,3 +220,63 @@ def test_settings_are_checked_when_read():
     with kvfabric.Engine(protocol="tcp", settings={"KVF_POST_MODE": "Direct", "KVF_TRANSFER_TIMEOUT_MS": "3s"}) as e:
         assert e.settings()["KVF_POST_MODE"] == "direct"
         assert e.settings()["KVF_TRANSFER_TIMEOUT_MS"] == "3000ms"
+
+
+def test_unmapped_int_address_is_refused():
+    # Issue 12, item 7: an int address that is not mapped memory was
+    # registered, and a peer's WRITE there then killed the process.
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    page = 4096
+    addr = libc.mmap(None, 2 * page, 3, 0x22, -1, 0)  # PROT_READ|WRITE, MAP_PRIVATE|ANONYMOUS
+    assert addr not in (None, ctypes.c_void_p(-1).value)
+    assert libc.munmap(addr + page, page) == 0
+    with kvfabric.Engine(protocol="tcp") as e:
+        with pytest.raises(kvfabric.InvalidArgumentError, match="not mapped"):
+            e.register(addr, 2 * page)
+        with pytest.raises(kvfabric.InvalidArgumentError, match="not mapped"):
+            e.register(addr + page, 64)
+        assert e.register(addr, page) == addr  # the page still mapped is fine
+        e.unregister(addr)
+    assert libc.munmap(addr, page) == 0
+
+
+def test_batch_capacity_is_bounded():
+    with kvfabric.Engine(protocol="tcp") as e:
+        with pytest.raises(kvfabric.InvalidArgumentError, match="several batches"):
+            e._core.allocate_batch(16 << 20)
+
+
+def test_registered_buffer_cannot_be_resized():
+    # Issue 12, item 6: a registered bytearray could still be resized; a
+    # peer's WRITE then landed in freed heap memory.
+    buf = bytearray(1 << 20)
+    arr = np.zeros(1 << 16, dtype=np.uint8)
+    with kvfabric.Engine(protocol="tcp") as e:
+        e.register(buf)
+        e.register_many([arr])
+        with pytest.raises(BufferError):
+            buf.extend(b"x" * 4096)
+        with pytest.raises(BufferError):
+            del buf[:10]
+        with pytest.raises(ValueError):
+            arr.resize(1 << 17)
+        assert len(buf) == 1 << 20
+        e.unregister(buf)
+        buf.extend(b"x")  # unregistered: the object is the application's again
+        e.register(buf)
+    buf.extend(b"y")  # closing the engine released it too
+    assert len(buf) == (1 << 20) + 2
+
+
+def test_bad_lengths_are_clear_errors():
+    with kvfabric.Engine(protocol="tcp") as e:
+        for n in (-1, 0, 1 << 64):
+            with pytest.raises(kvfabric.InvalidArgumentError, match="not a positive byte count"):
+                e.register(0x10000, n)
+        with pytest.raises(kvfabric.InvalidArgumentError, match="outside the address space"):
+            e.register((1 << 64) - 4096, 8192)
+        with pytest.raises(kvfabric.InvalidArgumentError, match="not a positive byte count"):
+            e.register(bytearray(16), -1)

@@ -87,6 +87,10 @@ def test_failure_codes(protocol, engine, peer_factory):
     assert engine.get_first_buffer_address(dead) == 0
     assert engine.batch_transfer_sync_write(dead, [base, base], [0], [16]) < 0  # mismatched lists
     assert engine.register_memory(base, MiB) < 0  # already registered (overlap)
+    # Bad numbers are clear errors (logged) and -1, not binding errors (issue 12)
+    assert engine.register_memory(base + MiB, -1) < 0
+    assert engine.register_memory(base + MiB, 1 << 64) < 0
+    assert engine.batch_register_memory([base + MiB], [-5]) < 0
     assert engine.unregister_memory(base + 1) < 0
     assert engine.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") < 0  # twice
 

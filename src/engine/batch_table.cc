@@ -7,8 +7,9 @@
 namespace kvfabric::engine {
 
 Status BatchTable::Allocate(size_t capacity, BatchId* out) {
-  if (capacity == 0) return Status::InvalidArgument("batch capacity must be at least 1");
-  if (capacity > (1u << 24)) return Status::InvalidArgument("batch capacity above 16M requests");
+  if (capacity == 0 || capacity > kMaxCapacity)
+    return Status::InvalidArgument(text::Format(
+        "batch capacity {} is outside 1 to {} requests; submit larger jobs in several batches", capacity, kMaxCapacity));
   std::lock_guard<std::mutex> g(mu_);
   ReapZombiesLocked();
   const BatchId id = next_++;
@@ -23,10 +24,30 @@ std::shared_ptr<Batch> BatchTable::Find(BatchId id) {
   return it == batches_.end() ? nullptr : it->second;
 }
 
+Status BatchTable::AcquireForSubmit(BatchId id, SubmitGuard* guard) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = batches_.find(id);
+  if (it == batches_.end()) return Status::NotFound(text::Format("unknown batch {}", id));
+  ++submitting_[id];
+  guard->table_ = this;
+  guard->batch_ = it->second;
+  return Status::OK();
+}
+
+BatchTable::SubmitGuard::~SubmitGuard() {
+  if (table_ == nullptr) return;
+  std::lock_guard<std::mutex> g(table_->mu_);
+  auto it = table_->submitting_.find(batch_->id());
+  if (--it->second == 0) table_->submitting_.erase(it);
+}
+
 Status BatchTable::Free(BatchId id) {
   std::lock_guard<std::mutex> g(mu_);
   auto it = batches_.find(id);
   if (it == batches_.end()) return Status::NotFound(text::Format("unknown batch {}", id));
+  if (submitting_.count(id) != 0)
+    return Status::Busy(text::Format("batch {} is being submitted to on another thread; free it after that Submit "
+                                     "returns and its requests end", id));
   if (!it->second->AllDone())
     return Status::Busy(text::Format("batch {} still has requests in flight; wait for them first", id));
   if (it->second->outstanding_slices().load() > 0) zombies_.push_back(it->second);

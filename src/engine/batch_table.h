@@ -14,11 +14,35 @@ namespace kvfabric::engine {
 
 class BatchTable {
  public:
-  // A new batch of `capacity` requests (1 to 16M).
+  // Most requests one batch holds (its tasks are allocated with it).
+  static constexpr size_t kMaxCapacity = size_t{1} << 20;
+
+  // A batch in use by a Submit: Free refuses it (Busy) until the guard goes.
+  class SubmitGuard {
+   public:
+    SubmitGuard() = default;
+    SubmitGuard(const SubmitGuard&) = delete;
+    SubmitGuard& operator=(const SubmitGuard&) = delete;
+    ~SubmitGuard();
+    Batch* get() const { return batch_.get(); }
+    Batch* operator->() const { return batch_.get(); }
+    explicit operator bool() const { return batch_ != nullptr; }
+
+   private:
+    friend class BatchTable;
+    BatchTable* table_ = nullptr;
+    std::shared_ptr<Batch> batch_;
+  };
+
+  // A new batch of `capacity` requests (1 to kMaxCapacity).
   Status Allocate(size_t capacity, BatchId* out);
   // The batch, or null when `id` is unknown or freed.
   std::shared_ptr<Batch> Find(BatchId id);
-  // Busy while any of its tasks is pending; NotFound for an unknown id.
+  // The batch for a Submit: `guard` holds it until the Submit ends, and
+  // Free refuses it meanwhile. NotFound for an unknown or freed id.
+  Status AcquireForSubmit(BatchId id, SubmitGuard* guard);
+  // Busy while any of its tasks is pending or a Submit is using it;
+  // NotFound for an unknown id.
   Status Free(BatchId id);
   // Drops every batch (engine shutdown, after progress has stopped).
   void Clear();
@@ -28,6 +52,7 @@ class BatchTable {
 
   std::mutex mu_;
   std::unordered_map<BatchId, std::shared_ptr<Batch>> batches_;
+  std::unordered_map<BatchId, int> submitting_;  // Submits under way, by batch
   std::vector<std::shared_ptr<Batch>> zombies_;  // freed, slices still out
   BatchId next_ = 1;
 };

@@ -229,9 +229,9 @@ Status Engine::GetNotifies(std::vector<std::string>* out) {
 Status Engine::AllocateBatch(size_t capacity, BatchId* out) { return impl_->batches.Allocate(capacity, out); }
 
 Status Engine::Submit(BatchId batch_id, const std::vector<TransferRequest>& requests) {
-  Status error;
-  auto batch = impl_->FindBatch(batch_id, &error);
-  if (!batch) return error;
+  // Held until the requests are posted: a FreeBatch meanwhile is refused.
+  engine::BatchTable::SubmitGuard batch;
+  KVF_RETURN_IF_ERROR(impl_->batches.AcquireForSubmit(batch_id, &batch));
   if (requests.empty()) return Status::OK();
   std::vector<engine::Plan> plans(requests.size());
   for (size_t i = 0; i < requests.size(); ++i)

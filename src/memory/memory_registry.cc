@@ -1,5 +1,6 @@
 #include "memory/memory_registry.h"
 
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -57,6 +58,15 @@ std::string DetectLocation(const void* addr, bool cuda) {
   return text::Format("cpu:{}", node);
 }
 
+bool IsMapped(const void* addr, size_t length) {
+  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
+  const uintptr_t start = a & ~(page - 1);
+  // msync fails with ENOMEM when part of the range is not mapped; MS_ASYNC
+  // writes nothing back.
+  return msync(reinterpret_cast<void*>(start), a + length - start, MS_ASYNC) == 0;
+}
+
 Status MemoryRegistry::CheckLocation(void* addr, size_t length, const std::string& location, const std::string& kind,
                                      int index) const {
   const std::string what = text::Format("register {} as {}", text::Range(reinterpret_cast<uintptr_t>(addr), length),
@@ -66,6 +76,9 @@ Status MemoryRegistry::CheckLocation(void* addr, size_t length, const std::strin
     if (cuda_ && cuda::Load().ok() && cuda::IsDevicePointer(addr, &device))
       return Status::InvalidArgument(
           text::Format("{}: this is device memory of cuda:{}; register it as cuda:{}", what, device, device));
+    if (!IsMapped(addr, length))
+      return Status::InvalidArgument(what + ": part of the range is not mapped memory of this process (freed, or "
+                                            "never allocated); register memory the process owns");
     return Status::OK();
   }
   if (!cuda_) return Status::Unavailable(what + ": GPU memory is off in this engine (KVF_CUDA=0)");

@@ -43,6 +43,11 @@ struct Buffer {
 // "cpu", "cpu:N" or "cuda:N"; anything else is an InvalidArgument.
 Status ParseLocation(const std::string& location, std::string* kind, int* index);
 
+// Whether every page of [addr, +length) is mapped in this process. An
+// integer address that is not (freed, or never allocated) must not be
+// registered: a peer's WRITE there would kill the process.
+bool IsMapped(const void* addr, size_t length);
+
 // The wildcard location: "find out", as Mooncake's register_memory defaults
 // to. Frameworks register CUDA tensors by raw pointer without saying so.
 inline constexpr const char* kAnyLocation = "*";

@@ -1,6 +1,8 @@
 #include "memory/memory_registry.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <vector>
 
@@ -23,6 +25,28 @@ class MemoryRegistryTest : public ::testing::Test {
   std::unique_ptr<fabric::Rail> rail_;
   std::vector<uint8_t> buf_;
 };
+
+TEST_F(MemoryRegistryTest, UnmappedMemoryIsRefused) {
+  // Issue 12, item 7: an integer address that is not mapped was accepted,
+  // and a peer's WRITE there then killed the process.
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  void* p = mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(p, MAP_FAILED);
+  auto* bytes = static_cast<uint8_t*>(p);
+  EXPECT_TRUE(IsMapped(bytes + 10, 2 * page - 10));
+  ASSERT_EQ(munmap(bytes + page, page), 0);  // the second page goes
+  EXPECT_TRUE(IsMapped(bytes, page));
+  EXPECT_FALSE(IsMapped(bytes + page - 1, 2));
+  MemoryRegistry reg({rail_.get()}, 0);
+  Status s = reg.Register(bytes, 2 * page, "*");
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("not mapped"), std::string::npos) << s.ToString();
+  EXPECT_EQ(reg.Register(bytes + page, 64, "cpu:0").code(), Status::Code::kInvalidArgument);
+  EXPECT_TRUE(reg.Snapshot().empty());  // refused: nothing registered
+  ASSERT_TRUE(reg.Register(bytes, page, "cpu:0").ok());
+  ASSERT_TRUE(reg.Unregister(bytes).ok());
+  ASSERT_EQ(munmap(bytes, page), 0);
+}
 
 TEST_F(MemoryRegistryTest, RegisterFindUnregister) {
   MemoryRegistry reg({rail_.get()}, 0);

@@ -34,7 +34,7 @@ import threading
 import time
 from typing import Callable, List, Optional, Sequence
 
-from ..engine import Engine, OpCode, TaskState
+from ..engine import Engine, OpCode, TaskState, buffer_address
 from ..errors import KvfabricError
 
 # Module attributes Mooncake's binding sets from its build flags. kvfabric
@@ -365,8 +365,9 @@ class TransferEngine:
     # -- memory ---------------------------------------------------------
     def register_memory(self, buffer_addr: int, capacity: int, location: str = "*") -> int:
         def go():
-            self._core.register(int(buffer_addr), int(capacity), location)
-            self._regions[int(buffer_addr)] = int(capacity)
+            addr, n, _ = buffer_address(int(buffer_addr), int(capacity))  # clear errors for bad numbers
+            self._core.register(addr, n, location)
+            self._regions[addr] = n
 
         return self._call("register_memory", go)
 
@@ -379,6 +380,8 @@ class TransferEngine:
 
     def batch_register_memory(self, buffer_addresses: List[int], capacities: List[int], location: str = "*") -> int:
         def go():
+            for a, n in zip(buffer_addresses, capacities):
+                buffer_address(int(a), int(n))  # clear errors for bad numbers, before anything is registered
             self._core.register_list(buffer_addresses, capacities, location)
             self._regions.update(zip(map(int, buffer_addresses), map(int, capacities)))
 

@@ -3,6 +3,7 @@
 // and the engine keeps serving.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -102,6 +103,34 @@ TEST_P(PeerFailureTest, SegmentClosedWithWorkInFlight) {
   target_->Kill();
   // The closed segment's address leaves the AV once its operations end.
   EXPECT_EQ(WaitForPeerSlots(0), 0u);
+}
+
+TEST_P(PeerFailureTest, FreeBatchWhileASubmitIsCheckingIsRefused) {
+  // Issue 12, item 5: FreeBatch returned OK while a Submit on another thread
+  // was still checking its requests; the Submit then posted into the freed
+  // batch and the completion crashed the process.
+  cfg_.settings.handshake_timeout_ms = 1500;
+  ASSERT_NO_FATAL_FAILURE(Start(4 * MiB));
+  BatchId b;
+  ASSERT_TRUE(engine_->AllocateBatch(1, &b).ok());
+  ASSERT_TRUE(target_->Freeze());
+  std::atomic<bool> returned{false};
+  Status submitted;
+  std::thread submitter([&] {
+    // Past the end of the buffer the engine knows: it asks the peer for its
+    // descriptor again, and the stopped peer does not answer for 1.5 s.
+    submitted = engine_->Submit(b, {Req(OpCode::kWrite, 0, 4 * MiB, 4096)});
+    returned = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const bool still_checking = !returned.load();
+  const Status freed = engine_->FreeBatch(b);
+  submitter.join();
+  ASSERT_TRUE(still_checking) << "the Submit returned before FreeBatch was called: " << submitted.ToString();
+  EXPECT_EQ(freed.code(), Status::Code::kBusy) << freed.ToString();
+  EXPECT_FALSE(submitted.ok());
+  EXPECT_TRUE(engine_->FreeBatch(b).ok());
+  target_->Kill();
 }
 
 TEST_P(PeerFailureTest, EngineDestroyedWithWorkInFlight) {
