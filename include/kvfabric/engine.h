@@ -147,7 +147,9 @@ class Engine {
   Status Probe(const std::string& name);
   // Notifications: a short application message delivered to a peer's engine
   // (through its handshake server) and kept there until it calls GetNotifies.
-  // A receiver holding 4096 unread messages refuses more (Busy), so none is lost.
+  // A message is at most 1 MiB (else InvalidArgument). A receiver holding
+  // 4096 unread messages, or 64 MiB of them, refuses more (Busy), so none is
+  // lost and no sender can fill its memory.
   Status SendNotify(const std::string& name, const std::string& message);
   Status GetNotifies(std::vector<std::string>* out);
 

@@ -311,7 +311,9 @@ class Engine:
         self._core.probe(name)
 
     def notify(self, name: str, message: str) -> None:
-        """Delivers a short message to a peer's engine (read there with ``notifies()``)."""
+        """Delivers a short message (at most 1 MiB) to a peer's engine, read there
+        with ``notifies()``. A peer holding 4096 unread messages or 64 MiB of
+        them refuses more with ``BusyError``; nothing is dropped."""
         self._core.send_notify(name, message)
 
     def notifies(self) -> list[str]:

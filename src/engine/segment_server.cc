@@ -66,6 +66,7 @@ void SegmentServer::TakeNotifies(std::vector<std::string>* out) {
   std::lock_guard<std::mutex> g(notify_mu_);
   out->assign(std::make_move_iterator(notifies_.begin()), std::make_move_iterator(notifies_.end()));
   notifies_.clear();
+  notify_bytes_ = 0;
 }
 
 Status SegmentServer::Handle(uint16_t type, const std::string& payload, std::string* reply) {
@@ -78,9 +79,17 @@ Status SegmentServer::Handle(uint16_t type, const std::string& payload, std::str
       return Status::OK();
     case metadata::kNotify: {
       std::lock_guard<std::mutex> g(notify_mu_);
+      if (payload.size() > kMaxNotifyBytes)
+        return Status::InvalidArgument(text::Format(
+            "a notification of {} bytes exceeds {} bytes; send bulk data by WRITE and notify its place", payload.size(),
+            kMaxNotifyBytes));
+      if (notify_bytes_ + payload.size() > kMaxNotifyQueueBytes)
+        return Status::Busy(text::Format(
+            "notification queue of {} is full ({} bytes): the receiver must call GetNotifies", name_, notify_bytes_));
       if (notifies_.size() >= kMaxNotifies)
         return Status::Busy(text::Format(
             "notification queue of {} is full ({} messages): the receiver must call GetNotifies", name_, kMaxNotifies));
+      notify_bytes_ += payload.size();
       notifies_.push_back(payload);
       return Status::OK();
     }

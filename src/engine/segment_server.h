@@ -23,9 +23,14 @@ namespace kvfabric::engine {
 
 class SegmentServer {
  public:
-  // A receiver holding this many unread notifications refuses more (Busy),
-  // so none is ever dropped.
+  // A receiver holding this many unread notifications, or this many bytes
+  // of them, refuses more (Busy), so none is ever dropped and a sender
+  // cannot fill the receiver's memory.
   static constexpr size_t kMaxNotifies = 4096;
+  static constexpr size_t kMaxNotifyQueueBytes = 64 << 20;
+  // A longer notification is refused (InvalidArgument): notifications are
+  // short messages; bulk data goes by READ or WRITE.
+  static constexpr size_t kMaxNotifyBytes = 1 << 20;
 
   // Starts the handshake server (`options`; port 0 picks one). The segment's
   // name is "host:port" with `host` as the application gave it. `rails`,
@@ -60,6 +65,7 @@ class SegmentServer {
   std::unique_ptr<metadata::HandshakeServer> server_;
   std::mutex notify_mu_;
   std::deque<std::string> notifies_;
+  size_t notify_bytes_ = 0;  // the payload bytes in notifies_
 };
 
 }  // namespace kvfabric::engine

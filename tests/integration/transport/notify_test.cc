@@ -1,4 +1,5 @@
-// Notifications: a full queue refuses new messages instead of dropping them.
+// Notifications: a full queue (by count or bytes) refuses new messages
+// instead of dropping them; an overlong one is refused.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -13,6 +14,7 @@ namespace {
 TEST(NotifyTest, FullQueueRefusesInsteadOfDropping) {
   EngineConfig cfg;
   cfg.protocol = "tcp";
+  cfg.apply_environment = false;
   std::unique_ptr<Engine> e;
   ASSERT_TRUE(Engine::Create(cfg, &e).ok());
   for (int i = 0; i < 4096; ++i) ASSERT_TRUE(e->SendNotify(e->name(), std::to_string(i)).ok()) << i;
@@ -23,6 +25,29 @@ TEST(NotifyTest, FullQueueRefusesInsteadOfDropping) {
   ASSERT_EQ(got.size(), 4096u);
   EXPECT_EQ(got.front(), "0");
   EXPECT_EQ(got.back(), "4095");
+  EXPECT_TRUE(e->SendNotify(e->name(), "room again").ok());
+}
+
+TEST(NotifyTest, QueueAndMessagesAreBoundedInBytes) {
+  // Issue 12, item 12: 96 notifications of 16 MiB took 1.6-3.2 GB of the
+  // receiver's memory; the queue was bounded by count alone.
+  EngineConfig cfg;
+  cfg.protocol = "tcp";
+  cfg.apply_environment = false;
+  cfg.settings.log_level = "error";
+  std::unique_ptr<Engine> e;
+  ASSERT_TRUE(Engine::Create(cfg, &e).ok());
+  constexpr size_t MiB = 1 << 20;
+  Status big = e->SendNotify(e->name(), std::string(MiB + 1, 'x'));
+  EXPECT_EQ(big.code(), Status::Code::kInvalidArgument) << big.ToString();
+  for (int i = 0; i < 64; ++i) ASSERT_TRUE(e->SendNotify(e->name(), std::string(MiB, 'a' + i % 26)).ok()) << i;
+  Status full = e->SendNotify(e->name(), "x");
+  EXPECT_EQ(full.code(), Status::Code::kBusy) << full.ToString();
+  EXPECT_NE(full.message().find("bytes"), std::string::npos) << full.ToString();
+  std::vector<std::string> got;
+  ASSERT_TRUE(e->GetNotifies(&got).ok());
+  ASSERT_EQ(got.size(), 64u);  // nothing dropped, nothing extra
+  EXPECT_EQ(got[3], std::string(MiB, 'd'));
   EXPECT_TRUE(e->SendNotify(e->name(), "room again").ok());
 }
 
