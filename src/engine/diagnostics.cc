@@ -60,13 +60,7 @@ Status DescribeTopology(const Settings& settings, const std::string& protocol, c
   std::vector<fi_info*> chosen;
   KVF_RETURN_IF_ERROR(SelectedDomains(settings, protocol, devices, &infos, &chosen));
   std::vector<fabric::RailInfo> rails;
-  for (const fi_info* i : chosen) {
-    fabric::RailInfo r;
-    r.provider = i->fabric_attr->prov_name;
-    r.domain = i->domain_attr->name;
-    r.fabric = i->fabric_attr->name;
-    rails.push_back(r);
-  }
+  for (const fi_info* i : chosen) rails.push_back(fabric::RailInfoOf(i));
   topology::Topology t = topology::Topology::Discover(rails, sysfs_root);
   if (settings.cuda && memory::cuda::Load(settings.cuda_library).ok()) t.SetCudaOrdinals(memory::cuda::PciBusIds());
   if (!settings.topology_file.empty()) KVF_RETURN_IF_ERROR(t.ApplyFile(settings.topology_file).Annotate("KVF_TOPOLOGY_FILE"));

@@ -10,10 +10,6 @@
 
 namespace kvfabric::engine {
 
-int64_t SteadyNowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
-}
-
 void AimSlice(const Route& route, int peer_rail, uint64_t ra, const metadata::ChunkDesc& rc, fabric::Slice* s) {
   s->remote_va = ra;
   s->remote_addr = route.desc->rails[peer_rail].virt_addr ? ra : ra - rc.addr;

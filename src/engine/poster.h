@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "engine/batch.h"
 #include "engine/rail_set.h"
 #include "engine/request_check.h"
@@ -79,7 +80,5 @@ class Poster final : public Rerouter {
 // Points `s` at remote address `ra`, inside chunk `rc` of the route's
 // remote buffer, through peer rail `peer_rail` (which has a key there).
 void AimSlice(const Route& route, int peer_rail, uint64_t ra, const metadata::ChunkDesc& rc, fabric::Slice* s);
-
-int64_t SteadyNowNs();
 
 }  // namespace kvfabric::engine

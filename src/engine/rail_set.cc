@@ -16,7 +16,7 @@ constexpr int64_t kFreshSpeedNs = 500000000;
 }  // namespace
 
 Status RailSet::OpenProvider(const std::string& provider, const std::string& nic_filter, const std::string& bind_ip,
-                             const Settings& settings, std::vector<size_t>* opened) {
+                             const fabric::RailOptions& options, std::vector<size_t>* opened) {
   fabric::InfoList list;
   KVF_RETURN_IF_ERROR(fabric::InfoList::Query(provider, &list));
   std::vector<fi_info*> chosen;
@@ -24,8 +24,6 @@ Status RailSet::OpenProvider(const std::string& provider, const std::string& nic
   if (rails.size() + chosen.size() > kMaxLocalRails)
     return Status::InvalidArgument(text::Format("{} rails; at most {} are supported: narrow them with the NIC filter",
                                                 rails.size() + chosen.size(), kMaxLocalRails));
-  fabric::RailOptions options;
-  KVF_RETURN_IF_ERROR(RailOptionsFromSettings(settings, &options));
   for (fi_info* info : chosen) {
     std::unique_ptr<fabric::Rail> rail;
     KVF_RETURN_IF_ERROR(fabric::Rail::Open(info, options, rails.size(), &rail));
@@ -40,11 +38,13 @@ Status RailSet::Open(const std::string& protocol, const std::string& nic_filter,
                      const Settings& settings, std::string* provider) {
   const bool auto_protocol = protocol == "auto";
   KVF_RETURN_IF_ERROR(ResolveProvider(protocol, provider));
+  fabric::RailOptions options;
+  KVF_RETURN_IF_ERROR(RailOptionsFromSettings(settings, &options));
   KVF_RETURN_IF_ERROR(
-      OpenProvider(*provider, nic_filter, bind_ip, settings, &primary).Annotate("protocol " + protocol));
+      OpenProvider(*provider, nic_filter, bind_ip, options, &primary).Annotate("protocol " + protocol));
   if (auto_protocol && settings.same_host_shm && *provider != "shm") {
     std::vector<size_t> opened;
-    Status s = OpenProvider("shm", "", bind_ip, settings, &opened);
+    Status s = OpenProvider("shm", "", bind_ip, options, &opened);
     if (s.ok() && !opened.empty())
       shm = static_cast<int>(opened.front());
     else

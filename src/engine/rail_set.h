@@ -43,7 +43,7 @@ struct RailSet {
  private:
   // Opens the rails of one libfabric provider, appending their indices to `opened`.
   Status OpenProvider(const std::string& provider, const std::string& nic_filter, const std::string& bind_ip,
-                      const Settings& settings, std::vector<size_t>* opened);
+                      const fabric::RailOptions& options, std::vector<size_t>* opened);
 };
 
 }  // namespace kvfabric::engine

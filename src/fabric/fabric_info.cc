@@ -140,6 +140,15 @@ bool ProviderAvailable(const std::string& provider) {
   return InfoList::Query(provider, &l).ok();
 }
 
+RailInfo RailInfoOf(const fi_info* info) {
+  RailInfo r;
+  r.provider = info->fabric_attr->prov_name;
+  r.domain = info->domain_attr->name;
+  r.fabric = info->fabric_attr->name;
+  r.virt_addr = (info->domain_attr->mr_mode & FI_MR_VIRT_ADDR) != 0;
+  return r;
+}
+
 std::string SourceIp(const fi_info* info) {
   if (info->addr_format != FI_SOCKADDR_IN || info->src_addr == nullptr) return "";
   const auto* sin = static_cast<const sockaddr_in*>(info->src_addr);

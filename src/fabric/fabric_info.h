@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "fabric/rail_info.h"
 #include "kvfabric/status.h"
 
 namespace kvfabric::fabric {
@@ -74,6 +75,10 @@ bool ProviderAvailable(const std::string& provider);
 //    non-loopback interface when none does.
 Status SelectDomains(const InfoList& infos, const std::string& nic_filter,
                      const std::string& bind_ip, std::vector<fi_info*>* out);
+
+// What `info` says of the rail it would open: provider, domain, fabric and
+// FI_MR_VIRT_ADDR (tx_depth and max_msg_size are decided by Rail::Open).
+RailInfo RailInfoOf(const fi_info* info);
 
 // IPv4 address of an fi_info's source address, or "" for other formats.
 std::string SourceIp(const fi_info* info);

@@ -10,8 +10,10 @@
 #include <cstring>
 #include <mutex>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/text.h"
+#include "fabric/fabric_info.h"
 #include "fabric/shm_regions.h"
 
 namespace kvfabric::fabric {
@@ -19,11 +21,6 @@ namespace {
 
 std::string FiError(const char* call, int rc) {
   return text::Format("{} failed: {} ({})", call, fi_strerror(-rc), rc);
-}
-
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 void CloseFid(fid* f) {
@@ -45,13 +42,10 @@ MemoryRegion::~MemoryRegion() { CloseFid(mr_ ? &mr_->fid : nullptr); }
 
 Rail::Rail(const fi_info* info, const RailOptions& options, size_t index)
     : index_(index),
+      info_(RailInfoOf(info)),
+      label_(text::RailLabel(index, info_.provider, info_.domain)),
       health_(options.stall_period.count(), options.retry_period.count()),
-      peers_(text::RailLabel(index, info->fabric_attr->prov_name, info->domain_attr->name)) {
-  info_.provider = info->fabric_attr->prov_name;
-  info_.domain = info->domain_attr->name;
-  info_.fabric = info->fabric_attr->name;
-  info_.virt_addr = (info->domain_attr->mr_mode & FI_MR_VIRT_ADDR) != 0;
-  label_ = text::RailLabel(index_, info_.provider, info_.domain);
+      peers_(label_) {
   per_peer_ep_ = info_.provider == "shm";
   post_from_progress_ = options.post_mode == PostMode::kProgress ||
                         (options.post_mode == PostMode::kAuto && !PostsToHardware(info_.provider));
@@ -210,7 +204,7 @@ void Rail::ReapRemovedPeers() {
 
 bool Rail::PeerAlive(RemotePeer* p) {
   if (p == nullptr || p->pid == 0) return true;  // no clock read on the common path
-  return peers_.Alive(p, NowNs());
+  return peers_.Alive(p, SteadyNowNs());
 }
 
 void Rail::ReapDeadPeers() {
@@ -328,7 +322,7 @@ void Rail::DrainLocked() {
     op->peer = peer;
     if (peer != nullptr) peer->inflight.fetch_add(1);
     // The stall clock starts when an idle rail gets work.
-    if (inflight_.fetch_add(1) == 0) health_.WorkStarted(NowNs());
+    if (inflight_.fetch_add(1) == 0) health_.WorkStarted(SteadyNowNs());
     op->posted = true;
     int rc = PostOne(op);
     if (rc == 0) {
@@ -396,7 +390,7 @@ size_t Rail::ReadCompletions() {
   if (n == -FI_EAGAIN) return 0;
   g.unlock();
   if (n > 0) {
-    if (health_.Completed(NowNs()))
+    if (health_.Completed(SteadyNowNs()))
       KVF_LOG_INFO("{}: operations complete again; back in service", label_);
     for (ssize_t i = 0; i < n; ++i)
       Finish(reinterpret_cast<OpContext*>(entries[i].op_context), Status::OK());
@@ -430,7 +424,7 @@ size_t Rail::Poll() {
   size_t done = ReadCompletions();
   if (per_peer_ep_ && done == 0 && inflight_.load(std::memory_order_relaxed) > 0) {
     // Nothing completes: every 100 ms, check the processes of busy peers.
-    const int64_t now = NowNs();
+    const int64_t now = SteadyNowNs();
     if (peers_.BusyCheckDue(now)) {
       std::lock_guard<std::mutex> g(post_mu_);
       peers_.CheckBusyPeers(now);
@@ -438,7 +432,7 @@ size_t Rail::Poll() {
   }
   if (peers_.TakeDeadFound()) ReapDeadPeers();
   if (peers_.removals_pending()) ReapRemovedPeers();
-  const int64_t now = NowNs();
+  const int64_t now = SteadyNowNs();
   health_.Sample(now, load_bytes_.load(std::memory_order_relaxed), completed_bytes_.load(std::memory_order_relaxed));
   if (done == 0) CheckStall(now);
   if (queued_.load(std::memory_order_relaxed) > 0) KickPosting();
