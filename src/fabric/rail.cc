@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "common/clock.h"
+#include "common/crypto.h"
 #include "common/log.h"
 #include "common/text.h"
 #include "fabric/fabric_info.h"
@@ -51,6 +52,8 @@ Rail::Rail(const fi_info* info, const RailOptions& options, size_t index)
                         (options.post_mode == PostMode::kAuto && !PostsToHardware(info_.provider));
   // FI_MR_LOCAL needs no flag: every post passes the local MR descriptor.
   prov_key_ = (info->domain_attr->mr_mode & FI_MR_PROV_KEY) != 0;
+  const size_t key_size = info->domain_attr->mr_key_size;
+  key_mask_ = key_size == 0 || key_size >= 8 ? ~0ull : (1ull << (8 * key_size)) - 1;
   write_flags_ = options.write_completion == WriteCompletion::kDelivery ? FI_COMPLETION | FI_DELIVERY_COMPLETE
                                                                         : FI_COMPLETION;
 }
@@ -227,9 +230,17 @@ void Rail::ReapDeadPeers() {
 Status Rail::RegisterMemory(void* addr, size_t len, std::unique_ptr<MemoryRegion>* out, bool local_only) {
   auto mr = std::make_unique<MemoryRegion>();
   const uint64_t access = FI_READ | FI_WRITE | (local_only ? 0 : FI_REMOTE_READ | FI_REMOTE_WRITE);
-  // Without FI_MR_PROV_KEY the application chooses keys, unique per domain.
-  const uint64_t requested = prov_key_ ? 0 : next_key_.fetch_add(1);
-  int rc = fi_mr_reg(domain_, addr, len, access, 0, requested, 0, &mr->mr_, nullptr);
+  // Without FI_MR_PROV_KEY the application chooses keys, unique per domain:
+  // random over the provider's key size, so a client that can reach the
+  // rail's port cannot guess one (docs/security.md). A key already in use
+  // (-FI_ENOKEY) draws again.
+  int rc = 0;
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    uint64_t requested = 0;
+    while (!prov_key_ && requested == 0) requested = crypto::RandomU64() & key_mask_;
+    rc = fi_mr_reg(domain_, addr, len, access, 0, requested, 0, &mr->mr_, nullptr);
+    if (rc != -FI_ENOKEY || prov_key_) break;
+  }
   if (rc)
     return Status::FabricError(text::Format("fi_mr_reg of {} bytes on {} failed: {}; check the locked-memory limit "
                                             "(ulimit -l)",

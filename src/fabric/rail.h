@@ -153,7 +153,7 @@ class Rail {
   bool prov_key_ = false;
   uint64_t write_flags_ = 0;
   bool post_from_progress_ = false;
-  std::atomic<uint64_t> next_key_{1};
+  uint64_t key_mask_ = ~0ull;  // the bits of a key the provider holds (mr_key_size)
 
   fid_fabric* fabric_ = nullptr;
   fid_domain* domain_ = nullptr;
