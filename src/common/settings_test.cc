@@ -159,7 +159,7 @@ TEST(SettingsTest, NumbersBelowTheMinimumAreRefusedNamingIt) {
   EXPECT_EQ(Refusal(&s, "KVF_TX_DEPTH", "-1"), "KVF_TX_DEPTH='-1': must be at least 0");
   EXPECT_EQ(Refusal(&s, "KVF_CQ_SIZE", "-8"), "KVF_CQ_SIZE='-8': must be at least 0");
   EXPECT_EQ(Refusal(&s, "KVF_HANDSHAKE_MAX_CONNECTIONS", "0"),
-            "KVF_HANDSHAKE_MAX_CONNECTIONS='0': must be between 1 and 4096");
+            "KVF_HANDSHAKE_MAX_CONNECTIONS='0': must be between 2 and 4096");
   EXPECT_EQ(Refusal(&s, "KVF_PROGRESS_IDLE_US", "0"), "KVF_PROGRESS_IDLE_US='0': must be between 1 us and 1 s");
   // Maximums, and numbers beyond int64_t.
   EXPECT_EQ(Refusal(&s, "KVF_HANDSHAKE_MAX_FRAME", "2G"),
@@ -323,7 +323,7 @@ TEST(SettingsTest, TableCarriesUnitsAndRanges) {
   EXPECT_EQ(Info("progress_spin_us").unit, "microseconds");
   EXPECT_EQ(Info("metadata_lease_s").unit, "seconds");
   EXPECT_EQ(Info("metadata_lease_s").range->minimum, 2);
-  EXPECT_EQ(Info("handshake_max_connections").values, "integer, 1 to 4096");
+  EXPECT_EQ(Info("handshake_max_connections").values, "integer, 2 to 4096");
   EXPECT_EQ(Info("tx_depth").values, "integer, ≥ 0");
   EXPECT_EQ(Info("post_mode").values, "`auto`, `direct`, `progress`");
   EXPECT_EQ(Info("auth_token").type, "String");
@@ -353,8 +353,8 @@ TEST(SettingsTest, ValidateChecksFieldsAssignedInCode) {
   EXPECT_EQ(s.Validate().message(), "KVF_TRANSFER_TIMEOUT_MS='0ms': must be between 1 ms and 86400 s");
   s.transfer_timeout_ms = 1;
   s.handshake_max_connections = 0;
-  EXPECT_EQ(s.Validate().message(), "KVF_HANDSHAKE_MAX_CONNECTIONS='0': must be between 1 and 4096");
-  s.handshake_max_connections = 1;
+  EXPECT_EQ(s.Validate().message(), "KVF_HANDSHAKE_MAX_CONNECTIONS='0': must be between 2 and 4096");
+  s.handshake_max_connections = 2;
   EXPECT_TRUE(s.Validate().ok());
 }
 

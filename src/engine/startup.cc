@@ -62,6 +62,9 @@ metadata::HandshakeServer::Options HandshakeOptions(const Settings& settings, co
   o.timeout_ms = settings.handshake_timeout_ms;
   o.max_frame = static_cast<size_t>(settings.handshake_max_frame);
   o.max_connections = static_cast<size_t>(settings.handshake_max_connections);
+  o.auth_timeout_ms = settings.handshake_auth_timeout_ms;
+  o.lifetime_ms = settings.handshake_connection_lifetime_ms;
+  o.max_requests = static_cast<size_t>(settings.handshake_connection_requests);
   o.auth_token = settings.auth_token;
   return o;
 }

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -51,18 +52,72 @@ Status WriteFrame(int fd, uint16_t type, std::string_view payload, Deadline dead
   return IoAll(fd, const_cast<char*>(payload.data()), payload.size(), true, deadline);
 }
 
+Status FrameReader::ReadSome(int fd, size_t max_payload, bool* complete) {
+  *complete = false;
+  while (true) {
+    char* dst;
+    size_t want;
+    if (header_bytes_ < kFrameHeaderSize) {
+      dst = header_ + header_bytes_;
+      want = kFrameHeaderSize - header_bytes_;
+    } else {
+      // Grow with the bytes that come, not with the length announced.
+      constexpr size_t kStep = 64 << 10;
+      if (frame_.payload.size() == payload_bytes_)
+        frame_.payload.resize(payload_bytes_ + std::min<size_t>(kStep, length_ - payload_bytes_));
+      dst = frame_.payload.data() + payload_bytes_;
+      want = frame_.payload.size() - payload_bytes_;
+    }
+    if (want == 0) {  // an empty payload
+      *complete = true;
+      return Status::OK();
+    }
+    const ssize_t n = recv(fd, dst, want, MSG_DONTWAIT);
+    if (n == 0) return Status::NetworkError("handshake connection closed by peer");
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return Status::OK();
+      if (errno == EINTR) continue;
+      return Status::NetworkError(std::string("handshake receive failed: ") + std::strerror(errno));
+    }
+    if (header_bytes_ < kFrameHeaderSize) {
+      header_bytes_ += static_cast<size_t>(n);
+      if (header_bytes_ < kFrameHeaderSize) continue;
+      if (Get32(header_) != kFrameMagic)
+        return Status::ProtocolError("handshake frame has a bad magic number (not a kvfabric peer?)");
+      length_ = Get32(header_ + 8);
+      if (length_ > max_payload)
+        return Status::ProtocolError(text::Format(
+            "handshake frame of {} bytes exceeds the limit of {} (KVF_HANDSHAKE_MAX_FRAME)", length_, max_payload));
+      frame_.type = Get16(header_ + 4);
+      frame_.payload.clear();
+    } else {
+      payload_bytes_ += static_cast<size_t>(n);
+    }
+    if (header_bytes_ == kFrameHeaderSize && payload_bytes_ == length_) {
+      *complete = true;
+      return Status::OK();
+    }
+  }
+}
+
+Frame FrameReader::Take() {
+  Frame f = std::move(frame_);
+  frame_ = Frame();
+  header_bytes_ = payload_bytes_ = 0;
+  length_ = 0;
+  return f;
+}
+
 Status ReadFrame(int fd, size_t max_payload, Deadline deadline, Frame* out) {
-  char hdr[kFrameHeaderSize];
-  KVF_RETURN_IF_ERROR(IoAll(fd, hdr, sizeof(hdr), false, deadline));
-  if (Get32(hdr) != kFrameMagic)
-    return Status::ProtocolError("handshake frame has a bad magic number (not a kvfabric peer?)");
-  const uint32_t len = Get32(hdr + 8);
-  if (len > max_payload)
-    return Status::ProtocolError(text::Format(
-        "handshake frame of {} bytes exceeds the limit of {} (KVF_HANDSHAKE_MAX_FRAME)", len, max_payload));
-  out->type = Get16(hdr + 4);
-  out->payload.assign(len, '\0');
-  return IoAll(fd, out->payload.data(), len, false, deadline);
+  FrameReader reader;
+  bool complete = false;
+  while (true) {
+    KVF_RETURN_IF_ERROR(reader.ReadSome(fd, max_payload, &complete));
+    if (complete) break;
+    if (!WaitFd(fd, POLLIN, deadline)) return Status::Timeout("handshake receive timed out");
+  }
+  *out = reader.Take();
+  return Status::OK();
 }
 
 std::string ErrorPayload(const Status& s) { return text::Format("{}:{}", static_cast<int>(s.code()), s.message()); }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include "common/log.h"
 #include "common/text.h"
@@ -38,6 +39,7 @@ Status HandshakeServer::Start(const Options& options, Handler handler,
   getsockname(s->listen_fd_, sa.get(), &len);
   s->port_ = sa.port();
   s->stop_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  s->max_pending_ = std::max<size_t>(256, 4 * options.max_connections);
   HandshakeServer* raw = s.get();
   s->acceptor_ = std::thread([raw] { raw->AcceptLoop(); });
   *out = std::move(s);
@@ -75,47 +77,126 @@ void HandshakeServer::ReapLocked() {
   }
 }
 
-void HandshakeServer::AcceptLoop() {
-  while (!stop_.load()) {
-    bool full;
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      ReapLocked();
-      full = connections_.size() >= options_.max_connections;
-    }
-    // At the limit, stop accepting: further clients wait in the listen
-    // backlog (bounded by their own timeout) instead of being refused.
-    pollfd fds[2] = {{stop_fd_, POLLIN, 0}, {listen_fd_, POLLIN, 0}};
-    int rc = poll(fds, full ? 1 : 2, full ? 20 : 1000);
-    if (rc <= 0 || stop_.load() || full || !(fds[1].revents & POLLIN)) continue;
+void HandshakeServer::AcceptPending() {
+  for (int burst = 0; burst < 64; ++burst) {
     int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) continue;
-    std::lock_guard<std::mutex> g(mu_);
-    connections_.emplace_back();
-    Connection* c = &connections_.back();
-    c->fd = fd;
-    c->thread = std::thread([this, c] { Serve(c); });
+    if (fd < 0) return;
+    if (pending_.size() >= max_pending_) {
+      auto victim = std::find_if(pending_.begin(), pending_.end(), [](const Pending& p) { return !p.ready; });
+      if (victim == pending_.end()) {  // all proven, waiting for threads: the newcomer goes
+        close(fd);
+        continue;
+      }
+      KVF_LOG_DEBUG("handshake server on port {}: {} connections wait to authenticate; closing the oldest", port_,
+                    pending_.size());
+      close(victim->fd);
+      pending_.erase(victim);
+    }
+    Pending& p = pending_.emplace_back();
+    p.fd = fd;
+    p.accepted = DeadlineIn(0);
+    p.proof_by = DeadlineIn(options_.auth_timeout_ms);
+    p.session = std::make_unique<ServerSession>(options_.auth_token, options_.max_frame, options_.max_requests,
+                                                &handler_);
   }
 }
 
-namespace {
-
-// Compares without an early exit, so the time taken says nothing about the secret.
-bool SameSecret(const std::string& a, const std::string& b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0, n = std::max(a.size(), b.size()); i < n; ++i)
-    diff |= static_cast<unsigned char>((i < a.size() ? a[i] : 0) ^ (i < b.size() ? b[i] : 0));
-  return diff == 0;
+bool HandshakeServer::AdvancePending(Pending* p) {
+  bool complete = false;
+  Status s = p->reader.ReadSome(p->fd, p->session->max_frame(), &complete);
+  if (!s.ok()) {
+    if (s.code() == Status::Code::kProtocolError) {
+      KVF_LOG_WARN("handshake server on port {}: {}; closing the connection", port_, s.message());
+      (void)WriteFrame(p->fd, kError, ErrorPayload(s), DeadlineIn(0));  // best effort
+    }
+    return false;
+  }
+  if (!complete) return true;
+  Frame frame = p->reader.Take();
+  if (p->session->authenticated()) {  // no token: the first request, for the thread to answer
+    p->first_request = std::move(frame);
+    p->ready = true;
+    return true;
+  }
+  ServerSession::Step step = p->session->OnFrame(frame);
+  if (step.type == kError)
+    KVF_LOG_WARN("handshake server on port {}: refused a client: {}", port_,
+                 StatusFromErrorPayload(step.payload).message());
+  // A challenge or an error is a few bytes a fresh socket always takes.
+  if (!WriteFrame(p->fd, step.type, step.payload, DeadlineIn(0)).ok() || step.close) return false;
+  p->ready = p->session->authenticated();
+  return true;
 }
 
-}  // namespace
+void HandshakeServer::StartReady() {
+  std::lock_guard<std::mutex> g(mu_);
+  ReapLocked();
+  for (auto it = pending_.begin(); it != pending_.end() && connections_.size() < options_.max_connections;) {
+    if (!it->ready) {
+      ++it;
+      continue;
+    }
+    Connection& c = connections_.emplace_back();
+    c.fd = it->fd;
+    c.end_of_life = it->accepted + std::chrono::milliseconds(options_.lifetime_ms);
+    c.session = std::move(it->session);
+    c.first_request = std::move(it->first_request);
+    Connection* raw = &c;
+    c.thread = std::thread([this, raw] { Serve(raw); });
+    it = pending_.erase(it);
+  }
+}
+
+void HandshakeServer::AcceptLoop() {
+  std::vector<pollfd> fds;
+  std::vector<std::list<Pending>::iterator> polled;
+  while (!stop_.load()) {
+    StartReady();
+    // Connections past their deadline to prove themselves are closed.
+    const auto now = std::chrono::steady_clock::now();
+    Deadline next = now + std::chrono::seconds(1);
+    bool waiting_for_threads = false;
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (!it->ready && it->proof_by <= now) {
+        close(it->fd);
+        it = pending_.erase(it);
+        continue;
+      }
+      if (it->ready) waiting_for_threads = true;
+      else next = std::min(next, it->proof_by);
+      ++it;
+    }
+    fds.assign({{stop_fd_, POLLIN, 0}, {listen_fd_, POLLIN, 0}});
+    polled.clear();
+    for (auto it = pending_.begin(); it != pending_.end(); ++it)
+      if (!it->ready) {
+        fds.push_back({it->fd, POLLIN, 0});
+        polled.push_back(it);
+      }
+    const int timeout = waiting_for_threads ? 20 : std::max(1, net::RemainingMs(next));
+    if (poll(fds.data(), fds.size(), timeout) <= 0 || stop_.load()) continue;
+    for (size_t i = 0; i < polled.size(); ++i)
+      if (fds[i + 2].revents != 0 && !AdvancePending(&*polled[i])) {
+        close(polled[i]->fd);
+        pending_.erase(polled[i]);
+      }
+    if (fds[1].revents & POLLIN) AcceptPending();
+  }
+  for (auto& p : pending_) close(p.fd);
+  pending_.clear();
+}
 
 void HandshakeServer::Serve(Connection* c) {
-  bool authenticated = options_.auth_token.empty();
-  while (!stop_.load()) {
+  ServerSession& session = *c->session;
+  bool open = true;
+  if (c->first_request) {
+    ServerSession::Step step = session.OnFrame(*c->first_request);
+    c->first_request.reset();
+    open = WriteFrame(c->fd, step.type, step.payload, DeadlineIn(options_.timeout_ms)).ok() && !step.close;
+  }
+  while (open && !stop_.load()) {
     Frame req;
-    // A client gets one timeout to send each request: idle or slow ones are dropped.
-    Status s = ReadFrame(c->fd, options_.max_frame, DeadlineIn(options_.timeout_ms), &req);
+    Status s = ReadFrame(c->fd, session.max_frame(), std::min(DeadlineIn(options_.timeout_ms), c->end_of_life), &req);
     if (!s.ok()) {
       if (s.code() == Status::Code::kProtocolError) {
         KVF_LOG_WARN("handshake server on port {}: {}; closing the connection", port_, s.message());
@@ -124,30 +205,11 @@ void HandshakeServer::Serve(Connection* c) {
       }
       break;
     }
-    std::string reply;
-    Status hs;
-    if (req.type == kHello) {
-      if (authenticated || SameSecret(req.payload, options_.auth_token)) authenticated = true;
-      else hs = Status::PermissionDenied("wrong KVF_AUTH_TOKEN: this engine refuses the connection");
-    } else if (!authenticated) {
-      hs = Status::PermissionDenied("this engine requires a shared secret: set KVF_AUTH_TOKEN on both sides");
-    } else if (req.type == kGetSegment || req.type == kNotify || req.type == kProbe) {
-      hs = handler_(req.type, req.payload, &reply);
-    } else {
-      hs = Status::ProtocolError(text::Format("unknown handshake request type {}", req.type));
-    }
-    Status ws;
-    if (hs.ok()) {
-      ws = WriteFrame(c->fd, kReply, reply, DeadlineIn(options_.timeout_ms));
-    } else {
-      ws = WriteFrame(c->fd, kError, ErrorPayload(hs), DeadlineIn(options_.timeout_ms));
-      if (hs.code() == Status::Code::kProtocolError || hs.code() == Status::Code::kPermissionDenied) {
-        if (hs.code() == Status::Code::kPermissionDenied)
-          KVF_LOG_WARN("handshake server on port {}: refused a client: {}", port_, hs.message());
-        break;
-      }
-    }
-    if (!ws.ok()) break;
+    ServerSession::Step step = session.OnFrame(req);
+    if (step.type == kError && step.close)
+      KVF_LOG_WARN("handshake server on port {}: refused a client: {}", port_,
+                   StatusFromErrorPayload(step.payload).message());
+    open = WriteFrame(c->fd, step.type, step.payload, DeadlineIn(options_.timeout_ms)).ok() && !step.close;
   }
   shutdown(c->fd, SHUT_RDWR);
   c->done.store(true);

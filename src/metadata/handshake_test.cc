@@ -44,6 +44,22 @@ class HandshakeTest : public ::testing::Test {
   std::atomic<int> requests_{0};
 };
 
+// A listening socket nobody serves (the test plays the server); -1 on failure.
+int ListenOnLoopback(uint16_t* port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+  socklen_t len = sizeof(sa);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 || listen(fd, 4) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
+    close(fd);
+    return -1;
+  }
+  *port = ntohs(sa.sin_port);
+  return fd;
+}
+
 TEST(HandshakeAuthTest, OnlyPeersWithTheSecretAreServed) {
   HandshakeServer::Options o;
   o.auth_token = "s3cret";
@@ -69,9 +85,131 @@ TEST(HandshakeAuthTest, OnlyPeersWithTheSecretAreServed) {
   EXPECT_EQ(served, 1);
 }
 
-TEST_F(HandshakeTest, ASecretIsHarmlessToAServerWithout) {
+// A client that holds a token wants the server to prove it holds the same:
+// a server without one is refused, and told why.
+// The token never crosses the wire: a fake server that records what an
+// engine holding it sends learns nothing it could replay, and gets no request.
+TEST(HandshakeAuthTest, TheTokenIsNeverSent) {
+  uint16_t port = 0;
+  const int lfd = ListenOnLoopback(&port);
+  ASSERT_GE(lfd, 0);
+  std::string captured;
+  std::thread fake([&] {
+    int c = accept(lfd, nullptr, nullptr);
+    if (c < 0) return;
+    Frame hello;
+    if (ReadFrame(c, 4096, DeadlineIn(2000), &hello).ok()) {
+      captured = hello.payload;
+      // A challenge it cannot back with a proof.
+      (void)WriteFrame(c, kChallenge, std::string(64, 'z'), DeadlineIn(1000));
+      char buf[4096];
+      ssize_t n;
+      while ((n = recv(c, buf, sizeof(buf), 0)) > 0) captured.append(buf, static_cast<size_t>(n));
+    }
+    close(c);
+  });
+  const std::string token = "correct-horse-battery-staple";
   std::string r;
-  ASSERT_TRUE(HandshakeCall(addr_, kProbe, "", {1000, 4096, "unneeded"}, &r).ok());
+  Status s = HandshakeCall("127.0.0.1:" + std::to_string(port), kNotify, "the request", {2000, 4096, token}, &r);
+  fake.join();
+  close(lfd);
+  EXPECT_EQ(s.code(), Status::Code::kPermissionDenied) << s.ToString();
+  EXPECT_NE(s.message().find("could not prove"), std::string::npos) << s.ToString();
+  EXPECT_EQ(captured.size(), 32u) << "the client sent more than its nonce";
+  EXPECT_EQ(captured.find(token), std::string::npos);
+  EXPECT_EQ(captured.find("the request"), std::string::npos);
+}
+
+// Before authentication a server reads tiny frames only.
+TEST(HandshakeAuthTest, FramesBeforeAuthenticationAreSmall) {
+  HandshakeServer::Options o;
+  o.auth_token = "s3cret";
+  std::unique_ptr<HandshakeServer> server;
+  ASSERT_TRUE(HandshakeServer::Start(o, [](uint16_t, const std::string&, std::string*) { return Status::OK(); },
+                                     &server).ok());
+  int fd = -1;
+  ASSERT_TRUE(net::ConnectTcp("127.0.0.1", server->port(), DeadlineIn(1000), &fd).ok());
+  ASSERT_TRUE(WriteFrame(fd, kHello, std::string(1000, 'n'), DeadlineIn(1000)).ok());
+  Frame f;
+  ASSERT_TRUE(ReadFrame(fd, 4096, DeadlineIn(1000), &f).ok());
+  EXPECT_EQ(f.type, kError);
+  EXPECT_NE(f.payload.find("exceeds the limit of 64"), std::string::npos) << f.payload;
+  close(fd);
+}
+
+// A connection that does not authenticate in time is closed, whatever it
+// trickles.
+TEST(HandshakeAuthTest, UnauthenticatedConnectionsHaveAShortDeadline) {
+  HandshakeServer::Options o;
+  o.auth_token = "s3cret";
+  o.timeout_ms = 5000;
+  o.auth_timeout_ms = 300;
+  std::unique_ptr<HandshakeServer> server;
+  ASSERT_TRUE(HandshakeServer::Start(o, [](uint16_t, const std::string&, std::string*) { return Status::OK(); },
+                                     &server).ok());
+  int fd = -1;
+  ASSERT_TRUE(net::ConnectTcp("127.0.0.1", server->port(), DeadlineIn(1000), &fd).ok());
+  const auto t0 = Clock::now();
+  const char hdr[] = {'K', 'V', 'F', '1', 0, kHello, 0, 0, 0, 0, 0, 32};
+  bool closed = false;
+  for (size_t i = 0; i < sizeof(hdr) + 32 && !closed; ++i) {  // one byte per 100 ms
+    closed = send(fd, i < sizeof(hdr) ? &hdr[i] : "n", 1, MSG_NOSIGNAL) != 1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    char c;
+    closed = closed || recv(fd, &c, 1, MSG_DONTWAIT) == 0;
+  }
+  EXPECT_TRUE(closed);
+  EXPECT_LT(Clock::now() - t0, std::chrono::milliseconds(1500));
+  close(fd);
+}
+
+// Many sockets without the token, reconnecting as fast as they can, do not
+// keep a client that has it from being served.
+TEST(HandshakeAuthTest, AFloodWithoutTheTokenDoesNotStarveClients) {
+  HandshakeServer::Options o;
+  o.auth_token = "s3cret";
+  o.max_connections = 8;
+  o.auth_timeout_ms = 500;
+  std::unique_ptr<HandshakeServer> server;
+  ASSERT_TRUE(HandshakeServer::Start(o, [](uint16_t, const std::string&, std::string* r) {
+    *r = "ok";
+    return Status::OK();
+  }, &server).ok());
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> flood;
+  for (int i = 0; i < 16; ++i)
+    flood.emplace_back([&] {
+      while (!stop.load()) {
+        int fd = -1;
+        if (!net::ConnectTcp("127.0.0.1", server->port(), DeadlineIn(200), &fd).ok()) continue;
+        char c;
+        while (!stop.load() && recv(fd, &c, 1, 0) > 0) {  // hold the slot until displaced
+        }
+        close(fd);
+      }
+    });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const std::string addr = "127.0.0.1:" + std::to_string(server->port());
+  int ok = 0;
+  for (int i = 0; i < 20; ++i) {
+    std::string r;
+    // The default timeout: on loopback under this churn a SYN can meet a
+    // port in TIME_WAIT and wait for its retransmission (1 s, then 3 s).
+    Status s = HandshakeCall(addr, kProbe, "", {5000, 4096, "s3cret"}, &r);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    ok += s.ok();
+  }
+  stop.store(true);
+  for (auto& t : flood) t.join();
+  EXPECT_EQ(ok, 20);
+}
+
+TEST_F(HandshakeTest, ASecretHolderRefusesAServerWithout) {
+  std::string r;
+  Status s = HandshakeCall(addr_, kProbe, "", {1000, 4096, "unneeded"}, &r);
+  EXPECT_EQ(s.code(), Status::Code::kPermissionDenied) << s.ToString();
+  EXPECT_NE(s.message().find("has no KVF_AUTH_TOKEN"), std::string::npos) << s.ToString();
+  EXPECT_EQ(requests_.load(), 0);
 }
 
 TEST_F(HandshakeTest, RequestsAndErrors) {
@@ -132,36 +270,111 @@ TEST_F(HandshakeTest, SlowClientIsDropped) {
   close(fd);
 }
 
-TEST_F(HandshakeTest, ConnectionLimit) {
+// Sockets that connect and say nothing hold no slot a client needs: a
+// newcomer displaces the oldest connection that has not proven itself.
+TEST_F(HandshakeTest, SilentConnectionsCannotKeepClientsOut) {
   std::vector<int> fds;
-  for (int i = 0; i < 4; ++i) fds.push_back(RawConnect());
+  for (int i = 0; i < 8; ++i) fds.push_back(RawConnect());  // twice the limit of 4
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   std::string r;
-  EXPECT_FALSE(HandshakeCall(addr_, kProbe, "", {200, 4096, ""}, &r).ok());
-  // Once a slot frees, a waiting client is served (it queues, it is not refused).
-  std::thread closer([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    close(fds[0]);
-  });
-  EXPECT_TRUE(HandshakeCall(addr_, kProbe, "", {3000, 4096, ""}, &r).ok());
-  closer.join();
-  for (size_t i = 1; i < fds.size(); ++i) close(fds[i]);
+  const auto t0 = Clock::now();
+  for (int i = 0; i < 4; ++i) {
+    Status s = HandshakeCall(addr_, kProbe, "", {400, 4096, ""}, &r);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+  }
+  EXPECT_LT(Clock::now() - t0, std::chrono::milliseconds(1500));
+  for (int fd : fds) close(fd);
 }
 
-// A listening socket nobody serves (the test plays the server); -1 on failure.
-int ListenOnLoopback(uint16_t* port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-  socklen_t len = sizeof(sa);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 || listen(fd, 4) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
-    close(fd);
-    return -1;
+// A frame's memory grows with the bytes that arrive: headers announcing
+// 16 MiB each, with no payload behind them, cost almost nothing.
+TEST(HandshakeLimitsTest, AnnouncedLengthsAllocateNothing) {
+  HandshakeServer::Options o;
+  o.max_frame = 16 << 20;
+  o.max_connections = 64;
+  o.auth_timeout_ms = 3000;
+  std::unique_ptr<HandshakeServer> server;
+  ASSERT_TRUE(HandshakeServer::Start(o, [](uint16_t, const std::string&, std::string*) { return Status::OK(); },
+                                     &server).ok());
+  auto resident_mib = [] {
+    long pages = 0, resident = 0;
+    FILE* f = fopen("/proc/self/statm", "r");
+    if (f != nullptr && fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    if (f != nullptr) fclose(f);
+    return resident * sysconf(_SC_PAGESIZE) / (1 << 20);
+  };
+  const long before = resident_mib();
+  std::vector<int> fds;
+  const unsigned char hdr[12] = {'K', 'V', 'F', '1', 0, kNotify, 0, 0, 0x01, 0, 0, 0};  // 16 MiB announced
+  for (int i = 0; i < 48; ++i) {
+    int fd = -1;
+    ASSERT_TRUE(net::ConnectTcp("127.0.0.1", server->port(), DeadlineIn(1000), &fd).ok());
+    ASSERT_EQ(write(fd, hdr, sizeof(hdr)), 12);
+    ASSERT_EQ(write(fd, "x", 1), 1);
+    fds.push_back(fd);
   }
-  *port = ntohs(sa.sin_port);
-  return fd;
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const long grown = resident_mib() - before;
+  for (int fd : fds) close(fd);
+  EXPECT_LT(grown, 64) << "48 headers announcing 16 MiB took " << grown << " MiB";
+}
+
+// Proven connections end at their lifetime and after their request budget,
+// so clients that keep sending requests cannot hold every slot for ever.
+TEST(HandshakeLimitsTest, ConnectionsEndAtTheirLifetimeAndBudget) {
+  HandshakeServer::Options o;
+  o.timeout_ms = 1000;
+  o.max_connections = 2;
+  o.lifetime_ms = 600;
+  o.max_requests = 3;
+  std::unique_ptr<HandshakeServer> server;
+  ASSERT_TRUE(HandshakeServer::Start(o, [](uint16_t, const std::string&, std::string* r) {
+    *r = "pong";
+    return Status::OK();
+  }, &server).ok());
+  auto connect = [&] {
+    int fd = -1;
+    EXPECT_TRUE(net::ConnectTcp("127.0.0.1", server->port(), DeadlineIn(1000), &fd).ok());
+    return fd;
+  };
+  // The budget: the third reply comes, then the server closes.
+  {
+    int fd = connect();
+    Frame f;
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(WriteFrame(fd, kProbe, "", DeadlineIn(1000)).ok());
+      ASSERT_TRUE(ReadFrame(fd, 4096, DeadlineIn(1000), &f).ok());
+      EXPECT_EQ(f.payload, "pong");
+    }
+    (void)WriteFrame(fd, kProbe, "", DeadlineIn(1000));
+    EXPECT_FALSE(ReadFrame(fd, 4096, DeadlineIn(1000), &f).ok());
+    close(fd);
+  }
+  // The lifetime: two connections probing every 100 ms hold both slots,
+  // for their lifetime only.
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> holders;
+  for (int i = 0; i < 2; ++i)
+    holders.emplace_back([&] {
+      while (!stop.load()) {
+        int fd = connect();
+        Frame f;
+        while (!stop.load() && WriteFrame(fd, kProbe, "", DeadlineIn(1000)).ok() &&
+               ReadFrame(fd, 4096, DeadlineIn(1000), &f).ok())
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        close(fd);
+        // reconnect at once: a holder that wants the slot back
+      }
+    });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  std::string r;
+  const auto t0 = Clock::now();
+  Status s = HandshakeCall("127.0.0.1:" + std::to_string(server->port()), kProbe, "", {3000, 4096, ""}, &r);
+  const auto waited = Clock::now() - t0;
+  stop.store(true);
+  for (auto& t : holders) t.join();
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_LT(waited, std::chrono::milliseconds(2500));
 }
 
 TEST(HandshakeClientTest, UnreachableAndSilentServers) {
