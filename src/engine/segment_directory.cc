@@ -2,6 +2,8 @@
 
 #include "common/host.h"
 #include "common/text.h"
+#include "metadata/descriptor_seal.h"
+#include "net/address.h"
 
 namespace kvfabric::engine {
 
@@ -18,7 +20,15 @@ Status SegmentDirectory::Fetch(const std::string& name, std::shared_ptr<const me
   else
     KVF_RETURN_IF_ERROR(metadata::HandshakeCall(name, metadata::kGetSegment, "", call_, &text));
   auto d = std::make_shared<metadata::SegmentDesc>();
-  KVF_RETURN_IF_ERROR(metadata::FromJson(text, d.get()).Annotate("segment " + name));
+  KVF_RETURN_IF_ERROR(metadata::OpenDescriptor(text, call_.auth_token, d.get()).Annotate("segment " + name));
+  // A descriptor speaks for the segment asked for only. Over p2p the name
+  // may be spelled another way (a host name for an address) if it reaches
+  // the same endpoint.
+  if (d->name != name && (store_ != nullptr || !net::SameEndpoint(d->name, name)))
+    return Status::PermissionDenied(text::Format(
+        "segment {}: the descriptor received names segment {}; refused (a tampered metadata entry, or a name that "
+        "is not the engine's own: open segments by the name the peer reports)",
+        name, d->name));
   *out = std::move(d);
   return Status::OK();
 }
@@ -35,6 +45,11 @@ void SegmentDirectory::ChooseRails(Peer* peer) {
 }
 
 Status SegmentDirectory::Install(Peer* peer, std::shared_ptr<const metadata::SegmentDesc> desc) {
+  if (auto held = peer->desc(); held && metadata::IsStale(*held, *desc))
+    return Status::PermissionDenied(text::Format(
+        "segment {}: refused a stale descriptor (epoch {} generation {}, older than epoch {} generation {} in use): "
+        "a replayed metadata entry, or the peer's clock went back; close and reopen the segment to accept it",
+        peer->name(), desc->epoch, desc->generation, held->epoch, held->generation));
   // A restarted peer's old slots leave the AV once its operations are done.
   for (const auto& [rail, slot] : peer->SetDesc(std::move(desc), rails_->infos)) (*rails_)[rail]->RemovePeer(slot);
   ChooseRails(peer);

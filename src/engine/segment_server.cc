@@ -2,11 +2,13 @@
 
 #include <unistd.h>
 
-#include <random>
+#include <chrono>
 
+#include "common/crypto.h"
 #include "common/host.h"
 #include "common/log.h"
 #include "common/text.h"
+#include "metadata/descriptor_seal.h"
 #include "net/address.h"
 
 namespace kvfabric::engine {
@@ -15,8 +17,11 @@ Status SegmentServer::Start(const metadata::HandshakeServer::Options& options, c
                             const RailSet* rails, const memory::MemoryRegistry* registry,
                             metadata::MetadataStore* store, std::unique_ptr<SegmentServer>* out) {
   std::unique_ptr<SegmentServer> s(new SegmentServer());
-  std::random_device rd;
-  s->epoch_ = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(getpid());
+  // The start time (ms since 1970, 41 bits until 2039+) above 20 random bits.
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::system_clock::now().time_since_epoch()).count();
+  s->epoch_ = (static_cast<uint64_t>(ms) << 20) | (crypto::RandomU64() & ((1u << 20) - 1));
+  s->token_ = options.auth_token;
   s->rails_ = rails;
   s->registry_ = registry;
   s->store_ = store;
@@ -41,6 +46,7 @@ metadata::SegmentDesc SegmentServer::Describe() const {
   metadata::SegmentDesc d;
   d.name = name_;
   d.epoch = epoch_;
+  d.generation = registry_->version();  // read before the snapshot: never ahead of it
   d.host_id = host::BootId();
   d.pid = getpid();
   for (const auto& r : rails_->rails)
@@ -57,9 +63,11 @@ metadata::SegmentDesc SegmentServer::Describe() const {
   return d;
 }
 
+std::string SegmentServer::DescribeForPeers() const { return metadata::SealDescriptor(Describe(), token_); }
+
 Status SegmentServer::Publish() {
   if (store_ == nullptr) return Status::OK();
-  return store_->Publish(name_, metadata::ToJson(Describe()));
+  return store_->Publish(name_, DescribeForPeers());
 }
 
 void SegmentServer::TakeNotifies(std::vector<std::string>* out) {
@@ -72,7 +80,7 @@ void SegmentServer::TakeNotifies(std::vector<std::string>* out) {
 Status SegmentServer::Handle(uint16_t type, const std::string& payload, std::string* reply) {
   switch (type) {
     case metadata::kGetSegment:
-      *reply = metadata::ToJson(Describe());
+      *reply = DescribeForPeers();
       return Status::OK();
     case metadata::kProbe:
       *reply = name_;

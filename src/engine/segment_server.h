@@ -47,6 +47,8 @@ class SegmentServer {
 
   // The descriptor as of now.
   metadata::SegmentDesc Describe() const;
+  // The descriptor as peers and the store get it: sealed with the token.
+  std::string DescribeForPeers() const;
   // With a metadata store, puts the current descriptor there (every
   // registration change calls it); with p2p nothing: peers ask this server.
   Status Publish();
@@ -58,7 +60,8 @@ class SegmentServer {
   Status Handle(uint16_t type, const std::string& payload, std::string* reply);
 
   std::string name_;
-  uint64_t epoch_ = 0;  // random per process: peers tell a restart by it
+  uint64_t epoch_ = 0;  // per process, larger at each restart: peers tell a restart by it
+  std::string token_;   // seals the descriptor when set (descriptor_seal.h)
   const RailSet* rails_ = nullptr;
   const memory::MemoryRegistry* registry_ = nullptr;
   metadata::MetadataStore* store_ = nullptr;

@@ -69,11 +69,17 @@ const BufferDesc* SegmentDesc::FindBuffer(uint64_t addr, uint64_t len) const {
   return nullptr;
 }
 
+bool IsStale(const SegmentDesc& held, const SegmentDesc& fetched) {
+  return fetched.epoch < held.epoch || (fetched.epoch == held.epoch && fetched.generation < held.generation);
+}
+
 std::string ToJson(const SegmentDesc& d) {
   json j;
   j["version"] = SegmentDesc::kVersion;
   j["name"] = d.name;
   j["epoch"] = d.epoch;
+  j["generation"] = d.generation;
+  if (!d.seal_nonce.empty()) j["seal_nonce"] = hex::Encode(d.seal_nonce);
   j["host_id"] = d.host_id;
   j["pid"] = d.pid;
   j["rails"] = json::array();
@@ -111,6 +117,12 @@ Status FromJson(std::string_view text, SegmentDesc* out) {
   if (!rd.Str(j, "name", &d.name) || !rd.U64(j, "epoch", &d.epoch) ||
       !rd.Str(j, "host_id", &d.host_id) || !rd.I64(j, "pid", &d.pid))
     return bad(rd.error);
+  if (j.contains("generation") && !rd.U64(j, "generation", &d.generation)) return bad(rd.error);
+  if (j.contains("seal_nonce")) {
+    std::string nonce_hex;
+    if (!rd.Str(j, "seal_nonce", &nonce_hex)) return bad(rd.error);
+    if (!hex::Decode(nonce_hex, &d.seal_nonce) || d.seal_nonce.empty()) return bad("seal_nonce is not hex");
+  }
   const json* rails = rd.Arr(j, "rails");
   if (rails == nullptr) return bad(rd.error);
   if (rails->size() > kMaxDescriptorRails) return bad("more than 256 rails");

@@ -38,7 +38,17 @@ struct BufferDesc {
 struct SegmentDesc {
   static constexpr int kVersion = 1;
   std::string name;
-  uint64_t epoch = 0;   // random per engine start: a restarted peer has a new one
+  // Per engine start, and larger at each restart: the start time in ms in
+  // the high bits, random low bits. A peer tells a restart by a new epoch
+  // and refuses an older one (a replayed descriptor of a previous process).
+  uint64_t epoch = 0;
+  // Grows with every registration change within one epoch: a descriptor
+  // with a smaller one than a peer already holds is stale and refused.
+  // Optional on the wire (0 when absent).
+  uint64_t generation = 0;
+  // Set in a sealed descriptor (descriptor_seal.h): the nonce its memory
+  // keys are masked with. Empty otherwise; optional on the wire.
+  std::string seal_nonce;
   std::string host_id;  // boot id: equal means same kernel (shm reachable)
   int64_t pid = 0;
   std::vector<RailDesc> rails;
@@ -47,6 +57,11 @@ struct SegmentDesc {
   // The buffer holding all of [addr, addr+len), or null.
   const BufferDesc* FindBuffer(uint64_t addr, uint64_t len) const;
 };
+
+// Whether `fetched` is older than `held`, a descriptor of the same segment
+// this engine already uses: an earlier epoch (a previous process), or the
+// same epoch with a smaller generation (an earlier state of this process).
+bool IsStale(const SegmentDesc& held, const SegmentDesc& fetched);
 
 std::string ToJson(const SegmentDesc& d);
 // ProtocolError naming the first problem; `out` is untouched then.

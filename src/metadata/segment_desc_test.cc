@@ -33,6 +33,34 @@ TEST(SegmentDescTest, RoundTrip) {
   EXPECT_FALSE(back.buffers[0].chunks[0].keys[1].has_value());
 }
 
+TEST(SegmentDescTest, GenerationRoundTripsAndIsOptional) {
+  SegmentDesc d = Sample(), back;
+  d.generation = 17;
+  ASSERT_TRUE(FromJson(ToJson(d), &back).ok());
+  EXPECT_EQ(back.generation, 17u);
+  auto j = nlohmann::json::parse(ToJson(d));
+  j.erase("generation");  // a peer from before generations
+  ASSERT_TRUE(FromJson(j.dump(), &back).ok());
+  EXPECT_EQ(back.generation, 0u);
+}
+
+TEST(SegmentDescTest, StaleMeansAnEarlierEpochOrGeneration) {
+  SegmentDesc held = Sample(), fetched = Sample();
+  held.generation = 5;
+  fetched.generation = 5;
+  EXPECT_FALSE(IsStale(held, fetched));  // the same state again
+  fetched.generation = 6;
+  EXPECT_FALSE(IsStale(held, fetched));  // registered more since
+  fetched.generation = 4;
+  EXPECT_TRUE(IsStale(held, fetched));
+  fetched.epoch = held.epoch + 1;  // restarted: its generations start over
+  fetched.generation = 0;
+  EXPECT_FALSE(IsStale(held, fetched));
+  fetched.epoch = held.epoch - 1;  // a previous process
+  fetched.generation = 99;
+  EXPECT_TRUE(IsStale(held, fetched));
+}
+
 TEST(SegmentDescTest, FindBuffer) {
   SegmentDesc d = Sample();
   EXPECT_NE(d.FindBuffer(0x1000, 0x3000), nullptr);

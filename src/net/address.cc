@@ -149,4 +149,14 @@ Status ResolveIPv4(const std::string& host, std::string* ip) {
   return Status::OK();
 }
 
+bool SameEndpoint(const std::string& a, const std::string& b) {
+  if (a == b) return true;
+  std::string host_a, host_b;
+  uint16_t port_a = 0, port_b = 0;
+  if (!ParseHostPort(a, &host_a, &port_a).ok() || !ParseHostPort(b, &host_b, &port_b).ok() || port_a != port_b)
+    return false;
+  SocketAddress sa, sb;
+  return ResolveHost(host_a, &sa).ok() && ResolveHost(host_b, &sb).ok() && sa.ip() == sb.ip();
+}
+
 }  // namespace kvfabric::net

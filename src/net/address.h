@@ -36,6 +36,10 @@ struct SocketAddress {
 // An IPv4 or IPv6 literal, or a name (getaddrinfo; IPv4 preferred when a
 // name has both, as before IPv6 support).
 Status ResolveHost(const std::string& host, SocketAddress* out);
+// Whether two "host:port" names reach the same endpoint: equal text, or the
+// same port and hosts that resolve to the same address. False when either
+// does not parse or resolve.
+bool SameEndpoint(const std::string& a, const std::string& b);
 // Resolves `host` to an IPv4 address string: for the fabric's own addressing,
 // which is IPv4 only.
 Status ResolveIPv4(const std::string& host, std::string* ip);
