@@ -59,6 +59,7 @@ metadata::SegmentDesc SegmentServer::Describe() const {
 
 Status SegmentServer::Publish() {
   if (store_ == nullptr) return Status::OK();
+  std::lock_guard<std::mutex> g(publish_mu_);
   return store_->Publish(name_, metadata::ToJson(Describe()));
 }
 
