@@ -230,7 +230,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.set_defaults(fn=cmd_bench)
     m = sub.add_parser("metadata-server", help="the http:// metadata store (GET/PUT/DELETE ?key=); flags pass through",
                        description="Runs kvfabric-metadata-server: --host (127.0.0.1), --port (8080; 0 picks one), "
-                                   "--path (/metadata). Engines then use metadata http://HOST:PORT/metadata.")
+                                   "--path (/metadata), size and time bounds, --require_auth (writes signed with "
+                                   "KVF_AUTH_TOKEN); see its --help. Engines then use metadata "
+                                   "http://HOST:PORT/metadata.")
     m.set_defaults(fn=cmd_metadata_server)
     p = sub.add_parser("probe", help="is a peer reachable; handshake, open and warmup times")
     p.add_argument("peer", help="the peer's segment name, host:port")

@@ -67,6 +67,7 @@ std::string SegmentServer::DescribeForPeers() const { return metadata::SealDescr
 
 Status SegmentServer::Publish() {
   if (store_ == nullptr) return Status::OK();
+  std::lock_guard<std::mutex> g(publish_mu_);
   return store_->Publish(name_, DescribeForPeers());
 }
 

@@ -51,6 +51,9 @@ class SegmentServer {
   std::string DescribeForPeers() const;
   // With a metadata store, puts the current descriptor there (every
   // registration change calls it); with p2p nothing: peers ask this server.
+  // Publishes run one at a time, each describing the segment as it is when
+  // its turn comes, so the store never ends with an older descriptor than
+  // a concurrent one (a wait of at most one store call's deadline).
   Status Publish();
   // Moves the queued notifications to `out`, oldest first.
   void TakeNotifies(std::vector<std::string>* out);
@@ -66,6 +69,7 @@ class SegmentServer {
   const memory::MemoryRegistry* registry_ = nullptr;
   metadata::MetadataStore* store_ = nullptr;
   std::unique_ptr<metadata::HandshakeServer> server_;
+  std::mutex publish_mu_;
   std::mutex notify_mu_;
   std::deque<std::string> notifies_;
   size_t notify_bytes_ = 0;  // the payload bytes in notifies_

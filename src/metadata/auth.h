@@ -15,6 +15,8 @@
 #include <string>
 #include <string_view>
 
+#include "kvfabric/status.h"
+
 namespace kvfabric::metadata::auth {
 
 constexpr size_t kNonceSize = 32;
@@ -32,5 +34,37 @@ std::string NewNonce();
 // connection nor reflected back to its sender.
 std::string ServerProof(std::string_view token, std::string_view client_nonce, std::string_view server_nonce);
 std::string ClientProof(std::string_view token, std::string_view client_nonce, std::string_view server_nonce);
+
+// Writes to kvfabric-metadata-server (PUT and DELETE; GETs are open) carry
+//   X-Kvf-Auth: t=<unix seconds>,mac=<64 hex digits>
+// and a server started with --require_auth refuses any other, and any whose
+// time is more than kStoreWriteMaxSkewS from its own clock. Within that
+// window a captured write can be replayed (the same value under the same
+// key, or the same DELETE): the MAC keeps out writers without the token,
+// not an observer of the network.
+inline constexpr std::string_view kStoreAuthHeader = "X-Kvf-Auth";
+inline constexpr int64_t kStoreWriteMaxSkewS = 300;
+
+// HMAC-SHA256(DeriveKey(token, kStoreWrite),
+//             method \n path \n key \n timestamp \n SHA-256(body)): 32 raw
+// bytes. `method` is "PUT" or "DELETE", `path` the store's URL path
+// ("/metadata"), `key` the decoded ?key= value, `timestamp` the decimal unix
+// seconds as sent. Only the key may hold a newline, and every field after it
+// has a fixed form (digits, then 32 bytes), so no two writes share an input.
+std::string StoreWriteMac(std::string_view token, std::string_view method, std::string_view path,
+                          std::string_view key, std::string_view timestamp, std::string_view body);
+
+// The X-Kvf-Auth value for a write signed at `unix_seconds`.
+std::string StoreWriteHeader(std::string_view token, std::string_view method, std::string_view path,
+                             std::string_view key, int64_t unix_seconds, std::string_view body);
+
+// OK when `header` (the X-Kvf-Auth value, "" if absent) is a valid MAC of
+// this write under `token` and its time is within kStoreWriteMaxSkewS of
+// `now_unix_seconds`; else PermissionDenied saying which check failed
+// (missing, malformed, stale or wrong MAC). The MAC is compared in constant
+// time.
+Status CheckStoreWrite(std::string_view token, std::string_view header, std::string_view method,
+                       std::string_view path, std::string_view key, std::string_view body,
+                       int64_t now_unix_seconds);
 
 }  // namespace kvfabric::metadata::auth

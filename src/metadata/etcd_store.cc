@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "common/text.h"
 #include "metadata/frame.h"
+#include "metadata/http_deadline.h"
 #include "metadata/store_impl.h"
 #include "net/address.h"
 
@@ -80,9 +81,12 @@ class EtcdStore final : public MetadataStore {
 
   const std::string& uri() const override { return uri_; }
 
-  // One JSON POST, trying each endpoint in turn from the last that answered.
+  // One JSON POST, trying each endpoint in turn from the last that answered;
+  // each attempt ends within KVF_HANDSHAKE_TIMEOUT_MS, its whole exchange
+  // included, so a call takes at most that times the number of endpoints.
   Status Call(const std::string& path, const json& body, json* reply) {
-    std::string last_error;
+    std::string errors;  // each endpoint's, "; "-separated
+    bool timed_out = false;
     const size_t n = endpoints_.size();
     for (size_t k = 0; k < n; ++k) {
       const size_t i = (current_.load() + k) % n;
@@ -90,12 +94,14 @@ class EtcdStore final : public MetadataStore {
       // for addresses of digits and colons ([::1] but not [fe80::1]).
       const Endpoint& ep = endpoints_[i];
       httplib::Client c(ep.host, ep.port);
-      const int ms = static_cast<int>(timeout_ms_);
-      c.set_connection_timeout(ms / 1000, (ms % 1000) * 1000);
-      c.set_read_timeout(ms / 1000, (ms % 1000) * 1000);
-      auto res = c.Post(path, body.dump(), "application/json");
+      bool expired = false;
+      const std::string text = body.dump();
+      auto res = SendWithDeadline(&c, timeout_ms_, [&] { return c.Post(path, text, "application/json"); }, &expired);
       if (!res) {
-        last_error = ep.name + ": " + httplib::to_string(res.error());
+        errors += (errors.empty() ? "" : "; ") + ep.name + ": " +
+                     (expired ? text::Format("no complete answer within {} ms", timeout_ms_)
+                              : httplib::to_string(res.error()));
+        timed_out = timed_out || expired;
         continue;
       }
       if (res->status != 200)
@@ -107,7 +113,10 @@ class EtcdStore final : public MetadataStore {
       current_.store(i);
       return Status::OK();
     }
-    return Status::NetworkError("no etcd endpoint of " + uri_ + " answered (" + last_error +
+    if (timed_out)
+      return Status::Timeout("no etcd endpoint of " + uri_ + " answered " + path + " in time (" + errors +
+                             ", KVF_HANDSHAKE_TIMEOUT_MS); is etcd overloaded, or something slow at that address?");
+    return Status::NetworkError("no etcd endpoint of " + uri_ + " answered (" + errors +
                                 "); is etcd running there?");
   }
 

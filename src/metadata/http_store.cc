@@ -1,9 +1,14 @@
 // The http:// metadata store: GET/PUT/DELETE <path>?key=<name>.
 #include <httplib.h>
 
+#include <chrono>
+#include <functional>
+
 #include "common/log.h"
 #include "common/text.h"
+#include "metadata/auth.h"
 #include "metadata/frame.h"
+#include "metadata/http_deadline.h"
 #include "metadata/store_impl.h"
 #include "net/address.h"
 
@@ -14,56 +19,77 @@ class HttpStore final : public MetadataStore {
  public:
   // From host and port, not a URL: httplib 0.11 parses "http://[v6]" only for
   // addresses of digits and colons ([::1] but not [fe80::1]).
-  HttpStore(std::string uri, const std::string& host, uint16_t port, std::string path, const Settings& s)
-      : uri_(std::move(uri)), path_(std::move(path)), prefix_(s.metadata_prefix), client_(host, port) {
-    const int ms = static_cast<int>(s.handshake_timeout_ms);
-    client_.set_connection_timeout(ms / 1000, (ms % 1000) * 1000);
-    client_.set_read_timeout(ms / 1000, (ms % 1000) * 1000);
-    client_.set_write_timeout(ms / 1000, (ms % 1000) * 1000);
-  }
+  HttpStore(std::string uri, std::string host, uint16_t port, std::string path, const Settings& s)
+      : uri_(std::move(uri)), host_(std::move(host)), port_(port), path_(std::move(path)),
+        prefix_(s.metadata_prefix), token_(s.auth_token), timeout_ms_(s.handshake_timeout_ms) {}
 
   Status Publish(const std::string& name, const std::string& descriptor) override {
-    std::lock_guard<std::mutex> g(mu_);
-    auto res = client_.Put(Target(name), descriptor, "application/json");
-    return Check(res, "PUT", name);
+    const std::string key = prefix_ + name;
+    const httplib::Headers h = Signed("PUT", key, descriptor);
+    return Send("PUT", name, [&](httplib::Client& c) { return c.Put(Target(key), h, descriptor, "application/json"); });
   }
 
   Status Fetch(const std::string& name, std::string* descriptor) override {
-    std::lock_guard<std::mutex> g(mu_);
-    auto res = client_.Get(Target(name));
-    KVF_RETURN_IF_ERROR(Check(res, "GET", name));
-    *descriptor = res->body;
-    return Status::OK();
+    const std::string key = prefix_ + name;
+    return Send("GET", name, [&](httplib::Client& c) { return c.Get(Target(key)); }, descriptor);
   }
 
   Status Remove(const std::string& name) override {
-    std::lock_guard<std::mutex> g(mu_);
-    auto res = client_.Delete(Target(name));
-    Status s = Check(res, "DELETE", name);
+    const std::string key = prefix_ + name;
+    const httplib::Headers h = Signed("DELETE", key, "");
+    Status s = Send("DELETE", name, [&](httplib::Client& c) { return c.Delete(Target(key), h); });
     return s.code() == Status::Code::kNotFound ? Status::OK() : s;
   }
 
   const std::string& uri() const override { return uri_; }
 
  private:
-  std::string Target(const std::string& name) const {
-    return path_ + "?key=" + httplib::detail::encode_query_param(prefix_ + name);
+  std::string Target(const std::string& key) const {
+    return path_ + "?key=" + httplib::detail::encode_query_param(key);
   }
 
-  Status Check(const httplib::Result& res, const char* method, const std::string& name) const {
-    if (!res)
+  // With KVF_AUTH_TOKEN set, writes carry their MAC (metadata/auth.h); a
+  // server without --require_auth ignores it.
+  httplib::Headers Signed(const char* method, const std::string& key, const std::string& body) const {
+    if (token_.empty()) return {};
+    const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                            std::chrono::system_clock::now().time_since_epoch()).count();
+    return {{std::string(auth::kStoreAuthHeader), auth::StoreWriteHeader(token_, method, path_, key, now, body)}};
+  }
+
+  // One request on a client of its own, under the whole-request deadline: no
+  // lock is shared between calls, so a slow GET (OpenSegment) never holds
+  // back a PUT (register()) on another thread. httplib's client closes its
+  // connection after each request anyway (no keep-alive).
+  Status Send(const char* method, const std::string& name,
+              const std::function<httplib::Result(httplib::Client&)>& request, std::string* body = nullptr) const {
+    httplib::Client client(host_, port_);
+    bool expired = false;
+    httplib::Result res = SendWithDeadline(&client, timeout_ms_, [&] { return request(client); }, &expired);
+    if (!res) {
+      if (expired)
+        return Status::Timeout(text::Format(
+            "{} {} for {}: no complete answer within {} ms (KVF_HANDSHAKE_TIMEOUT_MS); the metadata server is "
+            "overloaded, or something slow answers at that address",
+            method, uri_, name, timeout_ms_));
       return Status::NetworkError(std::string(method) + " " + uri_ + " for " + name + ": " +
                                   httplib::to_string(res.error()) + "; is the metadata server running?");
+    }
     if (res->status == 404) return Status::NotFound("segment " + name + " is not published at " + uri_);
+    if (res->status == 401 || res->status == 403)
+      return Status::PermissionDenied(text::Format("{} {} for {}: HTTP {} {}", method, uri_, name, res->status,
+                                                   res->body.substr(0, 300)));
     if (res->status < 200 || res->status >= 300)
       return Status::ProtocolError(
-          text::Format("{} {} for {}: HTTP {} {}", method, uri_, name, res->status, res->body.substr(0, 200)));
+          text::Format("{} {} for {}: HTTP {} {}", method, uri_, name, res->status, res->body.substr(0, 300)));
+    if (body != nullptr) *body = std::move(res->body);
     return Status::OK();
   }
 
-  std::string uri_, path_, prefix_;
-  std::mutex mu_;  // httplib::Client is not safe for concurrent requests
-  httplib::Client client_;
+  const std::string uri_, host_;
+  const uint16_t port_;
+  const std::string path_, prefix_, token_;
+  const int64_t timeout_ms_;
 };
 
 // The authority of an http:// URI: "host:port" or "[v6addr]:port"; without

@@ -7,7 +7,12 @@
 //   http://host:port/path         GET/PUT/DELETE path?key=NAME, as served by
 //                                 kvfabric-metadata-server.
 //
-// Keys are KVF_METADATA_PREFIX + the engine's name ("host:port").
+// Keys are KVF_METADATA_PREFIX + the engine's name ("host:port"). Every call
+// ends within KVF_HANDSHAKE_TIMEOUT_MS, its whole exchange included (per
+// endpoint tried, for etcd), or fails with Timeout; calls share no lock, so
+// any number run at once. With KVF_AUTH_TOKEN set, http writes carry the
+// token's MAC (metadata/auth.h), which kvfabric-metadata-server
+// --require_auth demands.
 #pragma once
 
 #include <memory>

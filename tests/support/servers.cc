@@ -56,9 +56,11 @@ bool WaitHttpReady(const std::string& host, int port, const std::string& method,
 
 namespace {
 
-pid_t Spawn(const std::vector<std::string>& argv) {
+// `env`: "NAME=value" words added to the child's environment.
+pid_t Spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env = {}) {
   pid_t pid = fork();
   if (pid == 0) {
+    for (const auto& e : env) putenv(const_cast<char*>(e.c_str()));
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
@@ -104,18 +106,25 @@ std::unique_ptr<Server> StartEtcd(std::string* error) {
     return nullptr;
   }
   s->uri = "etcd://127.0.0.1:" + std::to_string(client);
+  s->port = client;
   return s;
 }
 
-std::unique_ptr<Server> StartHttpMetadataServer(std::string* error) {
+std::unique_ptr<Server> StartHttpMetadataServer(std::string* error, const std::vector<std::string>& flags,
+                                                const std::string& auth_token) {
   auto s = std::make_unique<Server>();
   const int port = FreePort();
-  s->pid = Spawn({KVF_METADATA_SERVER_PATH, "--port", std::to_string(port)});
+  std::vector<std::string> argv = {KVF_METADATA_SERVER_PATH, "--port", std::to_string(port)};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  std::vector<std::string> env;
+  if (!auth_token.empty()) env.push_back("KVF_AUTH_TOKEN=" + auth_token);
+  s->pid = Spawn(argv, env);
   if (!WaitHttpReady("127.0.0.1", port, "GET", "/metadata?key=probe", s->pid)) {
     *error = std::string("kvfabric-metadata-server did not start (") + KVF_METADATA_SERVER_PATH + ")";
     return nullptr;
   }
   s->uri = "http://127.0.0.1:" + std::to_string(port) + "/metadata";
+  s->port = port;
   return s;
 }
 

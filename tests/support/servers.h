@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace kvfabric::test {
 
@@ -13,6 +14,7 @@ class Server {
  public:
   ~Server();
   std::string uri;  // "etcd://127.0.0.1:P" or "http://127.0.0.1:P/metadata"
+  int port = 0;     // P
   pid_t pid = -1;
   std::string data_dir;  // removed at the end
 };
@@ -28,7 +30,10 @@ bool WaitHttpReady(const std::string& host, int port, const std::string& method,
 
 // Null with `error` saying why (for example, no etcd binary: tests skip).
 std::unique_ptr<Server> StartEtcd(std::string* error);
-std::unique_ptr<Server> StartHttpMetadataServer(std::string* error);
+// kvfabric-metadata-server with `flags` added to its command line and,
+// when `auth_token` is not empty, KVF_AUTH_TOKEN set in its environment.
+std::unique_ptr<Server> StartHttpMetadataServer(std::string* error, const std::vector<std::string>& flags = {},
+                                                const std::string& auth_token = "");
 
 // One of each for the whole test binary, started on first use; "" and the
 // reason when it cannot start. `kind` is "etcd" or "http".

@@ -1,20 +1,34 @@
 // kvfabric-metadata-server: the http:// metadata store, in memory.
 //   GET    <path>?key=K   200 and the value, or 404
-//   PUT    <path>?key=K   stores the body (at most --max_value bytes)
+//   PUT    <path>?key=K   stores the body: 413 over --max_value (chunked
+//                         bodies too), 507 past --max_keys or --max_total_bytes
 //   DELETE <path>?key=K   200, or 404
+// With --require_auth, PUT and DELETE must carry X-Kvf-Auth (a MAC under
+// KVF_AUTH_TOKEN, metadata/auth.h): 401 without it, 403 when it is wrong or
+// stale. GETs stay open. Each connection serves one request, which must
+// arrive and be answered within --request_timeout_ms (deadline_server.h).
 // Engines started with metadata "http://HOST:PORT<path>" publish their
 // segment descriptors here. It binds 127.0.0.1 unless told otherwise;
 // --host ::1 (or [::1]) binds an IPv6 address, served as http://[::1]:PORT.
 #include <httplib.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
-#include <map>
-#include <mutex>
 #include <string>
 
+#include "deadline_server.h"
+#include "kvfabric/settings.h"
+#include "metadata/auth.h"
+#include "value_table.h"
+
 namespace {
+
+using kvfabric::Status;
+using kvfabric::metadata_server::DeadlineServer;
+using kvfabric::metadata_server::ValueTable;
+
 httplib::Server* g_server = nullptr;
 void OnSignal(int) {
   if (g_server) g_server->stop();
@@ -31,62 +45,128 @@ std::string Authority(const std::string& host, int port) {
   const std::string h = host.find(':') != std::string::npos ? "[" + host + "]" : host;
   return h + ":" + std::to_string(port);
 }
+
+void Answer(httplib::Response& res, int status, const std::string& text) {
+  res.status = status;
+  res.set_content(text + "\n", "text/plain");
+}
+
+int64_t UnixSeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// With a token, whether this write carries its MAC; a refusal is answered
+// (401 without the header, 403 otherwise) and logged with the writer's
+// address, since it means a misconfigured engine or an intruder.
+bool Authorized(const std::string& token, const std::string& path, const std::string& key,
+                const std::string& body, const httplib::Request& req, httplib::Response& res) {
+  if (token.empty()) return true;
+  const std::string header = req.get_header_value(std::string(kvfabric::metadata::auth::kStoreAuthHeader));
+  Status s = kvfabric::metadata::auth::CheckStoreWrite(token, header, req.method, path, key, body, UnixSeconds());
+  if (s.ok()) return true;
+  std::fprintf(stderr, "kvfabric-metadata-server: refused a write from %s: %s\n", req.remote_addr.c_str(),
+               s.message().c_str());
+  Answer(res, header.empty() ? 401 : 403, s.message());
+  return false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"kvfabric-metadata-server: an in-memory key/value store for kvfabric's http:// metadata"};
   std::string host = "127.0.0.1", path = "/metadata";
   int port = 8080;
-  size_t max_value = 16 << 20, max_keys = 1 << 16;
+  ValueTable::Limits table_limits;
+  DeadlineServer::Limits server_limits;
+  bool require_auth = false;
   app.add_option("--host", host, "address to bind: a name, an IPv4 or an IPv6 address (::1 or [::1])");
   app.add_option("--port", port, "port to bind; 0 picks a free one")->check(CLI::Range(0, 65535));
   app.add_option("--path", path, "URL path of the store");
-  app.add_option("--max_value", max_value, "largest value accepted, in bytes");
-  app.add_option("--max_keys", max_keys, "most keys held");
+  app.add_option("--max_value", table_limits.max_value,
+                 "largest value accepted, in bytes (chunked bodies too); larger PUTs get 413")
+      ->capture_default_str();
+  app.add_option("--max_keys", table_limits.max_keys, "most keys held; a PUT of a new key past it gets 507")
+      ->capture_default_str();
+  app.add_option("--max_total_bytes", table_limits.max_total_bytes,
+                 "most bytes held, keys and values of all entries; a PUT past it gets 507")
+      ->capture_default_str();
+  app.add_option("--request_timeout_ms", server_limits.request_timeout_ms,
+                 "a request must arrive whole and be answered within this long of a worker taking its "
+                 "connection, else the connection is closed (slow clients cannot hold workers)")
+      ->check(CLI::Range(int64_t{10}, int64_t{3600} * 1000))
+      ->capture_default_str();
+  app.add_option("--threads", server_limits.threads,
+                 "connections served at once; more wait until a worker is free")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  app.add_flag("--require_auth", require_auth,
+               "refuse PUT and DELETE without a MAC made with the token in the environment variable "
+               "KVF_AUTH_TOKEN (the engines' own; never given on the command line, where ps shows it); GETs "
+               "stay open");
   CLI11_PARSE(app, argc, argv);
 
-  std::mutex mu;
-  std::map<std::string, std::string> kv;
-  httplib::Server server;
-  server.set_payload_max_length(max_value);
+  std::string token;
+  if (require_auth) {
+    // Through the engines' settings table: the one reader of KVF_* variables.
+    kvfabric::Settings settings;
+    Status s = settings.ApplyEnvironment();
+    if (!s.ok() || settings.auth_token.empty()) {
+      std::fprintf(stderr, "kvfabric-metadata-server: --require_auth needs the shared token in KVF_AUTH_TOKEN%s%s\n",
+                   s.ok() ? " (it is unset or empty)" : ": ", s.ok() ? "" : s.ToString().c_str());
+      return 2;
+    }
+    token = settings.auth_token;
+  }
+
+  ValueTable table(table_limits);
+  // A request holds at most its value and headers (64 KiB covers httplib's
+  // request line and header limits many times).
+  server_limits.max_request_bytes = table_limits.max_value + (64 << 10);
+  DeadlineServer server(server_limits);
+  // A declared Content-Length over the limit is refused (413) before its
+  // body is read; httplib 0.11 ignores this bound for chunked bodies, which
+  // the PUT handler counts itself.
+  server.set_payload_max_length(table_limits.max_value);
+
   auto key_of = [](const httplib::Request& req, httplib::Response& res, std::string* key) {
     if (!req.has_param("key") || req.get_param_value("key").empty()) {
-      res.status = 400;
-      res.set_content("missing ?key=\n", "text/plain");
+      Answer(res, 400, "missing ?key=");
       return false;
     }
     *key = req.get_param_value("key");
     return true;
   };
   server.Get(path, [&](const httplib::Request& req, httplib::Response& res) {
-    std::string key;
+    std::string key, value;
     if (!key_of(req, res, &key)) return;
-    std::lock_guard<std::mutex> g(mu);
-    auto it = kv.find(key);
-    if (it == kv.end()) {
-      res.status = 404;
-      res.set_content("no such key\n", "text/plain");
-      return;
-    }
-    res.set_content(it->second, "application/json");
+    if (!table.Get(key, &value)) return Answer(res, 404, "no such key");
+    res.set_content(value, "application/json");
   });
-  server.Put(path, [&](const httplib::Request& req, httplib::Response& res) {
-    std::string key;
+  server.Put(path, [&](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& read) {
+    std::string key, body;
     if (!key_of(req, res, &key)) return;
-    std::lock_guard<std::mutex> g(mu);
-    if (kv.size() >= max_keys && kv.find(key) == kv.end()) {
-      res.status = 507;
-      res.set_content("store full (--max_keys)\n", "text/plain");
-      return;
-    }
-    kv[key] = req.body;
-    res.set_content("ok\n", "text/plain");
+    bool too_large = false;
+    const bool complete = read([&](const char* data, size_t n) {
+      too_large = body.size() + n > table_limits.max_value;
+      if (!too_large) body.append(data, n);
+      return !too_large;
+    });
+    if (too_large || res.status == 413)
+      return Answer(res, 413, "value larger than --max_value (" + std::to_string(table_limits.max_value) +
+                                  " bytes); nothing was stored");
+    if (!complete) return Answer(res, 400, "the request body did not arrive whole; nothing was stored");
+    if (!Authorized(token, path, key, body, req, res)) return;
+    Status s = table.Put(key, std::move(body));
+    if (s.code() == Status::Code::kBusy) return Answer(res, 507, s.message());
+    if (!s.ok()) return Answer(res, 413, s.message());
+    Answer(res, 200, "ok");
   });
   server.Delete(path, [&](const httplib::Request& req, httplib::Response& res) {
     std::string key;
     if (!key_of(req, res, &key)) return;
-    std::lock_guard<std::mutex> g(mu);
-    if (kv.erase(key) == 0) res.status = 404;
+    if (!Authorized(token, path, key, req.body, req, res)) return;
+    if (!table.Remove(key)) Answer(res, 404, "no such key");
   });
 
   host = BareHost(host);
@@ -103,6 +183,8 @@ int main(int argc, char** argv) {
   g_server = &server;
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
+  if (!token.empty())
+    std::fprintf(stderr, "kvfabric-metadata-server: PUT and DELETE need a MAC made with KVF_AUTH_TOKEN\n");
   std::printf("kvfabric-metadata-server listening: metadata http://%s%s\n", Authority(host, port).c_str(),
               path.c_str());
   std::fflush(stdout);

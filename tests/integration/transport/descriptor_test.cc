@@ -141,7 +141,9 @@ TEST(DescriptorTest, MemoryKeysInTheStoreAreSealed) {
   const auto& seen = as_stored.buffers[0].chunks[0].keys;
   ASSERT_EQ(real.size(), seen.size());
   for (size_t r = 0; r < real.size(); ++r)
-    if (real[r]) EXPECT_NE(*real[r], *seen[r]) << "rail " << r << ": the key is readable in the store";
+    if (real[r]) {
+      EXPECT_NE(*real[r], *seen[r]) << "rail " << r << ": the key is readable in the store";
+    }
 }
 
 // An older descriptor written back over a newer one (a replay) is refused:
