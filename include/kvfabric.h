@@ -115,7 +115,8 @@ int kvf_batch_allocate(kvf_engine* engine, size_t capacity, kvf_batch* out);
 int kvf_batch_submit(kvf_engine* engine, kvf_batch batch, const kvf_request* requests, size_t count);
 int kvf_task_status(kvf_engine* engine, kvf_batch batch, size_t task, kvf_transfer_status* out);
 int kvf_batch_status(kvf_engine* engine, kvf_batch batch, kvf_transfer_status* out);
-/* Waits up to timeout_ms (negative: no limit) for every task to end. */
+/* Waits up to timeout_ms (negative, or INT64_MAX and other limits beyond
+ * the steady clock's range: no limit) for every task to end. */
 int kvf_batch_wait(kvf_engine* engine, kvf_batch batch, int64_t timeout_ms, kvf_transfer_status* out);
 /* KVF_EBUSY while a task is pending or a submit on another thread uses the batch. */
 int kvf_batch_free(kvf_engine* engine, kvf_batch batch);

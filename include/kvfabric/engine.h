@@ -162,7 +162,8 @@ class Engine {
   // the rest are done, else PENDING.
   Status GetBatchStatus(BatchId batch, TransferStatus* out);
   // Blocks until every submitted task has ended (or `timeout_ms` passes;
-  // negative waits without limit), then returns the aggregate status.
+  // negative, or more than the steady clock can count, waits without
+  // limit), then returns the aggregate status.
   Status WaitBatch(BatchId batch, int64_t timeout_ms, TransferStatus* out);
   // Refused with Busy while any task is still pending, or while a Submit on
   // another thread is using the batch.

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import math
+import numbers
+import operator
 import threading
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence, Union
@@ -64,14 +67,79 @@ class Status:
 
 Local = Any  # int address, or an object with the buffer protocol or DLPack
 
+# The largest wait the engine takes in milliseconds (its argument is an
+# int64_t); longer ones, and float("inf"), wait without limit.
+_MAX_WAIT_MS = (1 << 63) - 1
+
+
+def unsigned(value: Any, what: str, limit: int = 1 << 64) -> int:
+    """``value`` as an int in [0, limit), or InvalidArgumentError saying what is
+    wrong with it. Ints and integer types (numpy) only: a float or a str would
+    be truncated or parsed, never what the caller meant."""
+    if isinstance(value, bool):
+        raise InvalidArgumentError(f"{what} must be an integer, not a bool ({value!r})")
+    try:
+        n = operator.index(value)
+    except TypeError:
+        raise InvalidArgumentError(f"{what} must be an integer, not {type(value).__name__} {value!r}") from None
+    if not 0 <= n < limit:
+        raise InvalidArgumentError(f"{what} {n} is out of range: give 0 to {limit - 1}")
+    return n
+
+
+def timeout_ms(timeout: Any) -> int:
+    """The engine's wait in milliseconds for a timeout in seconds. None and
+    float("inf") are -1 (no limit); a wait longer than the engine can count
+    (2^63 - 1 ms) is clamped, and the engine waits without limit; a negative
+    or NaN timeout, or one that is not a number, is an InvalidArgumentError."""
+    if timeout is None:
+        return -1
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise InvalidArgumentError(f"timeout must be a number of seconds or None, not {type(timeout).__name__} "
+                                   f"{timeout!r}")
+    if isinstance(timeout, numbers.Integral):
+        seconds = int(timeout)
+        ms = seconds * 1000
+    else:
+        seconds = float(timeout)
+        if math.isnan(seconds):
+            raise InvalidArgumentError("timeout is NaN: give a number of seconds >= 0, or None to wait without limit")
+        ms = seconds * 1000.0
+    if seconds < 0:
+        raise InvalidArgumentError(f"timeout {timeout!r} s is negative: give seconds >= 0, or None to wait "
+                                   "without limit")
+    if seconds == math.inf:
+        return -1
+    return _MAX_WAIT_MS if ms >= _MAX_WAIT_MS else math.ceil(ms)
+
+
+def notify_payload(message: Any) -> bytes:
+    """The bytes a notification carries: bytes-like objects as they are, a str
+    as UTF-8."""
+    if isinstance(message, str):
+        try:
+            return message.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise InvalidArgumentError(f"the message is a str that UTF-8 cannot encode ({e.reason} at index "
+                                       f"{e.start}); pass bytes to send arbitrary bytes") from None
+    if isinstance(message, (bytes, bytearray, memoryview)):
+        return bytes(message)
+    raise InvalidArgumentError(f"a notification is bytes or str, not {type(message).__name__}")
+
 
 def buffer_address(buf: Local, length: int | None = None, writable: bool = False) -> tuple[int, int, str]:
     """(address, nbytes, location) of ``buf``; ``length`` caps or, for an int
     address, gives the size. ``writable`` refuses read-only objects (bytes)."""
     if isinstance(buf, bool):
         raise InvalidArgumentError(f"a bool is not a buffer: {buf!r}")
+    if isinstance(buf, numbers.Integral) and not isinstance(buf, int):
+        buf = operator.index(buf)  # a numpy integer is an address, not a one-element array
+    elif isinstance(buf, numbers.Number) and not isinstance(buf, int):
+        raise InvalidArgumentError(f"an address must be an integer, not {type(buf).__name__} {buf!r}")
     if length is not None:
-        length = int(length)
+        if isinstance(length, bool) or not hasattr(type(length), "__index__"):
+            raise InvalidArgumentError(f"length {length!r} is not a positive byte count (an integer)")
+        length = operator.index(length)
         if not 0 < length < 1 << 63:
             raise InvalidArgumentError(f"length {length} is not a positive byte count")
     if isinstance(buf, int):
@@ -114,6 +182,14 @@ def _unpin(kept) -> None:
         kept.release()
 
 
+def _opcode(op: Any) -> int:
+    n = unsigned(op, "opcode", 1 << 32)
+    if n not in (int(OpCode.READ), int(OpCode.WRITE)):
+        raise InvalidArgumentError(f"opcode {n}: use OpCode.READ ({int(OpCode.READ)}) or OpCode.WRITE "
+                                   f"({int(OpCode.WRITE)})")
+    return n
+
+
 class Transfer:
     """A submitted batch: ``wait()``, ``done()``, ``status()``, or ``await`` it."""
 
@@ -151,6 +227,7 @@ class Transfer:
 
     def task_status(self, index: int) -> Status:
         """The status of request ``index`` of this batch."""
+        index = unsigned(index, "task index")
         if self._final is None:
             return self._task(index)
         if not 0 <= index < len(self._lengths):
@@ -164,9 +241,10 @@ class Transfer:
 
     def wait(self, timeout: float | None = None) -> int:
         """Blocks (GIL released) until every request ended; returns the bytes
-        moved, or raises the first failure. ``timeout`` in seconds."""
+        moved, or raises the first failure. ``timeout`` in seconds (None or
+        ``inf``: no limit; 0: a poll); negative or NaN is an InvalidArgumentError."""
+        ms = timeout_ms(timeout)
         if self._final is None:
-            ms = -1 if timeout is None else max(0, int(timeout * 1000))
             st = self._finish(self._engine._core.wait_batch(self._batch, ms))
             if st.state == State.PENDING:
                 raise TransferTimeoutError(f"transfer still running after {timeout} s")
@@ -245,7 +323,7 @@ class Engine:
         pointer registers as cuda:N), else host memory on its NUMA node.
         """
         addr, nbytes, loc = buffer_address(buf, length, writable=True)
-        kept = None if isinstance(buf, int) else _pin(buf)
+        kept = None if isinstance(buf, numbers.Number) else _pin(buf)
         try:
             self._core.register(addr, nbytes, location or loc)
         except BaseException:
@@ -256,7 +334,7 @@ class Engine:
         return addr
 
     def unregister(self, buf: Local) -> None:
-        addr = buf if isinstance(buf, int) else buffer_address(buf)[0]
+        addr = unsigned(buf, "address") if isinstance(buf, numbers.Number) else buffer_address(buf)[0]
         self._core.unregister(addr)
         _unpin(self._registered.pop(addr, None))
 
@@ -279,7 +357,7 @@ class Engine:
         return [e[0] for e in entries]
 
     def unregister_many(self, bufs: Iterable[Local]) -> None:
-        addrs = [b if isinstance(b, int) else buffer_address(b)[0] for b in bufs]
+        addrs = [unsigned(b, "address") if isinstance(b, numbers.Number) else buffer_address(b)[0] for b in bufs]
         self._core.unregister_batch(addrs)
         for a in addrs:
             _unpin(self._registered.pop(a, None))
@@ -310,14 +388,16 @@ class Engine:
         """One handshake round trip; raises when the peer's engine does not answer."""
         self._core.probe(name)
 
-    def notify(self, name: str, message: str) -> None:
+    def notify(self, name: str, message: bytes | bytearray | memoryview | str) -> None:
         """Delivers a short message (at most 1 MiB) to a peer's engine, read there
-        with ``notifies()``. A peer holding 4096 unread messages or 64 MiB of
-        them refuses more with ``BusyError``; nothing is dropped."""
-        self._core.send_notify(name, message)
+        with ``notifies()``. A message is any bytes; a str is sent as UTF-8. A
+        peer holding 4096 unread messages or 64 MiB of them refuses more with
+        ``BusyError``; nothing is dropped."""
+        self._core.send_notify(name, notify_payload(message))
 
-    def notifies(self) -> list[str]:
-        """Takes the messages peers sent to this engine, oldest first."""
+    def notifies(self) -> list[bytes]:
+        """Takes the messages peers sent to this engine, oldest first, as the
+        bytes sent (``.decode()`` those known to be text)."""
         return self._core.get_notifies()
 
     def _segment(self, segment: Segment | str) -> Segment:
@@ -330,8 +410,9 @@ class Engine:
             seg = r.segment if r.segment is not None else default
             if seg is None:
                 raise InvalidArgumentError("request without a segment")
-            addr, nbytes, _ = buffer_address(r.local, r.length, writable=(r.op == Op.READ))
-            out.append((int(r.op), addr, self._segment(seg).handle, int(r.remote_addr), nbytes))
+            op = _opcode(r.op)
+            addr, nbytes, _ = buffer_address(r.local, r.length, writable=(op == Op.READ))
+            out.append((op, addr, self._segment(seg).handle, unsigned(r.remote_addr, "remote address"), nbytes))
             if not isinstance(r.local, int):
                 keep.append(r.local)
         return out, keep

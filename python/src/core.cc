@@ -182,10 +182,19 @@ class PyEngine {
   void Warmup(const std::string& name) { Check(e().Warmup(name)); }
   void Probe(const std::string& name) { Check(e().Probe(name)); }
   void SendNotify(const std::string& name, const std::string& message) { Check(e().SendNotify(name, message)); }
-  std::vector<std::string> GetNotifies() {
-    std::vector<std::string> v;
-    Check(e().GetNotifies(&v));
-    return v;
+  // The received notifications as bytes (a message is any bytes: nothing is
+  // decoded, so no message can fail to convert). What the engine handed over
+  // stays in `taken_` until the Python list holding all of it exists: should
+  // building it fail (MemoryError), the next call returns the same messages,
+  // and nothing more is taken from the engine meanwhile, whose queue bound
+  // then holds senders back (Busy) instead of growing this one. Called with
+  // the GIL held, which serializes callers.
+  nb::list GetNotifies() {
+    if (taken_.empty()) Check(e().GetNotifies(&taken_));
+    nb::list out;
+    for (const auto& m : taken_) out.append(nb::bytes(m.data(), m.size()));
+    taken_.clear();
+    return out;
   }
 
   uint64_t AllocateBatch(uint64_t capacity) {
@@ -276,6 +285,7 @@ class PyEngine {
   };
 
   std::unique_ptr<kvfabric::Engine> engine_;
+  std::vector<std::string> taken_;  // notifications taken from the engine, not yet returned
   std::atomic<uint64_t> engine_ns_{0};
   std::atomic<uint64_t> engine_cpu_ns_{0};
 };
@@ -414,8 +424,17 @@ NB_MODULE(_core, m) {
       .def("segment_buffers", &PyEngine::SegmentBuffers, Release())
       .def("warmup", &PyEngine::Warmup, Release())
       .def("probe", &PyEngine::Probe, Release())
-      .def("send_notify", &PyEngine::SendNotify, Release())
-      .def("get_notifies", &PyEngine::GetNotifies)
+      .def(
+          "send_notify",
+          [](PyEngine& self, const std::string& name, nb::bytes message) {
+            // Any bytes (kvfabric.Engine.notify encodes a str as UTF-8),
+            // copied while the GIL is held.
+            std::string m(message.c_str(), message.size());
+            nb::gil_scoped_release r;
+            self.SendNotify(name, m);
+          },
+          nb::arg("name"), nb::arg("message"))
+      .def("get_notifies", &PyEngine::GetNotifies, "The messages peers sent, oldest first, as bytes.")
       .def("allocate_batch", &PyEngine::AllocateBatch)
       .def(
           "submit",

@@ -7,7 +7,14 @@ It registers SIZE bytes filled with pattern seed 1, prints one JSON line
 {"name", "addr", "size", "pid"}, then answers one line per command:
     check OFF LEN SEED  -> number of bytes matching the pattern
     fill OFF LEN SEED   -> "ok"
-    notifies            -> JSON list of [name, msg] received (mooncake API)
+    notifies            -> JSON list of [name, msg] received (mooncake API), or
+                           of the messages received in hex (engine API)
+    send NAME HEX...    -> "ok" once it sent each message (hex; "-" is empty) to
+                           NAME with Engine.notify, else the error (engine API)
+    mwrite NAME ADDR LEN HEXNAME HEXMSG
+                        -> the return code of transfer_sync(WRITE) of LEN bytes
+                           of its buffer to ADDR at NAME with a TransferNotify
+                           of those bytes (mooncake API)
     quit
 """
 
@@ -54,8 +61,23 @@ def main() -> None:
             off, n, seed = map(int, parts[1:])
             buf[off:off + n] = pattern(off, n, seed)
             print("ok", flush=True)
-        elif parts[0] == "notifies":
+        elif parts[0] == "notifies" and api == "mooncake":
             print(json.dumps([[x.name, x.msg] for x in te.get_notifies()]), flush=True)
+        elif parts[0] == "notifies":
+            print(json.dumps([m.hex() for m in e.notifies()]), flush=True)
+        elif parts[0] == "send":
+            try:
+                for h in parts[2:]:
+                    e.notify(parts[1], b"" if h == "-" else bytes.fromhex(h))
+                print("ok", flush=True)
+            except Exception as err:  # the test shows what failed
+                print(f"{type(err).__name__}: {err}".replace("\n", " "), flush=True)
+        elif parts[0] == "mwrite":
+            from kvfabric.compat.mooncake import TransferNotify, TransferOpcode
+
+            name, addr, n = parts[1], int(parts[2]), int(parts[3])
+            notify = TransferNotify(*(b"" if h == "-" else bytes.fromhex(h) for h in parts[4:6]))
+            print(te.transfer_sync(name, buf.ctypes.data, addr, n, TransferOpcode.WRITE, notify), flush=True)
 
 
 if __name__ == "__main__":

@@ -280,3 +280,72 @@ def test_bad_lengths_are_clear_errors():
             e.register((1 << 64) - 4096, 8192)
         with pytest.raises(kvfabric.InvalidArgumentError, match="not a positive byte count"):
             e.register(bytearray(16), -1)
+
+
+def test_wait_timeouts_clamp_or_refuse(peer_factory):
+    # Issue 12, item 16: wait(timeout=1e10) returned at once (the engine's
+    # deadline wrapped around), inf and NaN were raw OverflowError and
+    # ValueError, and a negative timeout was a silent poll.
+    peer = peer_factory("tcp")
+    local = np.zeros(MiB, dtype=np.uint8)
+    with kvfabric.Engine(protocol="tcp", settings={"KVF_TRANSFER_TIMEOUT_MS": 1500}) as e:
+        e.register(local)
+        seg = e.open(peer.name)
+        e.warmup(seg)
+        peer.freeze()  # alive but silent: the writes stay pending until the transfer timeout
+        endless = [1e10, float("inf"), 1 << 80, 1e308, None]
+        transfers = [e.write_async(seg, local, peer.addr, 4096) for _ in endless]
+        t = transfers[0]
+        for bad in (-1, -0.001, float("-inf"), float("nan"), "10", True, 1j):
+            with pytest.raises(kvfabric.InvalidArgumentError, match="timeout"):
+                t.wait(timeout=bad)
+        with pytest.raises(kvfabric.TransferTimeoutError, match="still running"):
+            t.wait(timeout=0)
+        assert t.status().state == kvfabric.State.PENDING  # the refused waits changed nothing
+        start = time.monotonic()
+        for tr, timeout in zip(transfers, endless):
+            # Each waits until the engine ends the write: TIMEOUT at 1.5 s.
+            with pytest.raises(kvfabric.TransferTimeoutError, match="KVF_TRANSFER_TIMEOUT_MS"):
+                tr.wait(timeout=timeout)
+            assert tr.status().state == kvfabric.State.TIMEOUT, timeout
+        assert time.monotonic() - start > 1.2
+        peer.kill()
+
+
+def test_numbers_out_of_range_are_clear_errors_and_change_nothing(peer_factory):
+    # Issue 12, item 16: -1, 2^64 or a float as an address, index or opcode
+    # reached the binding (a bare TypeError), and floats were truncated.
+    peer = peer_factory("tcp")
+    local = np.zeros(MiB, dtype=np.uint8)
+    local[:] = 0x77
+    with kvfabric.Engine(protocol="tcp") as e:
+        e.register(local)
+        seg = e.open(peer.name)
+        for bad in (-1, 1 << 64, 1.5, True):
+            with pytest.raises(kvfabric.InvalidArgumentError, match="address"):
+                e.unregister(bad)
+        with pytest.raises(kvfabric.InvalidArgumentError, match="address -1 is out of range"):
+            e.unregister_many([local.ctypes.data, -1])
+        for bad in (-1, 1 << 64, 2.0, "16"):
+            with pytest.raises(kvfabric.InvalidArgumentError, match="remote address"):
+                e.write(seg, local, bad, 16)
+        for bad in (-1, 0, 1 << 63, 1 << 64, 16.0, "16"):
+            with pytest.raises(kvfabric.InvalidArgumentError, match="length"):
+                e.write(seg, local, peer.addr, bad)
+            with pytest.raises(kvfabric.InvalidArgumentError, match="length"):
+                e.register(local.ctypes.data + 4096, bad)
+        for bad in (5, -1, 1.0, 1 << 64):
+            with pytest.raises(kvfabric.InvalidArgumentError, match="opcode"):
+                e.transfer([kvfabric.Request(bad, local, peer.addr, 16)], seg)
+        t = e.write_async(seg, local, peer.addr + MiB, 16)
+        for bad in (-1, 1 << 64, 0.0):
+            with pytest.raises(kvfabric.InvalidArgumentError, match="task index"):
+                t.task_status(bad)
+        assert t.wait(30) == 16
+        for bad in (-1, 1 << 64, 0.0):
+            with pytest.raises(kvfabric.InvalidArgumentError, match="task index"):
+                t.task_status(bad)
+        assert t.task_status(0).state == kvfabric.State.COMPLETED
+        assert peer.check(0, MiB, 1) == MiB  # the refused writes changed nothing
+        e.write(seg, local, peer.addr, np.uint64(4096))  # numpy integers are integers
+        e.unregister(local)  # it stayed registered through the refused unregisters

@@ -235,3 +235,50 @@ def test_a_batch_seen_ended_can_always_be_freed(peer_factory):
             assert rc == 1
     finally:
         te.close()
+
+
+def test_bad_numbers_are_logged_clearly_and_change_nothing(peer_factory, capfd):
+    # Issue 12, item 16: -1, 2^64 or a float reached the binding, whose
+    # TypeError ("incompatible function arguments") was all the log said.
+    te = TransferEngine()
+    assert te.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
+    try:
+        peer = peer_factory("tcp", api="mooncake")
+        local = np.zeros(MiB, dtype=np.uint8)
+        base = local.ctypes.data
+        assert te.register_memory(base, MiB) == 0
+        capfd.readouterr()
+        cases = [
+            (lambda: te.transfer_sync_write(peer.name, base, -1, 16), -1, "peer_buffer_addresses[0] -1 is out of range"),
+            (lambda: te.transfer_sync_read(peer.name, 1.5, peer.addr, 16), -1, "buffers[0] must be an integer, not float"),
+            (lambda: te.batch_transfer_sync_write(peer.name, [base, base], [peer.addr, 1 << 64], [16, 16]), -1,
+             "peer_buffer_addresses[1] 18446744073709551616 is out of range"),
+            (lambda: te.batch_transfer_sync_read(peer.name, [base], [peer.addr], [16.0]), -1,
+             "lengths[0] must be an integer"),
+            (lambda: te.batch_transfer_async_write(peer.name, [base], [peer.addr], [-1]), 0, "lengths[0] -1 is out of range"),
+            (lambda: te.transfer_submit_write(peer.name, base, peer.addr, 1 << 64), 0, "lengths[0] 18446744073709551616"),
+            (lambda: te.transfer_sync(peer.name, base, peer.addr, 16, 7), -1, "opcode 7"),
+            (lambda: te.batch_transfer_async(peer.name, [base], [peer.addr], [16], 1 << 64), 0, "opcode"),
+            (lambda: te.transfer_check_status(-1), -1, "batch id -1 is out of range"),
+            (lambda: te.get_batch_transfer_status([1 << 64]), -1, "batch id 18446744073709551616 is out of range"),
+            (lambda: te.register_memory(base + 2 * MiB, 4096.0), -1, "length 4096.0 is not a positive byte count"),
+            (lambda: te.unregister_memory(-1), -1, "address -1 is out of range"),
+            (lambda: te.batch_unregister_memory([base, 1 << 64]), -1, "buffer_addresses[1] 18446744073709551616"),
+            (lambda: te.batch_register_memory([base + 2 * MiB], [2.5]), -1, "length 2.5"),
+            (lambda: te.allocate_managed_buffer(-1), 0, "length -1 is out of range"),
+            (lambda: te.allocate_managed_buffer(1 << 64), 0, "length 18446744073709551616 is out of range"),
+            (lambda: te.write_bytes_to_buffer(base, b"abc", -1), -1, "length -1 is out of range"),
+            (lambda: te.read_bytes_from_buffer(base, 1 << 64), b"", "length 18446744073709551616 is out of range"),
+        ]
+        for call, failure, message in cases:
+            assert call() == failure, message
+            err = capfd.readouterr().err
+            assert message in err, err
+            assert "incompatible function arguments" not in err
+        assert te.allocate_managed_buffer(1 << 62) == 0  # more than the machine maps: a failure, not an exception
+        assert peer.check(0, MiB, 1) == MiB  # nothing was written
+        local[:16] = 0x42
+        assert te.transfer_sync_write(peer.name, base, peer.addr, 16) == 0  # still registered
+        assert te.unregister_memory(base) == 0
+    finally:
+        te.close()

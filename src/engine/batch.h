@@ -22,6 +22,16 @@ using Clock = std::chrono::steady_clock;
 class Batch;
 class Task;
 
+// The end of a wait of `timeout_ms` from `now`: negative, or further than
+// the clock can count (Clock::now() + 2^63 - 1 ms would wrap into the past,
+// and the wait would end at once), is time_point::max(): no limit.
+inline Clock::time_point WaitDeadline(Clock::time_point now, int64_t timeout_ms) {
+  if (timeout_ms < 0) return Clock::time_point::max();
+  const auto room = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - now);
+  if (std::chrono::milliseconds(timeout_ms) >= room) return Clock::time_point::max();
+  return now + std::chrono::milliseconds(timeout_ms);
+}
+
 // What a task asks of the engine about its slices (the engine implements it).
 class Rerouter {
  public:

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -85,6 +86,29 @@ TEST(BatchTest, WaitWakesOnCompletion) {
   EXPECT_LT(Clock::now() - t0, std::chrono::seconds(2));
   EXPECT_EQ(b.Aggregate().state, TaskState::kCompleted);
   th.join();
+}
+
+TEST(BatchTest, WaitDeadlineBeyondTheClockMeansNoLimit) {
+  // Issue 12, item 16: wait(timeout=1e10) returned at once: now + 10^13 ms
+  // in nanoseconds wrapped into the past.
+  const auto now = Clock::now();
+  EXPECT_EQ(WaitDeadline(now, -1), Clock::time_point::max());
+  EXPECT_EQ(WaitDeadline(now, INT64_MIN), Clock::time_point::max());
+  EXPECT_EQ(WaitDeadline(now, INT64_MAX), Clock::time_point::max());
+  EXPECT_EQ(WaitDeadline(now, 10'000'000'000'000), Clock::time_point::max());  // 1e10 s
+  EXPECT_EQ(WaitDeadline(now, 0), now);
+  EXPECT_EQ(WaitDeadline(now, 1500), now + std::chrono::milliseconds(1500));
+  const auto year = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::hours(24 * 365)).count();
+  EXPECT_EQ(WaitDeadline(now, year), now + std::chrono::milliseconds(year));
+
+  // A pending task and an endless wait: Wait returns when the task ends
+  // (here at its 100 ms deadline), not at once.
+  Batch b(1, 1);
+  Task& t = StartOnlyTask(b, 1, 100, "WRITE to a silent peer");
+  const auto t0 = Clock::now();
+  b.Wait(WaitDeadline(t0, INT64_MAX));
+  EXPECT_GE(Clock::now() - t0, std::chrono::milliseconds(90));
+  EXPECT_EQ(t.Snapshot().state, TaskState::kTimeout);
 }
 
 // Stands in for the engine: records what it was asked to move and answers

@@ -280,8 +280,7 @@ Status Engine::WaitBatch(BatchId batch_id, int64_t timeout_ms, TransferStatus* o
   Status error;
   auto batch = impl_->FindBatch(batch_id, &error);
   if (!batch) return error;
-  auto until = timeout_ms < 0 ? Clock::time_point::max() : Clock::now() + std::chrono::milliseconds(timeout_ms);
-  batch->Wait(until);
+  batch->Wait(engine::WaitDeadline(Clock::now(), timeout_ms));
   *out = batch->Aggregate();
   return Status::OK();
 }

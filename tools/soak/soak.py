@@ -13,8 +13,15 @@ A failed request to a target is an injected failure when a kill of that
 target falls within its time window; any other failure is an error. After a
 failure the initiator rewrites its whole slice of that target (a restarted
 target lost it) before verifying again. Every read is compared with the
-shadow: a difference is a data error. The run fails unless errors and data
-errors are both 0.
+shadow: a difference is a data error.
+
+Targets and initiators share a secret (KVF_AUTH_TOKEN, random per run unless
+--auth_token gives one). An intruder process, with a wrong token or none,
+keeps asking random targets for their segment, a probe or a notification
+throughout the run: each attempt must be refused (PermissionDeniedError).
+
+The run fails unless errors and data errors are both 0, no intruder attempt
+was admitted, and some were refused.
 
     python tools/soak/soak.py --duration 120 --json_out soak.json
 """
@@ -25,6 +32,7 @@ import argparse
 import json
 import os
 import random
+import secrets
 import signal
 import socket
 import subprocess
@@ -160,6 +168,41 @@ def run_initiator(index: int, count: int, targets: list, duration: float, seed: 
         json.dump(stats, f)
 
 
+# -- intruder ----------------------------------------------------------------
+def run_intruder(targets: list, duration: float, seed: int, out_path: str) -> None:
+    """Engines without the cluster's secret (a wrong one, or none) ask the
+    targets for what only members may have; every answer must be a refusal."""
+    import kvfabric
+
+    rng = random.Random(seed)
+    engines = {"wrong token": kvfabric.Engine(protocol="tcp", settings={"KVF_AUTH_TOKEN": "not-" + secrets.token_hex(8),
+                                                                        "KVF_LOG_LEVEL": "off"}),
+               "no token": kvfabric.Engine(protocol="tcp", settings={"KVF_AUTH_TOKEN": "", "KVF_LOG_LEVEL": "off"})}
+    stats = {"attempts": 0, "refused": 0, "unreachable": 0, "admitted": [], "other_errors": []}
+    calls = {"open": lambda e, n: e.open(n), "probe": lambda e, n: e.probe(n),
+             "notify": lambda e, n: e.notify(n, b"let me in")}
+    end = time.monotonic() + duration
+    while time.monotonic() < end:
+        who = rng.choice(list(engines))
+        what = rng.choice(list(calls))
+        name = rng.choice(targets)["name"]
+        stats["attempts"] += 1
+        try:
+            calls[what](engines[who], name)
+            stats["admitted"].append({"who": who, "call": what, "target": name, "time": time.monotonic()})
+        except kvfabric.PermissionDeniedError:
+            stats["refused"] += 1
+        except kvfabric.NetworkError:  # the target is being restarted
+            stats["unreachable"] += 1
+        except kvfabric.KvfabricError as err:
+            stats["other_errors"].append({"who": who, "call": what, "target": name, "error": str(err)[:300]})
+        time.sleep(0.05)
+    for e in engines.values():
+        e.close()
+    with open(out_path, "w") as f:
+        json.dump(stats, f)
+
+
 # -- driver ------------------------------------------------------------------
 def start_target(protocol, size, name):
     p = subprocess.Popen([sys.executable, __file__, "--role", "target", "--protocol", protocol, "--size", str(size),
@@ -179,6 +222,7 @@ def main() -> int:
     ap.add_argument("--size", type=int, default=64 * MiB, help="each target's buffer")
     ap.add_argument("--seed", type=int, default=int(time.time()))
     ap.add_argument("--json_out")
+    ap.add_argument("--auth_token", default="", help="KVF_AUTH_TOKEN of targets and initiators (default: random)")
     ap.add_argument("--role", default="driver", help=argparse.SUPPRESS)
     ap.add_argument("--protocol", help=argparse.SUPPRESS)
     ap.add_argument("--name", help=argparse.SUPPRESS)
@@ -192,7 +236,13 @@ def main() -> int:
     if a.role == "initiator":
         run_initiator(a.index, a.initiators, json.loads(a.targets_json), a.duration, a.seed, a.out)
         return 0
+    if a.role == "intruder":
+        run_intruder(json.loads(a.targets_json), a.duration, a.seed, a.out)
+        return 0
 
+    # Every process of the cluster has the secret through its environment
+    # (not its command line); the intruder overrides it in its settings.
+    os.environ["KVF_AUTH_TOKEN"] = a.auth_token or secrets.token_hex(16)
     rng = random.Random(a.seed)
     protos = ["tcp", "shm"]
     targets, procs = [], {}
@@ -207,6 +257,11 @@ def main() -> int:
                                "--initiators", str(a.initiators), "--targets_json", json.dumps(targets),
                                "--duration", str(a.duration), "--seed", str(a.seed + i), "--out", outs[i]])
              for i in range(a.initiators)]
+    intruder_out = f"/tmp/kvf-soak-{os.getpid()}-intruder.json"
+    intruder = subprocess.Popen([sys.executable, __file__, "--role", "intruder", "--targets_json", json.dumps(targets),
+                                 "--duration", str(max(1.0, a.duration - 3)), "--seed", str(a.seed - 1),
+                                 "--out", intruder_out],
+                                env={k: v for k, v in os.environ.items() if k != "KVF_AUTH_TOKEN"})
     kills = []  # (target name, kill time, back-up time)
     t_end = time.monotonic() + a.duration
     next_kill = time.monotonic() + a.restart_every
@@ -231,7 +286,11 @@ def main() -> int:
                 next_kill = time.monotonic() + a.restart_every
         for p in inits:
             p.wait(timeout=a.duration + 120)
+        intruder.wait(timeout=120)
     finally:
+        if intruder.poll() is None:
+            intruder.kill()
+            intruder.wait()
         for p, _ in procs.values():
             p.terminate()
         for p, _ in procs.values():
@@ -258,18 +317,36 @@ def main() -> int:
             else:
                 total["errors"] += 1
                 unexplained.append(fail)
+    intruder_stats = {"attempts": 0, "refused": 0, "unreachable": 0, "admitted": [], "other_errors": []}
+    if os.path.exists(intruder_out):
+        with open(intruder_out) as f:
+            intruder_stats = json.load(f)
+        os.unlink(intruder_out)
     total.update({"restarts": len(kills), "duration_s": a.duration, "targets": a.targets,
-                  "initiators": a.initiators, "seed": a.seed, "initiator_exit_codes": [p.returncode for p in inits]})
+                  "initiators": a.initiators, "seed": a.seed, "initiator_exit_codes": [p.returncode for p in inits],
+                  "auth_token_set": True, "intruder_attempts": intruder_stats["attempts"],
+                  "intruder_refused": intruder_stats["refused"], "intruder_unreachable": intruder_stats["unreachable"],
+                  "intruder_admitted": len(intruder_stats["admitted"]),
+                  "intruder_other_errors": len(intruder_stats["other_errors"]),
+                  "intruder_exit_code": intruder.returncode})
     print(f"soak: {total['ops']} verified operations, {total['bytes'] / 1e9:.2f} GB moved, {len(kills)} restarts, "
           f"{total['failures_injected']} injected failures, {total['errors']} unexplained errors, "
-          f"{total['data_errors']} data errors (seed {a.seed})")
+          f"{total['data_errors']} data errors (seed {a.seed}); with KVF_AUTH_TOKEN set, "
+          f"{total['intruder_refused']} of {total['intruder_attempts']} intruder attempts refused, "
+          f"{total['intruder_admitted']} admitted, {total['intruder_unreachable']} unreachable (target restarting), "
+          f"{total['intruder_other_errors']} other errors")
     for fail in unexplained[:10]:
         print(f"  unexplained: {fail}")
+    for x in (intruder_stats["admitted"] + intruder_stats["other_errors"])[:10]:
+        print(f"  intruder: {x}")
     if a.json_out:
         with open(a.json_out, "w") as f:
-            json.dump({**total, "unexplained": unexplained, "kills": kills}, f, indent=1)
+            json.dump({**total, "unexplained": unexplained, "kills": kills,
+                       "intruder_admitted_calls": intruder_stats["admitted"],
+                       "intruder_other_error_calls": intruder_stats["other_errors"]}, f, indent=1)
     ok = total["data_errors"] == 0 and total["errors"] == 0 and all(c == 0 for c in total["initiator_exit_codes"]) \
-        and total["ops"] > 0
+        and total["ops"] > 0 and total["intruder_admitted"] == 0 and total["intruder_other_errors"] == 0 \
+        and total["intruder_refused"] > 0 and intruder.returncode == 0
     return 0 if ok else 1
 
 

@@ -34,8 +34,8 @@ import threading
 import time
 from typing import Callable, List, Optional, Sequence
 
-from ..engine import Engine, OpCode, TaskState, buffer_address
-from ..errors import KvfabricError
+from ..engine import Engine, OpCode, TaskState, buffer_address, unsigned
+from ..errors import InvalidArgumentError, KvfabricError
 
 # Module attributes Mooncake's binding sets from its build flags. kvfabric
 # reaches EFA and CUDA memory at run time; the vendor transports it lacks.
@@ -52,9 +52,9 @@ PROTOCOLS = {"rdma": "rdma", "efa": "efa", "tcp": "tcp", "verbs": "verbs", "shm"
 # Mooncake transports that are not libfabric fabrics: refused with the reason.
 VENDOR_PROTOCOLS = ("nvlink", "nvlink_intra", "hip", "musa", "ascend", "cxl", "barex", "xgmi", "cxi", "ubshmem")
 
-_DEFAULT_RPC_PORTS = (15000, 17000)
+_DEFAULT_RPC_PORTS = (15000, 17000)  # Mooncake's MC_MIN_RPC_PORT, MC_MAX_RPC_PORT
 # What a call turns into Mooncake's failure codes (AttributeError: no engine).
-_FAILURES = (KvfabricError, ValueError, TypeError, OverflowError, AttributeError)  # Mooncake's MC_MIN_RPC_PORT, MC_MAX_RPC_PORT
+_FAILURES = (KvfabricError, ValueError, TypeError, OverflowError, AttributeError)
 
 
 def _log(level: str, message: str) -> None:
@@ -86,15 +86,113 @@ _READ, _WRITE = int(OpCode.READ), int(OpCode.WRITE)
 _PENDING, _COMPLETED, _TIMEOUT = int(TaskState.PENDING), int(TaskState.COMPLETED), int(TaskState.TIMEOUT)
 
 
-class TransferNotify:
-    """A short message delivered to the target with a transfer."""
+def _notify_field(value, what: str) -> bytes:
+    """What Mooncake's std::string field takes: a str (as UTF-8) or bytes. A
+    str read from a received notification (see TransferNotify) encodes back
+    to the bytes received."""
+    if isinstance(value, str):
+        try:
+            return value.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError as e:
+            raise ValueError(f"TransferNotify.{what}: UTF-8 cannot encode this str ({e.reason} at index {e.start}); "
+                             "pass bytes") from None
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    raise TypeError(f"TransferNotify.{what} is str or bytes, not {type(value).__name__}")
 
-    def __init__(self, name: str = "", msg: str = ""):
-        self.name = name
-        self.msg = msg
+
+class TransferNotify:
+    """A short message delivered to the target with a transfer.
+
+    As in Mooncake, ``name`` and ``msg`` take str or bytes and read as str
+    (UTF-8). Any bytes go through: bytes that are not UTF-8 read with
+    ``surrogateescape`` (so reading never raises, and ``TransferNotify(n.name,
+    n.msg)`` sends the same bytes again); ``name_bytes`` and ``msg_bytes``
+    (not in Mooncake) give them exactly."""
+
+    __slots__ = ("_name", "_msg")
+
+    def __init__(self, name="", msg=""):
+        self._name = _notify_field(name, "name")
+        self._msg = _notify_field(msg, "msg")
+
+    @property
+    def name(self) -> str:
+        return self._name.decode("utf-8", "surrogateescape")
+
+    @name.setter
+    def name(self, value) -> None:
+        self._name = _notify_field(value, "name")
+
+    @property
+    def msg(self) -> str:
+        return self._msg.decode("utf-8", "surrogateescape")
+
+    @msg.setter
+    def msg(self, value) -> None:
+        self._msg = _notify_field(value, "msg")
+
+    @property
+    def name_bytes(self) -> bytes:
+        return self._name
+
+    @property
+    def msg_bytes(self) -> bytes:
+        return self._msg
 
     def __repr__(self) -> str:
         return f"TransferNotify(name={self.name!r}, msg={self.msg!r})"
+
+    # The shim's notification on the wire: JSON {"name", "msg"}, ASCII; bytes
+    # that are not UTF-8 travel as surrogate escapes (\udcXX) and come back
+    # exactly. A message that is not such JSON (a kvfabric.Engine.notify),
+    # exactly these two keys, arrives whole as msg, with an empty name.
+    def _payload(self) -> bytes:
+        return json.dumps({"name": self.name, "msg": self.msg}).encode("ascii")
+
+    @classmethod
+    def _from_payload(cls, body: bytes) -> "TransferNotify":
+        try:
+            d = json.loads(body)
+            if isinstance(d, dict) and d.keys() == {"name", "msg"} and all(isinstance(v, str) for v in d.values()):
+                return cls(d["name"], d["msg"])
+        except (ValueError, RecursionError):  # not JSON, not UTF-8, a lone surrogate, nested too deep
+            pass
+        return cls("", body)
+
+
+def _bad_number(**lists) -> Optional[str]:
+    """Why a list argument cannot go to the engine (the first entry that is
+    not an integer in [0, 2^64)), or None. Only called after the binding
+    refused the lists, so the batch paths pay nothing for it."""
+    for what, values in lists.items():
+        if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+            return f"{what} must be a list of integers, not {type(values).__name__}"
+        for i, v in enumerate(values):
+            try:
+                unsigned(v, f"{what}[{i}]")
+            except InvalidArgumentError as e:
+                return str(e)
+    return None
+
+
+def _why(e: Exception, target, **lists) -> str:
+    """The message of a failed call: for a binding's refusal of its arguments
+    (TypeError, OverflowError), what is wrong with them."""
+    if isinstance(e, (TypeError, OverflowError)):
+        if not isinstance(target, str):
+            return f"the target must be a str (host:port), not {type(target).__name__}"
+        reason = _bad_number(**lists)
+        if reason is not None:
+            return reason
+    return str(e)
+
+
+def _opcode(opcode) -> int:
+    n = unsigned(opcode, "opcode", 1 << 32)
+    if n not in (0, 1):
+        raise InvalidArgumentError(f"opcode {n}: use TransferOpcode.Read (0) or TransferOpcode.Write (1)")
+    return n
 
 
 def parse_metadata(metadata_server: str, metadata_type: str = "") -> str:
@@ -282,7 +380,7 @@ class TransferEngine:
         try:
             out = fn()
             return 0 if out is None else out
-        except (KvfabricError, ValueError, TypeError, OverflowError) as e:
+        except (KvfabricError, ValueError, TypeError, OverflowError, OSError, MemoryError) as e:
             _log("error", f"{what}: {e}")
             return failure
 
@@ -365,7 +463,7 @@ class TransferEngine:
     # -- memory ---------------------------------------------------------
     def register_memory(self, buffer_addr: int, capacity: int, location: str = "*") -> int:
         def go():
-            addr, n, _ = buffer_address(int(buffer_addr), int(capacity))  # clear errors for bad numbers
+            addr, n, _ = buffer_address(unsigned(buffer_addr, "address"), capacity)  # clear errors for bad numbers
             self._core.register(addr, n, location)
             self._regions[addr] = n
 
@@ -373,25 +471,31 @@ class TransferEngine:
 
     def unregister_memory(self, buffer_addr: int) -> int:
         def go():
-            self._core.unregister(int(buffer_addr))
-            self._regions.pop(int(buffer_addr), None)
+            addr = unsigned(buffer_addr, "address")
+            self._core.unregister(addr)
+            self._regions.pop(addr, None)
 
         return self._call("unregister_memory", go)
 
     def batch_register_memory(self, buffer_addresses: List[int], capacities: List[int], location: str = "*") -> int:
         def go():
-            for a, n in zip(buffer_addresses, capacities):
-                buffer_address(int(a), int(n))  # clear errors for bad numbers, before anything is registered
-            self._core.register_list(buffer_addresses, capacities, location)
-            self._regions.update(zip(map(int, buffer_addresses), map(int, capacities)))
+            addrs = [unsigned(a, f"buffer_addresses[{i}]") for i, a in enumerate(buffer_addresses)]
+            lengths = list(capacities)
+            if len(addrs) != len(lengths):
+                raise ValueError(f"{len(addrs)} addresses but {len(lengths)} capacities")
+            # clear errors for bad numbers, before anything is registered
+            lengths = [buffer_address(a, n)[1] for a, n in zip(addrs, lengths)]
+            self._core.register_list(addrs, lengths, location)
+            self._regions.update(zip(addrs, lengths))
 
         return self._call("batch_register_memory", go)
 
     def batch_unregister_memory(self, buffer_addresses: List[int]) -> int:
         def go():
-            self._core.unregister_batch(buffer_addresses)
-            for a in buffer_addresses:
-                self._regions.pop(int(a), None)
+            addrs = [unsigned(a, f"buffer_addresses[{i}]") for i, a in enumerate(buffer_addresses)]
+            self._core.unregister_batch(addrs)
+            for a in addrs:
+                self._regions.pop(a, None)
 
         return self._call("batch_unregister_memory", go)
 
@@ -399,30 +503,32 @@ class TransferEngine:
         """A page-aligned buffer, registered; its address, or 0 on failure."""
 
         def go():
-            if int(length) <= 0:
-                raise ValueError(f"length {length} must be positive")
-            mm = mmap.mmap(-1, int(length))
-            view = (ctypes.c_char * int(length)).from_buffer(mm)
+            n = unsigned(length, "length", 1 << 63)
+            if n == 0:
+                raise ValueError("length 0: give a positive byte count")
+            mm = mmap.mmap(-1, n)
+            view = (ctypes.c_char * n).from_buffer(mm)
             addr = ctypes.addressof(view)
             try:
-                self._core.register(addr, int(length), "cpu:0")
+                self._core.register(addr, n, "cpu:0")
             except BaseException:
                 del view
                 mm.close()
                 raise
             self._managed[addr] = (mm, view)
-            self._regions[addr] = int(length)
+            self._regions[addr] = n
             return addr
 
         return self._call("allocate_managed_buffer", go, failure=0)
 
     def free_managed_buffer(self, buffer_addr: int, length: int) -> int:
         def go():
-            if int(buffer_addr) not in self._managed or self._regions.get(int(buffer_addr)) != int(length):
-                raise ValueError(f"no managed buffer of {length} bytes at {int(buffer_addr):#x}")
-            self._core.unregister(int(buffer_addr))
-            del self._regions[int(buffer_addr)]
-            mm, view = self._managed.pop(int(buffer_addr))
+            addr, n = unsigned(buffer_addr, "address"), unsigned(length, "length")
+            if addr not in self._managed or self._regions.get(addr) != n:
+                raise ValueError(f"no managed buffer of {n} bytes at {addr:#x}")
+            self._core.unregister(addr)
+            del self._regions[addr]
+            mm, view = self._managed.pop(addr)
             del view  # the last export of the mapping: now it can close
             mm.close()
 
@@ -430,48 +536,56 @@ class TransferEngine:
 
     def write_bytes_to_buffer(self, dest_address: int, src_ptr: bytes, length: int) -> int:
         def go():
-            n = int(length)
-            if n < 0 or n > len(src_ptr):
+            dest = unsigned(dest_address, "dest_address")
+            n = unsigned(length, "length")
+            if n > len(src_ptr):
                 raise ValueError(f"length {length}: give 0 to {len(src_ptr)}, the bytes passed")
-            if not self._inside(int(dest_address), n):
-                raise ValueError(f"[{int(dest_address):#x}, +{n}) is not inside a registered or managed buffer")
-            ctypes.memmove(int(dest_address), src_ptr, n)
+            if not self._inside(dest, n):
+                raise ValueError(f"[{dest:#x}, +{n}) is not inside a registered or managed buffer")
+            ctypes.memmove(dest, src_ptr, n)
 
         return self._call("write_bytes_to_buffer", go)
 
     def read_bytes_from_buffer(self, source_address: int, length: int) -> bytes:
-        n = int(length)
-        if n < 0 or not self._inside(int(source_address), n):
-            _log("error", f"read_bytes_from_buffer: [{int(source_address):#x}, +{length}) is not inside a "
-                          "registered or managed buffer")
+        try:
+            source, n = unsigned(source_address, "source_address"), unsigned(length, "length")
+        except InvalidArgumentError as e:
+            _log("error", f"read_bytes_from_buffer: {e}")
             return b""
-        return ctypes.string_at(int(source_address), n)
+        if not self._inside(source, n):
+            _log("error", f"read_bytes_from_buffer: [{source:#x}, +{n}) is not inside a registered or managed buffer")
+            return b""
+        return ctypes.string_at(source, n)
 
     # -- transfers ------------------------------------------------------
     # The batch paths stay short: on a 2-core host, after a large transfer
     # every Python frame runs from cold caches (see tools/bench/python_vs_cpp.py).
-    def _failed(self, what: str, target: str, e: Exception, failure: int = -1) -> int:
+    def _failed(self, what: str, target: str, e: Exception, failure: int = -1, lists=None) -> int:
         if self._core is None:
             _log("error", f"{what}: the engine is not initialized; call initialize() first")
         else:
-            _log("error", f"{what} to {target}: {e}")
+            buffers, peers, lengths = lists or ((), (), ())
+            _log("error", f"{what} to {target}: "
+                          f"{_why(e, target, buffers=buffers, peer_buffer_addresses=peers, lengths=lengths)}")
         return failure
 
-    def _sync(self, what: str, target: str, op: int, buffers, peers, lengths, notify=None) -> int:
+    def _sync(self, what: str, target: str, op, buffers, peers, lengths, notify=None) -> int:
         try:
-            self._core.transfer_to(target, op, buffers, peers, lengths)
-            if notify is not None:
-                self._core.send_notify(segment_name(target), json.dumps({"name": notify.name, "msg": notify.msg}))
+            # A notify that cannot be sent fails the call before anything moves.
+            payload = None if notify is None else TransferNotify(notify.name, notify.msg)._payload()
+            self._core.transfer_to(target, _opcode(op), buffers, peers, lengths)
+            if payload is not None:
+                self._core.send_notify(segment_name(target), payload)
         except _FAILURES as e:
-            return self._failed(what, target, e)
+            return self._failed(what, target, e, lists=(buffers, peers, lengths))
         return 0
 
-    def _submit(self, what: str, target: str, op: int, buffers, peers, lengths) -> int:
+    def _submit(self, what: str, target: str, op, buffers, peers, lengths) -> int:
         """A batch id, or 0 (Mooncake's failure sentinel for batch ids)."""
         try:
-            return self._core.submit_to(target, op, buffers, peers, lengths)
+            return self._core.submit_to(target, _opcode(op), buffers, peers, lengths)
         except _FAILURES as e:
-            return self._failed(what, target, e, failure=0)
+            return self._failed(what, target, e, failure=0, lists=(buffers, peers, lengths))
 
     def transfer_sync_write(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int,
                             transport_hint: str = "") -> int:
@@ -483,8 +597,7 @@ class TransferEngine:
 
     def transfer_sync(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int, opcode,
                       notify: Optional[TransferNotify] = None, transport_hint: str = "") -> int:
-        return self._sync("transfer_sync", target_hostname, int(opcode), [buffer], [peer_buffer_address], [length],
-                          notify)
+        return self._sync("transfer_sync", target_hostname, opcode, [buffer], [peer_buffer_address], [length], notify)
 
     def batch_transfer_sync_write(self, target_hostname: str, buffers: Sequence[int],
                                   peer_buffer_addresses: Sequence[int], lengths: Sequence[int],
@@ -493,7 +606,8 @@ class TransferEngine:
             self._core.transfer_to(target_hostname, _WRITE, buffers, peer_buffer_addresses, lengths)
             return 0
         except _FAILURES as e:
-            return self._failed("batch_transfer_sync_write", target_hostname, e)
+            return self._failed("batch_transfer_sync_write", target_hostname, e,
+                                lists=(buffers, peer_buffer_addresses, lengths))
 
     def batch_transfer_sync_read(self, target_hostname: str, buffers: Sequence[int],
                                  peer_buffer_addresses: Sequence[int], lengths: Sequence[int],
@@ -502,13 +616,14 @@ class TransferEngine:
             self._core.transfer_to(target_hostname, _READ, buffers, peer_buffer_addresses, lengths)
             return 0
         except _FAILURES as e:
-            return self._failed("batch_transfer_sync_read", target_hostname, e)
+            return self._failed("batch_transfer_sync_read", target_hostname, e,
+                                lists=(buffers, peer_buffer_addresses, lengths))
 
     def batch_transfer_sync(self, target_hostname: str, buffers: Sequence[int], peer_buffer_addresses: Sequence[int],
                             lengths: Sequence[int], opcode, notify: Optional[TransferNotify] = None,
                             transport_hint: str = "") -> int:
-        return self._sync("batch_transfer_sync", target_hostname, int(opcode), buffers, peer_buffer_addresses,
-                          lengths, notify)
+        return self._sync("batch_transfer_sync", target_hostname, opcode, buffers, peer_buffer_addresses, lengths,
+                          notify)
 
     def batch_transfer_async_write(self, target_hostname: str, buffers: Sequence[int],
                                    peer_buffer_addresses: Sequence[int], lengths: Sequence[int],
@@ -524,8 +639,7 @@ class TransferEngine:
 
     def batch_transfer_async(self, target_hostname: str, buffers: Sequence[int], peer_buffer_addresses: Sequence[int],
                              lengths: Sequence[int], opcode, transport_hint: str = "") -> int:
-        return self._submit("batch_transfer_async", target_hostname, int(opcode), buffers, peer_buffer_addresses,
-                            lengths)
+        return self._submit("batch_transfer_async", target_hostname, opcode, buffers, peer_buffer_addresses, lengths)
 
     def transfer_submit_write(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int,
                               transport_hint: str = "") -> int:
@@ -540,7 +654,7 @@ class TransferEngine:
         rc = 0
         for bid in batch_ids:
             try:
-                st = self._core.wait_batch(int(bid), -1)
+                st = self._core.wait_batch(unsigned(bid, "batch id"), -1)
                 self._core.free_batch(int(bid))
             except (KvfabricError, ValueError, TypeError, OverflowError) as e:
                 _log("error", f"get_batch_transfer_status: batch {bid}: {e}")
@@ -558,7 +672,7 @@ class TransferEngine:
         if self._core is None:
             return self._call("transfer_check_status", lambda: None)
         try:
-            state, _, _, error = self._core.batch_status(int(batch_id))
+            state, _, _, error = self._core.batch_status(unsigned(batch_id, "batch id"))
         except (KvfabricError, ValueError, TypeError, OverflowError) as e:
             _log("error", f"transfer_check_status: batch {batch_id}: {e}")
             return -1
@@ -584,12 +698,16 @@ class TransferEngine:
             raise RuntimeError(f"{what}: the engine is not initialized; call initialize() first")
         if not (len(buffers) == len(peers) == len(lengths)):
             raise RuntimeError("buffers, peer_buffer_addresses and lengths have different size")
-        device = next((d for d in map(_core.cuda_device_of, buffers) if d >= 0), 0)
+        reason = _bad_number(buffers=buffers, peer_buffer_addresses=peers, lengths=lengths)
+        if reason is not None:
+            raise RuntimeError(f"{what} to {target}: {reason}")
         try:
-            _core.cuda_stream_synchronize(int(stream_ptr), device)
+            stream = unsigned(stream_ptr, "stream_ptr")
+            device = next((d for d in map(_core.cuda_device_of, buffers) if d >= 0), 0)
+            _core.cuda_stream_synchronize(stream, device)
             self._core.transfer_to(target, op, buffers, peers, lengths)
-        except KvfabricError as e:
-            raise RuntimeError(f"{what} to {target}: {e}") from e
+        except (KvfabricError, TypeError) as e:
+            raise RuntimeError(f"{what} to {target}: {_why(e, target)}") from e
 
     def transfer_write_on_cuda(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int,
                                stream_ptr: int = 0, transport_hint: str = "") -> None:
@@ -630,14 +748,9 @@ class TransferEngine:
     def get_notifies(self) -> List[TransferNotify]:
         if self._core is None:
             return []
-        out = []
-        for text in self._core.get_notifies():
-            try:
-                d = json.loads(text)
-                out.append(TransferNotify(str(d.get("name", "")), str(d.get("msg", ""))))
-            except (ValueError, AttributeError):
-                out.append(TransferNotify("", text))
-        return out
+        # Each message decodes on its own and none can fail to: a message that
+        # is not the shim's JSON is kept whole as msg.
+        return [TransferNotify._from_payload(body) for body in self._core.get_notifies()]
 
     def close(self) -> None:
         """Not in Mooncake's API: stops the engine and frees managed buffers."""
