@@ -4,6 +4,8 @@ BUILD_TYPE ?= RelWithDebInfo
 VENV ?= .venv
 PY := $(VENV)/bin/python
 CMAKE_FLAGS ?=
+# Tests run this many at once (the lab test alone: RUN_SERIAL).
+JOBS ?= $(shell nproc)
 
 .PHONY: all deps build python run test check fuzz soak bench lab-bench docs clean
 
@@ -19,14 +21,17 @@ build: deps $(BUILD)/build.ninja
 	cmake --build $(BUILD)
 
 # The Python package, built by pip (scikit-build-core + nanobind) into a
-# virtual environment; its own CMake tree is build/python-<wheel tag>.
+# virtual environment, in the same CMake tree as `make build` with the same
+# build type, so the library and tools compile once (an editable install,
+# pip install -e ., keeps its own tree, build/python-<wheel tag>).
 $(VENV)/.deps: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q "scikit-build-core>=0.10" "nanobind>=2.4" pytest numpy
 	touch $@
 
 python: deps $(VENV)/.deps
-	$(PY) -m pip install -q --no-build-isolation .
+	$(PY) -m pip install -q --no-build-isolation -Cbuild-dir=$(BUILD) -Ccmake.build-type=$(BUILD_TYPE) \
+	    -Ccmake.define.KVF_BUILD_TESTS=ON .
 
 # A target and an initiator on this host (p2p handshake, tcp and shm), each
 # engine figure beside the bare-fabric ceiling from the same run.
@@ -35,7 +40,7 @@ run: build python
 	$(PY) tools/bench/python_vs_cpp.py --build $(BUILD) --reps 1 --duration 3
 
 test: build python
-	cd $(BUILD) && ctest --output-on-failure --timeout 300
+	cd $(BUILD) && ctest --output-on-failure --timeout 300 -j$(JOBS)
 	$(PY) -m pytest -q python/tests
 	scripts/fuzz.sh
 	$(SOAK)
@@ -43,7 +48,7 @@ test: build python
 # The edit loop: build, the C++ tests and pytest, without the fuzzers and
 # the soak that `make test` (what CI runs) adds.
 check: build python
-	cd $(BUILD) && ctest --output-on-failure --timeout 300 -E 'Lab\.'
+	cd $(BUILD) && ctest --output-on-failure --timeout 300 -j$(JOBS) -E 'Lab\.'
 	$(PY) -m pytest -q python/tests
 
 # Randomized multi-process run with target restarts, every byte verified;
