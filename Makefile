@@ -7,7 +7,7 @@ CMAKE_FLAGS ?=
 # Tests run this many at once (the lab test alone: RUN_SERIAL).
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build python run test check fuzz soak bench lab-bench docs clean
+.PHONY: all deps build python run test check fuzz stress soak bench lab-bench docs clean
 
 all: build
 
@@ -43,6 +43,7 @@ test: build python
 	cd $(BUILD) && ctest --output-on-failure --timeout 300 -j$(JOBS)
 	$(PY) -m pytest -q python/tests
 	scripts/fuzz.sh
+	$(MAKE) stress
 	$(SOAK)
 
 # The edit loop: build, the C++ tests and pytest, without the fuzzers and
@@ -50,6 +51,14 @@ test: build python
 check: build python
 	cd $(BUILD) && ctest --output-on-failure --timeout 300 -j$(JOBS) -E 'Lab\.'
 	$(PY) -m pytest -q python/tests
+
+# Threads calling an engine at random while it is closed, round after round,
+# with the engine layer under AddressSanitizer and UBSan (tests/stress);
+# STRESS_SECONDS long (15 s in make test).
+STRESS_SECONDS ?= 15
+stress: deps $(BUILD)/build.ninja
+	cmake --build $(BUILD) --target engine_stress
+	$(BUILD)/tests/engine_stress --seconds $(STRESS_SECONDS)
 
 # Randomized multi-process run with target restarts, every byte verified;
 # SOAK_SECONDS long (2 minutes in make test).

@@ -14,8 +14,21 @@
  *   kvf_transfer(e, &r, 1);
  *   kvf_engine_destroy(e);
  *
- * Thread safety: every call may be made from any thread at once, except that
- * kvf_engine_destroy must be the last call on its engine.
+ * Threads: every call may be made from any thread at once, kvf_engine_close
+ * and kvf_engine_destroy included:
+ *   - kvf_engine_close stops the engine: calls under way on other threads
+ *     return first (a kvf_batch_wait or kvf_transfer waiting for requests is
+ *     woken and returns KVF_ECLOSED), and every later call returns
+ *     KVF_ECLOSED. The handle stays valid until kvf_engine_destroy.
+ *   - kvf_engine_destroy closes the engine the same way and releases the
+ *     handle; calls still inside return KVF_ECLOSED and the last of them
+ *     frees it. A call that STARTS after kvf_engine_destroy returned uses a
+ *     freed handle: when threads may still call, kvf_engine_close first, stop
+ *     (join) those threads, then destroy.
+ *   - After fork(), the child's copy of an engine is inert: every call
+ *     returns KVF_ECLOSED ("create a new engine in the child"), and
+ *     kvf_engine_close/destroy leave the parent's published segment,
+ *     connections and shared memory alone (the copy is leaked, on purpose).
  */
 #ifndef KVFABRIC_H_
 #define KVFABRIC_H_
@@ -33,7 +46,7 @@ extern "C" {
  * per row of KVF_STATUS_CODES in kvfabric/codes.h, which gives each its
  * meaning. KVF_EINVAL = -1, KVF_ENOTFOUND, KVF_ERANGE, KVF_EBUSY, KVF_ETIMEOUT,
  * KVF_EFABRIC, KVF_ENETWORK, KVF_EPROTOCOL, KVF_EUNAVAILABLE, KVF_EINTERNAL,
- * KVF_EPERM = -11. */
+ * KVF_EPERM, KVF_ECLOSED = -12. */
 #define KVF_STATUS_CONSTANT_(number, Name, C_NAME, meaning) KVF_##C_NAME = -(number),
 enum { KVF_OK = 0, KVF_STATUS_CODES(KVF_STATUS_CONSTANT_) };
 #undef KVF_STATUS_CONSTANT_
@@ -89,6 +102,9 @@ const char* kvf_last_error(void);
 const char* kvf_code_name(int code);
 
 int kvf_engine_create(const kvf_config* config, kvf_engine** out);
+/* Stops the engine; the handle stays valid (see Threads above). Idempotent. */
+void kvf_engine_close(kvf_engine* engine);
+/* Closes the engine and releases the handle (see Threads above). */
 void kvf_engine_destroy(kvf_engine* engine);
 /* The name peers open this engine by ("host:port"); owned by the engine. */
 const char* kvf_engine_name(const kvf_engine* engine);

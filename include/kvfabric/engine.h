@@ -113,17 +113,36 @@ struct EngineConfig {
 // first. Returns whether GPU memory is usable: OK, or the reason.
 Status PrepareLibfabric(const Settings& settings);
 
+// Threads: every method may be called from any thread at once, Close
+// included. Only the destructor must be the last use of the object.
 class Engine {
  public:
   static Status Create(const EngineConfig& config, std::unique_ptr<Engine>* out);
+  // Close(), then frees the engine.
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // The name peers pass to OpenSegment: "host:port".
+  // Stops the engine. Every later call fails with Closed. Calls under way on
+  // other threads return first: a WaitBatch or Transfer waiting for requests
+  // is woken and returns Closed; a handshake under way (OpenSegment, Probe,
+  // ...) ends within KVF_HANDSHAKE_TIMEOUT_MS. Then the handshake server
+  // stops, the segment leaves the metadata store, requests still in flight
+  // are abandoned and the rails close. Idempotent; a second caller returns
+  // once the first has finished.
+  //
+  // After fork(), the child's copy of an engine is inert: every call fails
+  // with Closed ("create a new Engine in the child"), and Close and the
+  // destructor leave the parent's descriptor, connections, shared memory and
+  // libfabric objects alone (the copy's memory is leaked on purpose).
+  void Close();
+  // Whether Close ran, or this process is a fork of the engine's.
+  bool closed() const;
+
+  // The name peers pass to OpenSegment: "host:port" (also after Close).
   const std::string& name() const;
   const Settings& settings() const;
-  // The rails with their counters as of now.
+  // The rails with their counters as of now (none after Close).
   std::vector<RailInfo> rails() const;
 
   // Memory. Registration covers every rail that serves `location` (see

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from .errors import (
     BusyError,
+    ClosedError,
     FabricError,
     InternalError,
     InvalidArgumentError,
@@ -72,4 +73,5 @@ __all__ = [
     "UnavailableError",
     "InternalError",
     "PermissionDeniedError",
+    "ClosedError",
 ]

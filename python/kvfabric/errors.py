@@ -87,6 +87,13 @@ class PermissionDeniedError(KvfabricError, PermissionError):
     code = 11
 
 
+class ClosedError(KvfabricError):
+    """The engine is closed (``close()``), or this process is a fork of the one
+    that created it: the copy belongs to the parent; create a new Engine."""
+
+    code = 12
+
+
 _CLASSES = (
     InvalidArgumentError,
     NotFoundError,
@@ -99,6 +106,7 @@ _CLASSES = (
     UnavailableError,
     InternalError,
     PermissionDeniedError,
+    ClosedError,
 )
 
 ERROR_CLASSES = {cls.code: cls for cls in _CLASSES}

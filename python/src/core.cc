@@ -123,15 +123,15 @@ class PyEngine {
     Check(s);
   }
 
-  kvfabric::Engine& e() {
-    if (!engine_) Check(Status::InvalidArgument("the engine is closed"));
-    return *engine_;
-  }
+  // Set for the object's whole life: Close stops the engine but keeps the
+  // object, so calls other threads make meanwhile (GIL released) return
+  // ClosedError instead of touching freed memory; it goes with this object.
+  kvfabric::Engine& e() { return *engine_; }
   void Close() {
-    nb::gil_scoped_release r;
-    engine_.reset();
+    nb::gil_scoped_release r;  // calls on other threads finish first (Engine::Close waits for them)
+    engine_->Close();
   }
-  bool closed() const { return !engine_; }
+  bool closed() const { return engine_->closed(); }
 
   std::string name() { return e().name(); }
   std::map<std::string, std::string> settings() {

@@ -131,7 +131,7 @@ def test_errors_are_typed_and_change_nothing(protocol, peer_factory):
         with pytest.raises(ConnectionError):  # the standard base class works too
             e.probe("127.0.0.1:1")
     assert e.closed
-    with pytest.raises(kvfabric.InvalidArgumentError, match="closed"):
+    with pytest.raises(kvfabric.ClosedError, match="is closed; create a new Engine"):
         e.open(peer.name)
     with pytest.raises(kvfabric.NotFoundError, match="KVF_NO_SUCH"):
         kvfabric.Engine(protocol=protocol, settings={"KVF_NO_SUCH": 1})

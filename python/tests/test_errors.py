@@ -52,6 +52,7 @@ def test_released_names_bases_and_numbers():
         "OutOfRangeError": (3, ValueError), "BusyError": (4, None), "TransferTimeoutError": (5, TimeoutError),
         "FabricError": (6, None), "NetworkError": (7, ConnectionError), "ProtocolError": (8, None),
         "UnavailableError": (9, None), "InternalError": (10, None), "PermissionDeniedError": (11, PermissionError),
+        "ClosedError": (12, None),
     }
     for name, (code, base) in released.items():
         cls = getattr(kvfabric, name)
@@ -64,9 +65,9 @@ def test_released_names_bases_and_numbers():
 def test_a_difference_fails_the_import():
     rows = list(_core.status_codes())
     errors.check_codes(rows)  # what engine.py runs on import
-    with pytest.raises(ImportError, match=r"code 12 \(Overloaded, KVF_EOVERLOAD\) has no class: add OverloadedError"):
-        errors.check_codes(rows + [("Overloaded", 12, "KVF_EOVERLOAD", "too much")])
-    with pytest.raises(ImportError, match=r"PermissionDeniedError.code = 11 is no code of the engine"):
+    with pytest.raises(ImportError, match=r"code 13 \(Overloaded, KVF_EOVERLOAD\) has no class: add OverloadedError"):
+        errors.check_codes(rows + [("Overloaded", 13, "KVF_EOVERLOAD", "too much")])
+    with pytest.raises(ImportError, match=r"ClosedError.code = 12 is no code of the engine"):
         errors.check_codes(rows[:-1])
     swapped = [(("Busy" if r[0] == "Timeout" else "Timeout" if r[0] == "Busy" else r[0]),) + tuple(r[1:])
                for r in rows]

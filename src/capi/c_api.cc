@@ -2,6 +2,7 @@
 // into negative codes plus a per-thread message.
 #include "kvfabric.h"
 
+#include <atomic>
 #include <climits>
 #include <exception>
 #include <memory>
@@ -10,8 +11,12 @@
 
 #include "kvfabric/engine.h"
 
+// The handle: the engine and a count of its users, so kvf_engine_destroy
+// may run while other threads are inside calls: the engine closes (their
+// calls return KVF_ECLOSED), and the last one out frees the handle.
 struct kvf_engine {
   std::unique_ptr<kvfabric::Engine> engine;
+  std::atomic<int64_t> users{1};  // the creator's reference (destroy drops it) + calls under way
 };
 
 namespace {
@@ -74,8 +79,18 @@ int Guard(F&& f) {
   }
 }
 
-Status NeedEngine(const kvf_engine* e) {
-  return e != nullptr && e->engine ? Status::OK() : Status::InvalidArgument("engine is NULL");
+void Release(kvf_engine* e) {
+  if (e->users.fetch_sub(1, std::memory_order_acq_rel) == 1) delete e;
+}
+
+// A call on an engine: f(engine) with the handle held (see kvf_engine).
+template <typename F>
+int WithEngine(kvf_engine* e, F&& f) {
+  if (e == nullptr || !e->engine) return Guard([] { return Status::InvalidArgument("engine is NULL"); });
+  e->users.fetch_add(1, std::memory_order_relaxed);
+  const int rc = Guard([&]() -> Status { return f(*e->engine); });
+  Release(e);
+  return rc;
 }
 
 Status ToRequests(const kvf_request* in, size_t n, std::vector<kvfabric::TransferRequest>* out) {
@@ -135,69 +150,69 @@ int kvf_engine_create(const kvf_config* config, kvf_engine** out) {
   });
 }
 
-void kvf_engine_destroy(kvf_engine* engine) { delete engine; }
+void kvf_engine_close(kvf_engine* engine) {
+  if (engine == nullptr || !engine->engine) return;
+  engine->users.fetch_add(1, std::memory_order_relaxed);
+  engine->engine->Close();
+  Release(engine);
+}
+
+void kvf_engine_destroy(kvf_engine* engine) {
+  if (engine == nullptr) return;
+  if (engine->engine) engine->engine->Close();  // calls under way return; a forked child's copy is left alone
+  Release(engine);
+}
 
 const char* kvf_engine_name(const kvf_engine* engine) {
   return engine != nullptr && engine->engine ? engine->engine->name().c_str() : "";
 }
 
 int kvf_register_memory(kvf_engine* e, void* addr, size_t length, const char* location) {
-  return Guard([&]() -> Status {
-    KVF_RETURN_IF_ERROR(NeedEngine(e));
-    return e->engine->RegisterMemory(addr, length, location ? location : "*");
+  return WithEngine(e, [&](kvfabric::Engine& engine) {
+    return engine.RegisterMemory(addr, length, location ? location : "*");
   });
 }
 
 int kvf_unregister_memory(kvf_engine* e, void* addr) {
-  return Guard([&]() -> Status {
-    KVF_RETURN_IF_ERROR(NeedEngine(e));
-    return e->engine->UnregisterMemory(addr);
-  });
+  return WithEngine(e, [&](kvfabric::Engine& engine) { return engine.UnregisterMemory(addr); });
 }
 
 int kvf_register_memory_batch(kvf_engine* e, void* const* addrs, const size_t* lengths, size_t count,
                               const char* location) {
-  return Guard([&]() -> Status {
-    KVF_RETURN_IF_ERROR(NeedEngine(e));
+  return WithEngine(e, [&](kvfabric::Engine& engine) -> Status {
     if (count > 0 && (addrs == nullptr || lengths == nullptr))
       return Status::InvalidArgument("addrs or lengths is NULL");
     std::vector<kvfabric::BufferEntry> v(count);
     for (size_t i = 0; i < count; ++i) v[i] = {addrs[i], lengths[i], location ? location : "*"};
-    return e->engine->RegisterMemoryBatch(v);
+    return engine.RegisterMemoryBatch(v);
   });
 }
 
 int kvf_unregister_memory_batch(kvf_engine* e, void* const* addrs, size_t count) {
-  return Guard([&]() -> Status {
-    KVF_RETURN_IF_ERROR(NeedEngine(e));
+  return WithEngine(e, [&](kvfabric::Engine& engine) -> Status {
     if (count > 0 && addrs == nullptr) return Status::InvalidArgument("addrs is NULL");
-    return e->engine->UnregisterMemoryBatch(std::vector<void*>(addrs, addrs + count));
+    return engine.UnregisterMemoryBatch(std::vector<void*>(addrs, addrs + count));
   });
 }
 
 int kvf_open_segment(kvf_engine* e, const char* name, kvf_segment* out) {
-  return Guard([&]() -> Status {
-    KVF_RETURN_IF_ERROR(NeedEngine(e));
+  return WithEngine(e, [&](kvfabric::Engine& engine) -> Status {
     if (name == nullptr || out == nullptr) return Status::InvalidArgument("name or out is NULL");
-    return e->engine->OpenSegment(name, out);
+    return engine.OpenSegment(name, out);
   });
 }
 
 int kvf_close_segment(kvf_engine* e, kvf_segment segment) {
-  return Guard([&]() -> Status {
-    KVF_RETURN_IF_ERROR(NeedEngine(e));
-    return e->engine->CloseSegment(segment);
-  });
+  return WithEngine(e, [&](kvfabric::Engine& engine) { return engine.CloseSegment(segment); });
 }
 
 int kvf_segment_buffers(kvf_engine* e, kvf_segment segment, kvf_remote_buffer* out, size_t capacity,
                         size_t* count) {
-  return Guard([&]() -> Status {
-    KVF_RETURN_IF_ERROR(NeedEngine(e));
+  return WithEngine(e, [&](kvfabric::Engine& engine) -> Status {
     if (count == nullptr || (capacity > 0 && out == nullptr))
       return Status::InvalidArgument("count is NULL, or out is NULL with a capacity");
     std::vector<kvfabric::RemoteBuffer> v;
-    KVF_RETURN_IF_ERROR(e->engine->GetSegmentBuffers(segment, &v));
+    KVF_RETURN_IF_ERROR(engine.GetSegmentBuffers(segment, &v));
     for (size_t i = 0; i < v.size() && i < capacity; ++i) out[i] = {v[i].addr, v[i].length};
     *count = v.size();
     return Status::OK();
@@ -205,76 +220,66 @@ int kvf_segment_buffers(kvf_engine* e, kvf_segment segment, kvf_remote_buffer* o
 }
 
 int kvf_warmup(kvf_engine* e, const char* name) {
-  return Guard([&]() -> Status {
-    KVF_RETURN_IF_ERROR(NeedEngine(e));
+  return WithEngine(e, [&](kvfabric::Engine& engine) -> Status {
     if (name == nullptr) return Status::InvalidArgument("name is NULL");
-    return e->engine->Warmup(name);
+    return engine.Warmup(name);
   });
 }
 
 int kvf_batch_allocate(kvf_engine* e, size_t capacity, kvf_batch* out) {
-  return Guard([&]() -> Status {
-    KVF_RETURN_IF_ERROR(NeedEngine(e));
+  return WithEngine(e, [&](kvfabric::Engine& engine) -> Status {
     if (out == nullptr) return Status::InvalidArgument("out is NULL");
-    return e->engine->AllocateBatch(capacity, out);
+    return engine.AllocateBatch(capacity, out);
   });
 }
 
 int kvf_batch_submit(kvf_engine* e, kvf_batch batch, const kvf_request* requests, size_t count) {
-  return Guard([&]() -> Status {
-    KVF_RETURN_IF_ERROR(NeedEngine(e));
+  return WithEngine(e, [&](kvfabric::Engine& engine) -> Status {
     std::vector<kvfabric::TransferRequest> v;
     KVF_RETURN_IF_ERROR(ToRequests(requests, count, &v));
-    return e->engine->Submit(batch, v);
+    return engine.Submit(batch, v);
   });
 }
 
 int kvf_task_status(kvf_engine* e, kvf_batch batch, size_t task, kvf_transfer_status* out) {
-  return Guard([&]() -> Status {
-    KVF_RETURN_IF_ERROR(NeedEngine(e));
+  return WithEngine(e, [&](kvfabric::Engine& engine) -> Status {
     if (out == nullptr) return Status::InvalidArgument("out is NULL");
     kvfabric::TransferStatus s;
-    KVF_RETURN_IF_ERROR(e->engine->GetTaskStatus(batch, task, &s));
+    KVF_RETURN_IF_ERROR(engine.GetTaskStatus(batch, task, &s));
     FromStatus(s, out);
     return Status::OK();
   });
 }
 
 int kvf_batch_status(kvf_engine* e, kvf_batch batch, kvf_transfer_status* out) {
-  return Guard([&]() -> Status {
-    KVF_RETURN_IF_ERROR(NeedEngine(e));
+  return WithEngine(e, [&](kvfabric::Engine& engine) -> Status {
     if (out == nullptr) return Status::InvalidArgument("out is NULL");
     kvfabric::TransferStatus s;
-    KVF_RETURN_IF_ERROR(e->engine->GetBatchStatus(batch, &s));
+    KVF_RETURN_IF_ERROR(engine.GetBatchStatus(batch, &s));
     FromStatus(s, out);
     return Status::OK();
   });
 }
 
 int kvf_batch_wait(kvf_engine* e, kvf_batch batch, int64_t timeout_ms, kvf_transfer_status* out) {
-  return Guard([&]() -> Status {
-    KVF_RETURN_IF_ERROR(NeedEngine(e));
+  return WithEngine(e, [&](kvfabric::Engine& engine) -> Status {
     kvfabric::TransferStatus s;
     if (out == nullptr) return Status::InvalidArgument("out is NULL");
-    KVF_RETURN_IF_ERROR(e->engine->WaitBatch(batch, timeout_ms, &s));
+    KVF_RETURN_IF_ERROR(engine.WaitBatch(batch, timeout_ms, &s));
     FromStatus(s, out);
     return Status::OK();
   });
 }
 
 int kvf_batch_free(kvf_engine* e, kvf_batch batch) {
-  return Guard([&]() -> Status {
-    KVF_RETURN_IF_ERROR(NeedEngine(e));
-    return e->engine->FreeBatch(batch);
-  });
+  return WithEngine(e, [&](kvfabric::Engine& engine) { return engine.FreeBatch(batch); });
 }
 
 int kvf_transfer(kvf_engine* e, const kvf_request* requests, size_t count) {
-  return Guard([&]() -> Status {
-    KVF_RETURN_IF_ERROR(NeedEngine(e));
+  return WithEngine(e, [&](kvfabric::Engine& engine) -> Status {
     std::vector<kvfabric::TransferRequest> v;
     KVF_RETURN_IF_ERROR(ToRequests(requests, count, &v));
-    return e->engine->Transfer(v);
+    return engine.Transfer(v);
   });
 }
 

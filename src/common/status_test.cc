@@ -112,13 +112,15 @@ TEST(StatusTest, NumbersAreTheReleasedOnes) {
   EXPECT_EQ(KVF_EINTERNAL, -10);
   EXPECT_EQ(KVF_EPERM, -11);
   EXPECT_EQ(static_cast<int>(Status::Code::kPermissionDenied), 11);
+  EXPECT_EQ(KVF_ECLOSED, -12);
+  EXPECT_EQ(static_cast<int>(Status::Code::kClosed), 12);
   EXPECT_EQ(KVF_PENDING, 0);
   EXPECT_EQ(KVF_COMPLETED, 1);
   EXPECT_EQ(KVF_FAILED, 2);
   EXPECT_EQ(KVF_TIMEOUT, 3);
   EXPECT_EQ(KVF_READ, 0);
   EXPECT_EQ(KVF_WRITE, 1);
-  EXPECT_EQ(StatusRows().size(), 11u) << "a new code: add it to this list too";
+  EXPECT_EQ(StatusRows().size(), 12u) << "a new code: add it to this list too";
   EXPECT_EQ(TaskStateRows().size(), 4u);
   EXPECT_EQ(OpCodeRows().size(), 2u);
 }

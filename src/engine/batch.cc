@@ -157,19 +157,33 @@ TransferStatus Batch::Aggregate() {
   return agg;
 }
 
-void Batch::Wait(Clock::time_point until) {
+bool Batch::Wait(Clock::time_point until) {
   // Deadlines are checked at least every 10 ms while waiting.
   while (!AllDone() && Clock::now() < until) {
+    if (waits_cancelled_.load()) return false;
     waiters_.fetch_add(1);
     {
       std::unique_lock<std::mutex> g(wait_mu_);
-      if (finished_.load() < used_.load()) {
+      if (finished_.load() < used_.load() && !waits_cancelled_.load()) {
         auto next = std::min(until, Clock::now() + std::chrono::milliseconds(10));
         cv_.wait_until(g, next);
       }
     }
     waiters_.fetch_sub(1);
   }
+  return true;
+}
+
+void Batch::AbandonPending(const Status& error) {
+  const size_t used = used_.load();
+  for (size_t i = 0; i < used; ++i)
+    if (tasks_[i].pending()) tasks_[i].Abandon(error);
+}
+
+void Batch::CancelWaits() {
+  std::lock_guard<std::mutex> g(wait_mu_);
+  waits_cancelled_.store(true);
+  cv_.notify_all();
 }
 
 }  // namespace kvfabric::engine

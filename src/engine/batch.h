@@ -62,6 +62,9 @@ class Task final : public fabric::SliceOwner {
              std::shared_ptr<const void> route = nullptr);
   // Ends the task without slices (local copy, or failure before posting).
   void Complete(size_t bytes, const Status& error);
+  // Ends a pending task now with `error` (engine shutdown): its queued
+  // slices are dropped unposted, those in flight are ignored when they return.
+  void Abandon(const Status& error) { (void)Finish(TaskState::kFailed, error); }
 
   void OnSliceDone(const fabric::Slice& slice, size_t bytes, const Status& error) override;
   bool OnSliceStalled(const fabric::Slice& slice) override;
@@ -111,8 +114,13 @@ class Batch {
   // Aggregate over the used tasks (deadlines applied). PENDING until the
   // batch has counted every task's end, so an ended batch can be freed.
   TransferStatus Aggregate();
-  // Blocks until every used task has ended or `timeout` passes.
-  void Wait(Clock::time_point until);
+  // Blocks until every used task has ended or `until` passes; false when
+  // CancelWaits ended the wait first (the engine is closing).
+  bool Wait(Clock::time_point until);
+  // Wakes every Wait now and makes later ones return false at once.
+  void CancelWaits();
+  // Abandons every pending task (Task::Abandon).
+  void AbandonPending(const Status& error);
   void OnTaskFinished();
 
  private:
@@ -126,6 +134,7 @@ class Batch {
   std::mutex wait_mu_;
   std::condition_variable cv_;
   std::atomic<int> waiters_{0};
+  std::atomic<bool> waits_cancelled_{false};
 };
 
 }  // namespace kvfabric::engine

@@ -13,7 +13,9 @@ Status BatchTable::Allocate(size_t capacity, BatchId* out) {
   std::lock_guard<std::mutex> g(mu_);
   ReapZombiesLocked();
   const BatchId id = next_++;
-  batches_[id] = std::make_shared<Batch>(id, capacity);
+  auto batch = std::make_shared<Batch>(id, capacity);
+  if (waits_cancelled_) batch->CancelWaits();
+  batches_[id] = std::move(batch);
   *out = id;
   return Status::OK();
 }
@@ -54,6 +56,18 @@ Status BatchTable::Free(BatchId id) {
   batches_.erase(it);
   ReapZombiesLocked();
   return Status::OK();
+}
+
+void BatchTable::CancelWaits() {
+  std::lock_guard<std::mutex> g(mu_);
+  waits_cancelled_ = true;
+  for (auto& [id, batch] : batches_) batch->CancelWaits();
+}
+
+void BatchTable::AbandonAll(const Status& error) {
+  std::lock_guard<std::mutex> g(mu_);
+  for (auto& [id, batch] : batches_) batch->AbandonPending(error);
+  for (auto& batch : zombies_) batch->AbandonPending(error);
 }
 
 void BatchTable::Clear() {

@@ -44,6 +44,12 @@ class BatchTable {
   // Busy while any of its tasks is pending or a Submit is using it;
   // NotFound for an unknown id.
   Status Free(BatchId id);
+  // Engine shutdown, first step: every Wait on a batch returns false now,
+  // also on batches allocated later.
+  void CancelWaits();
+  // Engine shutdown, once no call is inside: every pending task of every
+  // batch (freed ones waiting for their slices too) ends with `error`.
+  void AbandonAll(const Status& error);
   // Drops every batch (engine shutdown, after progress has stopped).
   void Clear();
 
@@ -55,6 +61,7 @@ class BatchTable {
   std::unordered_map<BatchId, int> submitting_;  // Submits under way, by batch
   std::vector<std::shared_ptr<Batch>> zombies_;  // freed, slices still out
   BatchId next_ = 1;
+  bool waits_cancelled_ = false;
 };
 
 }  // namespace kvfabric::engine

@@ -4,10 +4,15 @@
 
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
+#include <thread>
+
 #include "common/hex.h"
 #include "common/log.h"
 #include "common/text.h"
 #include "engine/batch_table.h"
+#include "engine/call_gate.h"
 #include "engine/poster.h"
 #include "engine/rail_set.h"
 #include "engine/request_check.h"
@@ -21,13 +26,27 @@
 
 namespace kvfabric {
 
+// The first line of every public call: inside the engine's gate until the
+// call returns, or refused with Closed (closed engine, forked child).
+#define KVF_ENTER_ENGINE_()                                 \
+  const engine::CallGate::Pass pass_ = impl_->gate.Enter(); \
+  if (!pass_.ok()) return pass_.refusal()
+
 using engine::Batch;
+
+// How long Close lets operations already with the provider return before
+// the rails close (a dead or stopped peer never returns them).
+constexpr int64_t kCloseDrainMs = 1000;
 using engine::Clock;
 using engine::kSelfHandle;
 
-// The engine's parts, in the order they are built; destroyed in the order
-// that lets each finish with the ones below it still there.
+// The engine's parts, in the order they are built; torn down (Close) in the
+// order that lets each finish with the ones below it still there. The gate,
+// the name and the settings stay until the object goes.
 struct Engine::Impl {
+  engine::CallGate gate;                             // call_gate.*: calls against Close and fork
+  std::string name;                                  // server->name(), kept after Close
+  std::atomic<bool> closed{false};                   // Close has torn the parts down
   Settings settings;
   std::unique_ptr<metadata::MetadataStore> store;    // null with p2p
   engine::RailSet rails;                             // rail_set.*
@@ -39,7 +58,10 @@ struct Engine::Impl {
   std::unique_ptr<fabric::Progress> progress;        // fabric/: completions
   engine::BatchTable batches;                        // batch_table.*
 
-  ~Impl() {
+  ~Impl() { Shutdown(); }
+
+  // Idempotent; also of a half-built engine (Create failed).
+  void Shutdown() {
     server.reset();    // peers stop finding us, no new requests
     progress.reset();  // no more completions
     batches.Clear();
@@ -58,7 +80,50 @@ struct Engine::Impl {
 };
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Engine::~Engine() = default;
+
+Engine::~Engine() {
+  if (impl_->gate.forked()) {
+    // A forked child's copy: tearing it down would remove the parent's
+    // descriptor from the store, close endpoints and shared memory the
+    // parent still uses, and join threads the child does not have.
+    KVF_LOG_DEBUG("engine {}: the copy forked into process {} is left to process {}", impl_->name, getpid(),
+                  impl_->gate.owner_pid());
+    (void)impl_.release();
+    return;
+  }
+  Close();
+}
+
+void Engine::Close() {
+  Impl& e = *impl_;
+  if (e.gate.forked()) {
+    (void)e.gate.Shut();  // the parent's: nothing to tear down here (see ~Engine)
+    return;
+  }
+  if (!e.gate.Shut()) {
+    e.closed.wait(false);  // another thread is closing: return when it is done
+    return;
+  }
+  e.batches.CancelWaits();  // WaitBatch and Transfer return Closed now
+  e.gate.WaitForCallers();
+  // Requests still queued are dropped; those with the provider get a moment
+  // to return: a shm peer left holding operations of an endpoint that closed
+  // crashed in libfabric's progress (the stress test found it).
+  e.batches.AbandonAll(Status::Closed(text::Format("engine {} was closed before the request ended", e.name)));
+  const auto drain_until = Clock::now() + std::chrono::milliseconds(kCloseDrainMs);
+  auto busy = [&e] {
+    for (const auto& r : e.rails.rails)
+      if (r->Busy()) return true;
+    return false;
+  };
+  while (busy() && Clock::now() < drain_until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  e.Shutdown();
+  KVF_LOG_INFO("engine {} closed", e.name);
+  e.closed.store(true);
+  e.closed.notify_all();
+}
+
+bool Engine::closed() const { return impl_->gate.shut() || impl_->gate.forked(); }
 
 Status PrepareLibfabric(const Settings& settings) {
   // GPU memory is possible only with the driver; without it libfabric must
@@ -105,6 +170,8 @@ Status Engine::Create(const EngineConfig& config, std::unique_ptr<Engine>* out) 
   e.progress = std::make_unique<fabric::Progress>(e.rails.raw(), static_cast<int>(e.settings.progress_threads),
                                                   e.settings.progress_spin_us, e.settings.progress_idle_us);
   KVF_RETURN_IF_ERROR(e.server->Publish().Annotate("engine " + e.server->name()));
+  e.name = e.server->name();
+  e.gate.set_owner("engine " + e.name);
   KVF_LOG_INFO("engine {} ready: {} rail(s) of {}{}, {} progress thread(s){}", e.server->name(), e.rails.primary.size(),
                provider, e.rails.shm >= 0 ? " + shm for same-host peers" : "", e.progress->thread_count(),
                e.store ? ", segment published in " + e.store->uri() : "");
@@ -112,11 +179,13 @@ Status Engine::Create(const EngineConfig& config, std::unique_ptr<Engine>* out) 
   return Status::OK();
 }
 
-const std::string& Engine::name() const { return impl_->server->name(); }
+const std::string& Engine::name() const { return impl_->name; }
 const Settings& Engine::settings() const { return impl_->settings; }
 
 std::vector<RailInfo> Engine::rails() const {
   std::vector<RailInfo> out;
+  const auto pass = impl_->gate.Enter();
+  if (!pass.ok()) return out;
   for (const auto& r : impl_->rails.rails) {
     const fabric::RailInfo& info = r->info();
     RailInfo o;
@@ -134,12 +203,17 @@ std::vector<RailInfo> Engine::rails() const {
 }
 
 Status Engine::RegisterMemory(void* addr, size_t length, const std::string& location) {
+  KVF_ENTER_ENGINE_();
   return RegisterMemoryBatch({{addr, length, location}});
 }
 
-Status Engine::UnregisterMemory(void* addr) { return UnregisterMemoryBatch({addr}); }
+Status Engine::UnregisterMemory(void* addr) {
+  KVF_ENTER_ENGINE_();
+  return UnregisterMemoryBatch({addr});
+}
 
 Status Engine::RegisterMemoryBatch(const std::vector<BufferEntry>& buffers) {
+  KVF_ENTER_ENGINE_();
   // All or nothing: on a failure the buffers registered by this call are undone.
   auto undo = [&](size_t n) {
     // Registered by this call a moment ago: unregistering them cannot fail.
@@ -161,6 +235,7 @@ Status Engine::RegisterMemoryBatch(const std::vector<BufferEntry>& buffers) {
 }
 
 Status Engine::UnregisterMemoryBatch(const std::vector<void*>& addrs) {
+  KVF_ENTER_ENGINE_();
   for (size_t i = 0; i < addrs.size(); ++i)
     if (!impl_->registry->Find(reinterpret_cast<uintptr_t>(addrs[i]), 1))
       return Status::NotFound(text::Format("{}{} is not registered; nothing was unregistered",
@@ -178,11 +253,18 @@ Status Engine::UnregisterMemoryBatch(const std::vector<void*>& addrs) {
   return first;
 }
 
-Status Engine::OpenSegment(const std::string& name, SegmentHandle* out) { return impl_->segments->Open(name, out); }
+Status Engine::OpenSegment(const std::string& name, SegmentHandle* out) {
+  KVF_ENTER_ENGINE_();
+  return impl_->segments->Open(name, out);
+}
 
-Status Engine::CloseSegment(SegmentHandle handle) { return impl_->segments->Close(handle); }
+Status Engine::CloseSegment(SegmentHandle handle) {
+  KVF_ENTER_ENGINE_();
+  return impl_->segments->Close(handle);
+}
 
 Status Engine::GetSegmentBuffers(SegmentHandle handle, std::vector<RemoteBuffer>* out) {
+  KVF_ENTER_ENGINE_();
   out->clear();
   if (handle == kSelfHandle) {
     for (const auto& b : impl_->registry->Snapshot()) out->push_back({b->addr, b->length, b->location});
@@ -196,6 +278,7 @@ Status Engine::GetSegmentBuffers(SegmentHandle handle, std::vector<RemoteBuffer>
 }
 
 Status Engine::Warmup(const std::string& name) {
+  KVF_ENTER_ENGINE_();
   SegmentHandle h;
   KVF_RETURN_IF_ERROR(OpenSegment(name, &h).Annotate("warmup"));
   if (h == kSelfHandle) return Status::OK();
@@ -210,25 +293,32 @@ Status Engine::Warmup(const std::string& name) {
 }
 
 Status Engine::Probe(const std::string& name) {
+  KVF_ENTER_ENGINE_();
   std::string reply;
   return metadata::HandshakeCall(name, metadata::kProbe, "", impl_->segments->call_options(), &reply)
       .Annotate("probe " + name);
 }
 
 Status Engine::SendNotify(const std::string& name, const std::string& message) {
+  KVF_ENTER_ENGINE_();
   std::string reply;
   return metadata::HandshakeCall(name, metadata::kNotify, message, impl_->segments->call_options(), &reply)
       .Annotate("notify " + name);
 }
 
 Status Engine::GetNotifies(std::vector<std::string>* out) {
+  KVF_ENTER_ENGINE_();
   impl_->server->TakeNotifies(out);
   return Status::OK();
 }
 
-Status Engine::AllocateBatch(size_t capacity, BatchId* out) { return impl_->batches.Allocate(capacity, out); }
+Status Engine::AllocateBatch(size_t capacity, BatchId* out) {
+  KVF_ENTER_ENGINE_();
+  return impl_->batches.Allocate(capacity, out);
+}
 
 Status Engine::Submit(BatchId batch_id, const std::vector<TransferRequest>& requests) {
+  KVF_ENTER_ENGINE_();
   // Held until the requests are posted: a FreeBatch meanwhile is refused.
   engine::BatchTable::SubmitGuard batch;
   KVF_RETURN_IF_ERROR(impl_->batches.AcquireForSubmit(batch_id, &batch));
@@ -258,6 +348,7 @@ Status Engine::Submit(BatchId batch_id, const std::vector<TransferRequest>& requ
 }
 
 Status Engine::GetTaskStatus(BatchId batch_id, size_t task, TransferStatus* out) {
+  KVF_ENTER_ENGINE_();
   Status error;
   auto batch = impl_->FindBatch(batch_id, &error);
   if (!batch) return error;
@@ -269,6 +360,7 @@ Status Engine::GetTaskStatus(BatchId batch_id, size_t task, TransferStatus* out)
 }
 
 Status Engine::GetBatchStatus(BatchId batch_id, TransferStatus* out) {
+  KVF_ENTER_ENGINE_();
   Status error;
   auto batch = impl_->FindBatch(batch_id, &error);
   if (!batch) return error;
@@ -277,17 +369,24 @@ Status Engine::GetBatchStatus(BatchId batch_id, TransferStatus* out) {
 }
 
 Status Engine::WaitBatch(BatchId batch_id, int64_t timeout_ms, TransferStatus* out) {
+  KVF_ENTER_ENGINE_();
   Status error;
   auto batch = impl_->FindBatch(batch_id, &error);
   if (!batch) return error;
-  batch->Wait(engine::WaitDeadline(Clock::now(), timeout_ms));
+  if (!batch->Wait(engine::WaitDeadline(Clock::now(), timeout_ms)))
+    return Status::Closed(text::Format("engine {} was closed while waiting for batch {}; its requests were abandoned",
+                                       impl_->name, batch_id));
   *out = batch->Aggregate();
   return Status::OK();
 }
 
-Status Engine::FreeBatch(BatchId batch_id) { return impl_->batches.Free(batch_id); }
+Status Engine::FreeBatch(BatchId batch_id) {
+  KVF_ENTER_ENGINE_();
+  return impl_->batches.Free(batch_id);
+}
 
 Status Engine::Transfer(const std::vector<TransferRequest>& requests) {
+  KVF_ENTER_ENGINE_();
   if (requests.empty()) return Status::OK();
   BatchId id;
   KVF_RETURN_IF_ERROR(AllocateBatch(requests.size(), &id));

@@ -1,5 +1,7 @@
 #include "engine/peer.h"
 
+#include <thread>
+
 #include "common/host.h"
 #include "common/log.h"
 #include "common/text.h"
@@ -38,26 +40,39 @@ Peer::Slots Peer::TakeSlotsLocked() {
   return out;
 }
 
+void Peer::WaitForPosts() const {
+  // A post queues its slices within microseconds: no sleep needed.
+  while (posting_.load() > 0) std::this_thread::yield();
+}
+
 Peer::Slots Peer::SetDesc(std::shared_ptr<const metadata::SegmentDesc> desc,
                           const std::vector<fabric::RailInfo>& local) {
-  std::lock_guard<std::mutex> g(mu_);
-  const bool same_process_instance = desc_ && desc_->epoch == desc->epoch;
-  if (desc_ && !same_process_instance)
-    KVF_LOG_INFO("segment {} restarted (epoch {} -> {}): reconnecting", name_, desc_->epoch, desc->epoch);
   Slots stale;
-  if (!same_process_instance) {
-    stale = TakeSlotsLocked();
-    av_.assign(local.size(), FI_ADDR_NOTAVAIL);
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    const bool same_process_instance = desc_ && desc_->epoch == desc->epoch;
+    if (desc_ && !same_process_instance)
+      KVF_LOG_INFO("segment {} restarted (epoch {} -> {}): reconnecting", name_, desc_->epoch, desc->epoch);
+    if (!same_process_instance) {
+      stale = TakeSlotsLocked();
+      av_.assign(local.size(), FI_ADDR_NOTAVAIL);
+    }
+    pairs_ = PairRails(local, *desc);
+    desc_ = std::move(desc);
   }
-  pairs_ = PairRails(local, *desc);
-  desc_ = std::move(desc);
+  if (!stale.empty()) WaitForPosts();
   return stale;
 }
 
 Peer::Slots Peer::ReleaseSlots() {
-  std::lock_guard<std::mutex> g(mu_);
-  closed_ = true;
-  return TakeSlotsLocked();
+  Slots out;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    closed_ = true;
+    out = TakeSlotsLocked();
+  }
+  WaitForPosts();
+  return out;
 }
 
 std::shared_ptr<const std::vector<size_t>> Peer::usable_rails() const {

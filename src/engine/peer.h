@@ -43,6 +43,23 @@ class Peer {
   // resolves fail (a request that raced the close inserts nothing).
   Slots ReleaseSlots();
 
+  // Held by a Post from its first Resolve until its slices are queued on
+  // their rails. SetDesc and ReleaseSlots return slots for removal only
+  // once the posts under way have queued theirs: a rail removes a slot only
+  // when nothing is queued or in flight to it, and a slice queued after the
+  // removal would be posted to a removed address (on shm: into the peer's
+  // unmapped region).
+  class PostGuard {
+   public:
+    explicit PostGuard(Peer* peer) : peer_(peer) { peer_->posting_.fetch_add(1); }
+    ~PostGuard() { peer_->posting_.fetch_sub(1); }
+    PostGuard(const PostGuard&) = delete;
+    PostGuard& operator=(const PostGuard&) = delete;
+
+   private:
+    Peer* peer_;
+  };
+
   // Local rails usable for this peer, in preference order (filled by the
   // engine). Shared and immutable: the submit path takes no copy.
   std::shared_ptr<const std::vector<size_t>> usable_rails() const;
@@ -71,6 +88,8 @@ class Peer {
 
  private:
   Slots TakeSlotsLocked();
+  // Returns once no PostGuard taken before the call remains.
+  void WaitForPosts() const;
 
   const SegmentHandle handle_;
   const std::string name_;
@@ -80,6 +99,7 @@ class Peer {
   std::vector<fi_addr_t> av_;
   std::shared_ptr<const std::vector<size_t>> usable_ = std::make_shared<const std::vector<size_t>>();
   std::atomic<bool> suspect_{false};
+  std::atomic<int> posting_{0};  // PostGuards alive
   bool closed_ = false;  // guarded by mu_
   std::array<std::atomic<int64_t>, kMaxLocalRails> down_until_{};
 };

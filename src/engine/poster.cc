@@ -84,6 +84,7 @@ Status Poster::Post(Batch* batch, Task* task, const Plan& p, std::vector<fabric:
   if (p.local->device >= 0 && !p.local->chunks.front().regions[cand[0]])
     return PostStaged(batch, task, p, std::move(route), cand, ncand, views);
   const size_t piece = StripePieceBytes(r.length, ncand, options_.stripe_threshold);
+  const Peer::PostGuard posting(p.peer.get());  // the slots resolved below stay until the slices are queued
   uint64_t planned[kMaxLocalRails] = {};
   scratch->clear();
   for (size_t off = 0; off < r.length;) {

@@ -29,6 +29,7 @@ uint32_t Poster::Reroute(Task* task, const fabric::Slice& s, bool failed) {
   if (ncand == 0) return 0;
   const uint64_t planned[kMaxLocalRails] = {};
   const size_t ri = PickRail({cand, ncand}, views, s.length, planned);
+  const Peer::PostGuard posting(peer.get());  // the slot stays until the slices are queued
   fi_addr_t unused;
   if (!peer->Lookup(ri, &unused)) return 0;  // reconnecting after a restart: let the task fail
   std::vector<fabric::Slice> out;

@@ -54,6 +54,7 @@ Status Poster::PostStaged(Batch* batch, Task* task, const Plan& p, std::shared_p
   std::vector<Cut> cuts;
   CutAtChunks(device, rchunks, l, r.remote_addr, r.length, max_msg, &cuts);
   StartTask(batch, task, p, route, cuts.size());
+  const Peer::PostGuard posting(p.peer.get());  // the slots resolved below stay until the slices are queued
   uint64_t planned[kMaxLocalRails] = {};
   for (const Cut& c : cuts) {
     const size_t ri = ncand == 1 ? cand[0] : PickRail({cand, ncand}, views, c.length, planned);

@@ -26,6 +26,15 @@ bool PeerTable::Remove(fi_addr_t slot) {
   return true;
 }
 
+bool PeerTable::FindLive(const std::string& address, fi_addr_t* slot) const {
+  for (size_t a = 0; a < peers_.size(); ++a)
+    if (peers_[a]->refs > 0 && peers_[a]->address == address) {
+      *slot = a;
+      return true;
+    }
+  return false;
+}
+
 std::vector<PeerTable::Removal> PeerTable::TakeQuietRemovals(const std::vector<bool>& queued) {
   std::vector<Removal> out;
   bool left = false;
@@ -36,19 +45,16 @@ std::vector<PeerTable::Removal> PeerTable::TakeQuietRemovals(const std::vector<b
       left = true;
       continue;
     }
-    Removal r;
-    r.slot = a;
-    r.count = p->removals;
-    if (p->refs == p->removals && p->ep != nullptr) {  // shm: its own endpoint goes first
-      r.close_ep = p->ep;
-      p->ep = nullptr;
-    }
-    out.push_back(r);
     p->refs -= p->removals;
     p->removals = 0;
+    if (p->refs > 0) continue;  // other users keep the slot (and its one insert)
+    Removal r;
+    r.slot = a;
+    r.close_ep = p->ep;  // shm: its own endpoint goes first
+    out.push_back(r);
     // A quiet slot: no operation points at this Peer, and a later insert
     // that reuses the slot starts afresh.
-    if (p->refs == 0) peers_[a] = std::make_unique<Peer>();
+    peers_[a] = std::make_unique<Peer>();
   }
   removals_pending_.store(left);
   return out;

@@ -35,6 +35,7 @@ class PeerTable {
     // strictly in order per endpoint, so one dead peer would wedge a shared
     // endpoint for everyone; with its own, only its endpoint is lost.
     fid_ep* ep = nullptr;
+    std::string address;   // the raw address inserted at this slot
     int64_t pid = 0;       // same-host peer process (shm), 0 if unknown
     bool dead = false;     // its process has exited
     bool cleaned = false;  // dead, and its endpoint was handed over for closing
@@ -44,12 +45,11 @@ class PeerTable {
     std::atomic<int64_t> inflight{0};  // operations posted to it, not yet completed
   };
 
-  // A slot gone quiet: `count` fi_av_remove calls to make on `slot`, after
-  // closing `close_ep` when it is not null (shm: the peer's own endpoint
-  // goes first).
+  // A slot whose last reference went, now quiet: one fi_av_remove to make on
+  // `slot`, after closing `close_ep` when it is not null (shm: the peer's
+  // own endpoint goes first).
   struct Removal {
     fi_addr_t slot = 0;
-    int count = 0;
     fid_ep* close_ep = nullptr;
   };
 
@@ -73,24 +73,28 @@ class PeerTable {
   // Slots the table has records for (in use or not).
   size_t size() const { return peers_.size(); }
 
-  // One more insert of `slot` succeeded: libfabric counts inserts of one
-  // address into one entry, and so does the table.
+  // One more user of `slot`: the rail inserted an address there, or found
+  // it already there (FindLive) and inserted nothing. libfabric holds ONE
+  // insert per slot in use, whatever the number of users: shm's
+  // fi_av_remove unmaps the peer's region however many inserts of its
+  // address remain, so a second insert could never be undone safely.
   void AddRef(fi_addr_t slot) { ++Slot(slot)->refs; }
+  // The slot in use (refs > 0) that holds `address`, if any.
+  bool FindLive(const std::string& address, fi_addr_t* slot) const;
 
-  // Undoes one insert of `slot`, once the slot goes quiet (see
-  // TakeQuietRemovals). False, and nothing recorded, when every insert of
-  // the slot is already undone or being undone; true when the caller should
-  // wake the progress thread.
+  // Drops one reference of `slot` once the slot goes quiet (see
+  // TakeQuietRemovals). False, and nothing recorded, when every reference
+  // of the slot is already dropped or being dropped; true when the caller
+  // should wake the progress thread.
   bool Remove(fi_addr_t slot);
   // Some removal waits for its slot to go quiet.
   bool removals_pending() const { return removals_pending_.load(std::memory_order_relaxed); }
 
-  // The removals that can be carried out now: of slots with nothing in
-  // flight and nothing queued (`queued[slot]`; slots past its end have
-  // nothing queued). Their bookkeeping is done on return: a slot whose
-  // every insert is undone gets a fresh record, so a later insert that
-  // reuses it starts afresh. The caller closes the endpoints and calls
-  // fi_av_remove.
+  // Drops the references waiting for their slot to go quiet (nothing in
+  // flight, nothing queued: `queued[slot]`; slots past its end have nothing
+  // queued), and returns the slots whose last reference went: the caller
+  // closes their endpoints and calls fi_av_remove. Such a slot gets a fresh
+  // record, so a later insert that reuses it starts afresh.
   std::vector<Removal> TakeQuietRemovals(const std::vector<bool>& queued);
 
   // Slots in use: inserted and not yet removed.

@@ -146,11 +146,17 @@ Rail::~Rail() {
 Status Rail::InsertPeer(const std::string& raw_address, int64_t pid, fi_addr_t* out) {
   std::lock_guard<std::mutex> g(post_mu_);
   fi_addr_t a = FI_ADDR_NOTAVAIL;
+  if (peers_.FindLive(raw_address, &a)) {  // one insert per address in use (see PeerTable::AddRef)
+    peers_.AddRef(a);
+    *out = a;
+    return Status::OK();
+  }
   int rc = fi_av_insert(av_, raw_address.data(), 1, &a, 0, nullptr);
   if (rc != 1 || a == FI_ADDR_NOTAVAIL || a >= (1u << 24))
     return Status::FabricError(
         text::Format("fi_av_insert on {} failed: {}", label_, rc < 0 ? fi_strerror(-rc) : "address rejected"));
   RemotePeer* p = peers_.Slot(a);
+  p->address = raw_address;
   if (per_peer_ep_ && p->ep == nullptr) {
     std::lock_guard<std::mutex> cq_guard(cq_mu_);
     p->pid = pid;
@@ -195,13 +201,11 @@ void Rail::ReapRemovedPeers() {
       std::lock_guard<std::mutex> c(cq_mu_);
       fi_close(&r.close_ep->fid);
     }
-    for (int k = 0; k < r.count; ++k) {
-      fi_addr_t slot = r.slot;
-      int rc = fi_av_remove(av_, &slot, 1, 0);
-      if (rc != 0)
-        KVF_LOG_WARN("{}: fi_av_remove of slot {} failed: {}; the entry stays in the address vector", label_, r.slot,
-                     fi_strerror(-rc));
-    }
+    fi_addr_t slot = r.slot;
+    int rc = fi_av_remove(av_, &slot, 1, 0);
+    if (rc != 0)
+      KVF_LOG_WARN("{}: fi_av_remove of slot {} failed: {}; the entry stays in the address vector", label_, r.slot,
+                   fi_strerror(-rc));
   }
 }
 

@@ -97,7 +97,7 @@ void TransportFixture::SetUp() {
 
 void TransportFixture::TearDown() {
   target_.reset();
-  if (engine_ && local_) {
+  if (engine_ && local_ && !engine_->closed()) {
     EXPECT_TRUE(engine_->UnregisterMemory(local_).ok());
   }
   engine_.reset();

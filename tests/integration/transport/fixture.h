@@ -8,6 +8,7 @@
 //   batch_test.cc    TransportBatchTest    batches, their status, refusals
 //   segment_test.cc  TransportSegmentTest  segments, registration, handshake
 //   failure_test.cc  PeerFailureTest       the target dies, stops or restarts
+//   lifecycle_test.cc EngineLifecycleTest  Close while threads call, fork()
 #pragma once
 
 #include <gtest/gtest.h>
