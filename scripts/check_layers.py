@@ -36,6 +36,7 @@ ALLOWED = {
     "metadata": {"vocabulary", "settings", "common", "net"},
     "topology": {"vocabulary", "common", "fabric"},
     "engine": {"vocabulary", "settings", "common", "net", "fabric", "memory", "metadata", "topology", "api"},
+    "store": {"vocabulary", "settings", "common", "net", "metadata", "api"},
     "capi": {"vocabulary", "settings", "api", "c_api"},
 }
 

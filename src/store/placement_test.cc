@@ -1,0 +1,116 @@
+#include "store/placement.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace kvfabric::store {
+namespace {
+
+constexpr uint64_t kGiB = 1ull << 30;
+
+std::vector<Member> Equal(int n) {
+  std::vector<Member> m;
+  for (int i = 0; i < n; ++i) m.push_back({"10.0.0." + std::to_string(i + 1) + ":15000", 4 * kGiB});
+  return m;
+}
+
+std::string Key(int i) { return "prefix-hash/" + std::to_string(i * 2654435761u) + "/layer"; }
+
+// The bar: with uniform keys, no pool more than 10% fuller than the
+// average (equal pools, equal pages).
+TEST(PlacementTest, EqualPoolsFillEvenly) {
+  for (int members : {2, 3, 8, 32}) {
+    Placement p(Equal(members));
+    std::vector<int> count(members);
+    const int keys = 200000;
+    for (int i = 0; i < keys; ++i) ++count[p.Home(Key(i))];
+    const double average = static_cast<double>(keys) / members;
+    const int fullest = *std::max_element(count.begin(), count.end());
+    EXPECT_LE(fullest, 1.10 * average) << members << " members: the fullest has " << fullest;
+  }
+}
+
+TEST(PlacementTest, SharesFollowPoolSizes) {
+  Placement p({{"a:1", 1 * kGiB}, {"b:1", 2 * kGiB}, {"c:1", 3 * kGiB}, {"d:1", 4 * kGiB}, {"client:1", 0}});
+  std::vector<int> count(5);
+  const int keys = 200000;
+  for (int i = 0; i < keys; ++i) ++count[p.Home(Key(i))];
+  EXPECT_EQ(count[4], 0) << "a client holds nothing";
+  for (int m = 0; m < 4; ++m) {
+    const double expected = keys * (m + 1) / 10.0;
+    EXPECT_NEAR(count[m], expected, 0.05 * expected) << p.members()[m].name;
+  }
+}
+
+TEST(PlacementTest, OrderOfMembersDoesNotMatter) {
+  auto members = Equal(6);
+  Placement a(members);
+  std::reverse(members.begin(), members.end());
+  Placement b(members);
+  for (int i = 0; i < 2000; ++i) {
+    auto pa = a.Place(Key(i), 3), pb = b.Place(Key(i), 3);
+    ASSERT_EQ(pa.size(), 3u);
+    for (size_t r = 0; r < 3; ++r) EXPECT_EQ(a.members()[pa[r]].name, b.members()[pb[r]].name);
+    EXPECT_EQ(a.Home(Key(i)), pa[0]);
+  }
+}
+
+TEST(PlacementTest, ReplicasAreDistinctAndOnlyFromPools) {
+  auto members = Equal(3);
+  members.push_back({"client:1", 0});
+  Placement p(members);
+  auto r = p.Place("k", 10);
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_NE(r[0], r[1]);
+  EXPECT_NE(r[1], r[2]);
+  EXPECT_NE(r[0], r[2]);
+  for (size_t i : r) EXPECT_GT(p.members()[i].pool_bytes, 0u);
+  Placement clients({{"c:1", 0}, {"d:1", 0}});
+  EXPECT_TRUE(clients.Place("k", 1).empty());
+  EXPECT_EQ(clients.Home("k"), 2u);
+  Placement none({});
+  EXPECT_EQ(none.Home("k"), 0u);
+}
+
+// A member joining takes only keys that now land on it; one leaving gives up
+// only its own: nobody else's pages move.
+TEST(PlacementTest, MembershipChangesMoveOnlyTheirShare) {
+  auto members = Equal(8);
+  Placement before(members);
+  members.push_back({"10.0.0.99:15000", 4 * kGiB});
+  Placement joined(members);
+  members.erase(members.begin() + 2);  // 10.0.0.3 leaves
+  Placement left(members);
+  const int keys = 50000;
+  int moved_to_new = 0, moved_off_leaver = 0;
+  for (int i = 0; i < keys; ++i) {
+    const std::string k = Key(i);
+    const std::string& was = before.members()[before.Home(k)].name;
+    const std::string& now = joined.members()[joined.Home(k)].name;
+    if (was != now) {
+      EXPECT_EQ(now, "10.0.0.99:15000") << k;
+      ++moved_to_new;
+    }
+    const std::string& after = left.members()[left.Home(k)].name;
+    if (after != now) {
+      EXPECT_EQ(now, "10.0.0.3:15000") << k;
+      ++moved_off_leaver;
+    }
+  }
+  // About 1/9 of the keys each way.
+  EXPECT_NEAR(moved_to_new, keys / 9.0, 0.1 * keys / 9.0);
+  EXPECT_NEAR(moved_off_leaver, keys / 9.0, 0.1 * keys / 9.0);
+}
+
+TEST(PlacementTest, DuplicateNamesCountOnce) {
+  Placement p({{"a:1", kGiB}, {"a:1", 100 * kGiB}, {"b:1", kGiB}});
+  ASSERT_EQ(p.members().size(), 2u);
+  EXPECT_EQ(p.members()[0].pool_bytes, kGiB);
+}
+
+}  // namespace
+}  // namespace kvfabric::store
