@@ -83,6 +83,11 @@ class HandshakeServer {
   // Hands ready connections to threads while fewer than max_connections run.
   void StartReady();
   void Serve(Connection* c);
+  // Sends `step` (a refusal is logged first); whether the connection stays open.
+  bool Answer(int fd, const ServerSession::Step& step, Deadline deadline);
+  // A frame that could not be read: a malformed one is logged and refused
+  // (best effort: the connection closes either way).
+  void DropUnreadable(int fd, const Status& read_error, Deadline deadline);
   void ReapLocked();
 
   Options options_;

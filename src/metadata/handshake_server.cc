@@ -105,10 +105,7 @@ bool HandshakeServer::AdvancePending(Pending* p) {
   bool complete = false;
   Status s = p->reader.ReadSome(p->fd, p->session->max_frame(), &complete);
   if (!s.ok()) {
-    if (s.code() == Status::Code::kProtocolError) {
-      KVF_LOG_WARN("handshake server on port {}: {}; closing the connection", port_, s.message());
-      (void)WriteFrame(p->fd, kError, ErrorPayload(s), DeadlineIn(0));  // best effort
-    }
+    DropUnreadable(p->fd, s, DeadlineIn(0));
     return false;
   }
   if (!complete) return true;
@@ -118,12 +115,8 @@ bool HandshakeServer::AdvancePending(Pending* p) {
     p->ready = true;
     return true;
   }
-  ServerSession::Step step = p->session->OnFrame(frame);
-  if (step.type == kError)
-    KVF_LOG_WARN("handshake server on port {}: refused a client: {}", port_,
-                 StatusFromErrorPayload(step.payload).message());
   // A challenge or an error is a few bytes a fresh socket always takes.
-  if (!WriteFrame(p->fd, step.type, step.payload, DeadlineIn(0)).ok() || step.close) return false;
+  if (!Answer(p->fd, p->session->OnFrame(frame), DeadlineIn(0))) return false;
   p->ready = p->session->authenticated();
   return true;
 }
@@ -186,30 +179,33 @@ void HandshakeServer::AcceptLoop() {
   pending_.clear();
 }
 
+bool HandshakeServer::Answer(int fd, const ServerSession::Step& step, Deadline deadline) {
+  if (step.type == kError && step.close)
+    KVF_LOG_WARN("handshake server on port {}: refused a client: {}", port_, step.status.message());
+  return WriteFrame(fd, step.type, step.payload, deadline).ok() && !step.close;
+}
+
+void HandshakeServer::DropUnreadable(int fd, const Status& read_error, Deadline deadline) {
+  if (read_error.code() != Status::Code::kProtocolError) return;  // closed or timed out: nobody to tell
+  KVF_LOG_WARN("handshake server on port {}: {}; closing the connection", port_, read_error.message());
+  (void)WriteFrame(fd, kError, ErrorPayload(read_error), deadline);
+}
+
 void HandshakeServer::Serve(Connection* c) {
   ServerSession& session = *c->session;
   bool open = true;
   if (c->first_request) {
-    ServerSession::Step step = session.OnFrame(*c->first_request);
+    open = Answer(c->fd, session.OnFrame(*c->first_request), DeadlineIn(options_.timeout_ms));
     c->first_request.reset();
-    open = WriteFrame(c->fd, step.type, step.payload, DeadlineIn(options_.timeout_ms)).ok() && !step.close;
   }
   while (open && !stop_.load()) {
     Frame req;
     Status s = ReadFrame(c->fd, session.max_frame(), std::min(DeadlineIn(options_.timeout_ms), c->end_of_life), &req);
     if (!s.ok()) {
-      if (s.code() == Status::Code::kProtocolError) {
-        KVF_LOG_WARN("handshake server on port {}: {}; closing the connection", port_, s.message());
-        // Best effort: the connection closes either way.
-        (void)WriteFrame(c->fd, kError, ErrorPayload(s), DeadlineIn(options_.timeout_ms));
-      }
+      DropUnreadable(c->fd, s, DeadlineIn(options_.timeout_ms));
       break;
     }
-    ServerSession::Step step = session.OnFrame(req);
-    if (step.type == kError && step.close)
-      KVF_LOG_WARN("handshake server on port {}: refused a client: {}", port_,
-                   StatusFromErrorPayload(step.payload).message());
-    open = WriteFrame(c->fd, step.type, step.payload, DeadlineIn(options_.timeout_ms)).ok() && !step.close;
+    open = Answer(c->fd, session.OnFrame(req), DeadlineIn(options_.timeout_ms));
   }
   shutdown(c->fd, SHUT_RDWR);
   c->done.store(true);

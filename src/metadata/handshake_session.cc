@@ -19,6 +19,7 @@ ServerSession::Step ServerSession::Refuse(Status s) {
   Step step;
   step.type = kError;
   step.payload = ErrorPayload(s);
+  step.status = std::move(s);
   step.close = true;
   return step;
 }
@@ -69,6 +70,7 @@ ServerSession::Step ServerSession::OnRequest(const Frame& f) {
   if (!s.ok()) {
     step.type = kError;
     step.payload = ErrorPayload(s);
+    step.status = std::move(s);
   }
   step.close = ++requests_ >= max_requests_;
   return step;

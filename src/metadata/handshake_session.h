@@ -51,6 +51,7 @@ class ServerSession {
   struct Step {
     uint16_t type = kReply;
     std::string payload;
+    Status status;  // OK, or the error that a kError payload carries
     bool close = false;
   };
   Step OnFrame(const Frame& frame);

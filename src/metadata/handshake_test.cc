@@ -19,6 +19,17 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// A raw TCP connection to a server on loopback, as a hostile or broken
+// client opens one; -1 (and a test failure) when it cannot connect.
+int RawConnect(uint16_t port) {
+  int fd = -1;
+  EXPECT_TRUE(net::ConnectTcp("127.0.0.1", port, DeadlineIn(1000), &fd).ok());
+  return fd;
+}
+
+// A handler that answers every request with an empty reply.
+Status AnswerEmpty(uint16_t, const std::string&, std::string*) { return Status::OK(); }
+
 class HandshakeTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -34,11 +45,7 @@ class HandshakeTest : public ::testing::Test {
     }, &server_).ok());
     addr_ = "127.0.0.1:" + std::to_string(server_->port());
   }
-  int RawConnect() {
-    int fd = -1;
-    EXPECT_TRUE(net::ConnectTcp("127.0.0.1", server_->port(), DeadlineIn(1000), &fd).ok());
-    return fd;
-  }
+  int RawConnect() { return metadata::RawConnect(server_->port()); }
   std::unique_ptr<HandshakeServer> server_;
   std::string addr_;
   std::atomic<int> requests_{0};
@@ -125,10 +132,9 @@ TEST(HandshakeAuthTest, FramesBeforeAuthenticationAreSmall) {
   HandshakeServer::Options o;
   o.auth_token = "s3cret";
   std::unique_ptr<HandshakeServer> server;
-  ASSERT_TRUE(HandshakeServer::Start(o, [](uint16_t, const std::string&, std::string*) { return Status::OK(); },
-                                     &server).ok());
-  int fd = -1;
-  ASSERT_TRUE(net::ConnectTcp("127.0.0.1", server->port(), DeadlineIn(1000), &fd).ok());
+  ASSERT_TRUE(HandshakeServer::Start(o, AnswerEmpty, &server).ok());
+  const int fd = RawConnect(server->port());
+  ASSERT_GE(fd, 0);
   ASSERT_TRUE(WriteFrame(fd, kHello, std::string(1000, 'n'), DeadlineIn(1000)).ok());
   Frame f;
   ASSERT_TRUE(ReadFrame(fd, 4096, DeadlineIn(1000), &f).ok());
@@ -145,10 +151,9 @@ TEST(HandshakeAuthTest, UnauthenticatedConnectionsHaveAShortDeadline) {
   o.timeout_ms = 5000;
   o.auth_timeout_ms = 300;
   std::unique_ptr<HandshakeServer> server;
-  ASSERT_TRUE(HandshakeServer::Start(o, [](uint16_t, const std::string&, std::string*) { return Status::OK(); },
-                                     &server).ok());
-  int fd = -1;
-  ASSERT_TRUE(net::ConnectTcp("127.0.0.1", server->port(), DeadlineIn(1000), &fd).ok());
+  ASSERT_TRUE(HandshakeServer::Start(o, AnswerEmpty, &server).ok());
+  const int fd = RawConnect(server->port());
+  ASSERT_GE(fd, 0);
   const auto t0 = Clock::now();
   const char hdr[] = {'K', 'V', 'F', '1', 0, kHello, 0, 0, 0, 0, 0, 32};
   bool closed = false;
@@ -294,8 +299,7 @@ TEST(HandshakeLimitsTest, AnnouncedLengthsAllocateNothing) {
   o.max_connections = 64;
   o.auth_timeout_ms = 3000;
   std::unique_ptr<HandshakeServer> server;
-  ASSERT_TRUE(HandshakeServer::Start(o, [](uint16_t, const std::string&, std::string*) { return Status::OK(); },
-                                     &server).ok());
+  ASSERT_TRUE(HandshakeServer::Start(o, AnswerEmpty, &server).ok());
   auto resident_mib = [] {
     long pages = 0, resident = 0;
     FILE* f = fopen("/proc/self/statm", "r");
@@ -307,8 +311,8 @@ TEST(HandshakeLimitsTest, AnnouncedLengthsAllocateNothing) {
   std::vector<int> fds;
   const unsigned char hdr[12] = {'K', 'V', 'F', '1', 0, kNotify, 0, 0, 0x01, 0, 0, 0};  // 16 MiB announced
   for (int i = 0; i < 48; ++i) {
-    int fd = -1;
-    ASSERT_TRUE(net::ConnectTcp("127.0.0.1", server->port(), DeadlineIn(1000), &fd).ok());
+    const int fd = RawConnect(server->port());
+    ASSERT_GE(fd, 0);
     ASSERT_EQ(write(fd, hdr, sizeof(hdr)), 12);
     ASSERT_EQ(write(fd, "x", 1), 1);
     fds.push_back(fd);
@@ -332,11 +336,7 @@ TEST(HandshakeLimitsTest, ConnectionsEndAtTheirLifetimeAndBudget) {
     *r = "pong";
     return Status::OK();
   }, &server).ok());
-  auto connect = [&] {
-    int fd = -1;
-    EXPECT_TRUE(net::ConnectTcp("127.0.0.1", server->port(), DeadlineIn(1000), &fd).ok());
-    return fd;
-  };
+  auto connect = [&] { return RawConnect(server->port()); };
   // The budget: the third reply comes, then the server closes.
   {
     int fd = connect();
@@ -470,7 +470,7 @@ TEST(HandshakeIPv6Test, ConnectErrorsNameTheBracketedAddress) {
   HandshakeServer::Options o;
   o.host = "2001:db8::1";
   std::unique_ptr<HandshakeServer> server;
-  s = HandshakeServer::Start(o, [](uint16_t, const std::string&, std::string*) { return Status::OK(); }, &server);
+  s = HandshakeServer::Start(o, AnswerEmpty, &server);
   EXPECT_EQ(s.code(), Status::Code::kNetworkError) << s.ToString();
   EXPECT_NE(s.message().find("[2001:db8::1]:0"), std::string::npos) << s.ToString();
 }

@@ -35,6 +35,11 @@ double Placement::Score(uint64_t key_hash, size_t member) const {
   return -weight / std::log(UnitInterval(key_hash, seeds_[member]));
 }
 
+bool Placement::Ranks(double score_a, size_t a, double score_b, size_t b) const {
+  if (score_a != score_b) return score_a > score_b;
+  return members_[a].name < members_[b].name;
+}
+
 std::vector<size_t> Placement::Place(std::string_view key, size_t replicas) const {
   const uint64_t key_hash = XXH3_64bits(key.data(), key.size());
   std::vector<std::pair<double, size_t>> scored;
@@ -42,10 +47,8 @@ std::vector<size_t> Placement::Place(std::string_view key, size_t replicas) cons
   for (size_t i = 0; i < members_.size(); ++i)
     if (members_[i].pool_bytes > 0) scored.emplace_back(Score(key_hash, i), i);
   const size_t n = std::min(replicas, scored.size());
-  // Ties (equal scores) fall to the smaller name, so member order never matters.
   auto better = [this](const std::pair<double, size_t>& a, const std::pair<double, size_t>& b) {
-    if (a.first != b.first) return a.first > b.first;
-    return members_[a.second].name < members_[b.second].name;
+    return Ranks(a.first, a.second, b.first, b.second);
   };
   std::partial_sort(scored.begin(), scored.begin() + static_cast<std::ptrdiff_t>(n), scored.end(), better);
   std::vector<size_t> out;
@@ -62,8 +65,7 @@ size_t Placement::Home(std::string_view key) const {
   for (size_t i = 0; i < members_.size(); ++i) {
     if (members_[i].pool_bytes == 0) continue;
     const double score = Score(key_hash, i);
-    if (best == members_.size() || score > best_score ||
-        (score == best_score && members_[i].name < members_[best].name)) {
+    if (best == members_.size() || Ranks(score, i, best_score, best)) {
       best = i;
       best_score = score;
     }

@@ -43,6 +43,9 @@ class Placement {
 
  private:
   double Score(uint64_t key_hash, size_t member) const;
+  // Whether member `a` with `score_a` ranks before `b` with `score_b`: the
+  // higher score, and on a tie the smaller name, so member order never matters.
+  bool Ranks(double score_a, size_t a, double score_b, size_t b) const;
 
   std::vector<Member> members_;
   std::vector<uint64_t> seeds_;  // a hash of each member's name

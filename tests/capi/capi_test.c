@@ -74,10 +74,17 @@ static int read_all(int fd, void* p, size_t n) {
   return 0;
 }
 
-static int run_target(const char* protocol, int up, int down) {
+/* A configuration for `protocol` with `settings` (NULL-terminated, or NULL). */
+static kvf_config config_for(const char* protocol, const char** settings) {
   kvf_config cfg;
   memset(&cfg, 0, sizeof(cfg));
   cfg.protocol = protocol;
+  cfg.settings = settings;
+  return cfg;
+}
+
+static int run_target(const char* protocol, int up, int down) {
+  const kvf_config cfg = config_for(protocol, NULL);
   kvf_engine* e = NULL;
   if (kvf_engine_create(&cfg, &e) != KVF_OK) {
     fprintf(stderr, "target: %s\n", kvf_last_error());
@@ -124,10 +131,7 @@ static double now_s(void) {
  * timeout (1 s) ends it with TIMEOUT. */
 static void check_endless_wait(const char* protocol, const char* peer, uint64_t raddr, pid_t target) {
   const char* settings[] = {"KVF_TRANSFER_TIMEOUT_MS=1000", NULL};
-  kvf_config cfg;
-  memset(&cfg, 0, sizeof(cfg));
-  cfg.protocol = protocol;
-  cfg.settings = settings;
+  const kvf_config cfg = config_for(protocol, settings);
   kvf_engine* e = NULL;
   int rc = kvf_engine_create(&cfg, &e);
   CHECK(rc == KVF_OK, "kvf_engine_create: %d", rc);
@@ -182,12 +186,6 @@ static void* call_until_closed(void* arg) {
   return NULL;
 }
 
-static double seconds_since(const struct timespec* t0) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
-}
-
 /* kvf_engine_close while four threads transfer: each returns KVF_ECLOSED,
  * and so does every later call, until kvf_engine_destroy. */
 static void close_while_threads_call(const kvf_config* cfg, const char* peer, uint64_t raddr, uint8_t* local) {
@@ -232,21 +230,18 @@ static void destroy_while_a_thread_waits(kvf_engine* e, kvf_segment seg, uint64_
   struct caller c = {.e = e, .req = r, .loop = 0};
   pthread_create(&c.thread, NULL, call_until_closed, &c);
   usleep(300 * 1000); /* inside, waiting: nothing completes */
-  struct timespec t0;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
+  const double t0 = now_s();
   kvf_engine_destroy(e);
   pthread_join(c.thread, NULL);
-  CHECK(seconds_since(&t0) < 5, "destroy and the waiting call took %.1f s", seconds_since(&t0));
+  const double took = now_s() - t0;
+  CHECK(took < 5, "destroy and the waiting call took %.1f s", took);
   CHECK(c.rc == KVF_ECLOSED, "the waiting transfer returned %d", c.rc);
   kill(target, SIGCONT);
 }
 
 static void run_initiator(const char* protocol, const char* peer, uint64_t raddr, int up, int down, pid_t target) {
   const char* settings[] = {"KVF_TRANSFER_TIMEOUT_MS=20000", NULL};
-  kvf_config cfg;
-  memset(&cfg, 0, sizeof(cfg));
-  cfg.protocol = protocol;
-  cfg.settings = settings;
+  const kvf_config cfg = config_for(protocol, settings);
   kvf_engine* e = NULL;
   int rc = kvf_engine_create(&cfg, &e);
   CHECK(rc == KVF_OK, "kvf_engine_create: %d", rc);

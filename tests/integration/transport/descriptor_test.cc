@@ -45,6 +45,19 @@ class RawStore {
   std::string path_;
 };
 
+// Each test reads and writes the entries of the shared http metadata server.
+class DescriptorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    uri = SharedMetadataUri("http", &why);
+    if (uri.empty()) GTEST_SKIP() << why;
+    store = std::make_unique<RawStore>(uri);
+  }
+  std::string uri;
+  std::unique_ptr<RawStore> store;
+};
+
 std::unique_ptr<Engine> HttpEngine(const std::string& uri, const std::string& token) {
   EngineConfig cfg;
   cfg.protocol = "tcp";
@@ -59,11 +72,7 @@ std::unique_ptr<Engine> HttpEngine(const std::string& uri, const std::string& to
 
 // The entry of B replaced by C's (valid, sealed with the same token when
 // there is one): before, A's writes "to B" landed in C's memory.
-TEST(DescriptorTest, AnEntryNamingAnotherSegmentIsRefused) {
-  std::string why;
-  const std::string uri = SharedMetadataUri("http", &why);
-  if (uri.empty()) GTEST_SKIP() << why;
-  RawStore store(uri);
+TEST_F(DescriptorTest, AnEntryNamingAnotherSegmentIsRefused) {
   for (const std::string token : {"", "team-secret"}) {
     auto a = HttpEngine(uri, token), b = HttpEngine(uri, token), c = HttpEngine(uri, token);
     ASSERT_TRUE(a && b && c);
@@ -71,9 +80,9 @@ TEST(DescriptorTest, AnEntryNamingAnotherSegmentIsRefused) {
     ASSERT_TRUE(a->RegisterMemory(src.data(), src.size()).ok());
     ASSERT_TRUE(b->RegisterMemory(in_b.data(), in_b.size()).ok());
     ASSERT_TRUE(c->RegisterMemory(in_c.data(), in_c.size()).ok());
-    const std::string c_entry = store.Get(c->name());
+    const std::string c_entry = store->Get(c->name());
     ASSERT_FALSE(c_entry.empty());
-    ASSERT_TRUE(store.Put(b->name(), c_entry));
+    ASSERT_TRUE(store->Put(b->name(), c_entry));
     SegmentHandle h;
     Status s = a->OpenSegment(b->name(), &h);
     EXPECT_EQ(s.code(), Status::Code::kPermissionDenied) << "token '" << token << "': " << s.ToString();
@@ -88,23 +97,19 @@ TEST(DescriptorTest, AnEntryNamingAnotherSegmentIsRefused) {
 
 // With a token, an entry changed by anyone without it is refused: a body
 // edited, or a plain descriptor written in its place.
-TEST(DescriptorTest, TamperedOrUnsealedEntriesAreRefusedWithAToken) {
-  std::string why;
-  const std::string uri = SharedMetadataUri("http", &why);
-  if (uri.empty()) GTEST_SKIP() << why;
-  RawStore store(uri);
+TEST_F(DescriptorTest, TamperedOrUnsealedEntriesAreRefusedWithAToken) {
   auto a = HttpEngine(uri, "team-secret"), b = HttpEngine(uri, "team-secret");
   ASSERT_TRUE(a && b);
   std::vector<uint8_t> buf(1 << 16);
   ASSERT_TRUE(b->RegisterMemory(buf.data(), buf.size()).ok());
-  const std::string entry = store.Get(b->name());
+  const std::string entry = store->Get(b->name());
   auto j = nlohmann::json::parse(entry);
   ASSERT_TRUE(j.contains("mac")) << entry;
   std::string body = j["body"];
   const size_t at = body.find("\"pid\":") + 6;
   body[at] = body[at] == '9' ? '8' : '9';  // one digit of the pid
   j["body"] = body;
-  ASSERT_TRUE(store.Put(b->name(), j.dump()));
+  ASSERT_TRUE(store->Put(b->name(), j.dump()));
   SegmentHandle h;
   Status s = a->OpenSegment(b->name(), &h);
   EXPECT_EQ(s.code(), Status::Code::kPermissionDenied) << s.ToString();
@@ -112,27 +117,23 @@ TEST(DescriptorTest, TamperedOrUnsealedEntriesAreRefusedWithAToken) {
 
   metadata::SegmentDesc plain;
   ASSERT_TRUE(metadata::OpenDescriptor(entry, "team-secret", &plain).ok());
-  ASSERT_TRUE(store.Put(b->name(), metadata::SealDescriptor(plain, "")));
+  ASSERT_TRUE(store->Put(b->name(), metadata::SealDescriptor(plain, "")));
   s = a->OpenSegment(b->name(), &h);
   EXPECT_EQ(s.code(), Status::Code::kPermissionDenied) << s.ToString();
   EXPECT_NE(s.message().find("not authenticated"), std::string::npos) << s.ToString();
 
   // The real entry again: served.
-  ASSERT_TRUE(store.Put(b->name(), entry));
+  ASSERT_TRUE(store->Put(b->name(), entry));
   EXPECT_TRUE(a->OpenSegment(b->name(), &h).ok());
 }
 
 // The keys a reader of the store sees are not the keys that open memory.
-TEST(DescriptorTest, MemoryKeysInTheStoreAreSealed) {
-  std::string why;
-  const std::string uri = SharedMetadataUri("http", &why);
-  if (uri.empty()) GTEST_SKIP() << why;
-  RawStore store(uri);
+TEST_F(DescriptorTest, MemoryKeysInTheStoreAreSealed) {
   auto b = HttpEngine(uri, "team-secret");
   ASSERT_TRUE(b);
   std::vector<uint8_t> buf(1 << 16);
   ASSERT_TRUE(b->RegisterMemory(buf.data(), buf.size()).ok());
-  const std::string entry = store.Get(b->name());
+  const std::string entry = store->Get(b->name());
   metadata::SegmentDesc opened, as_stored;
   ASSERT_TRUE(metadata::OpenDescriptor(entry, "team-secret", &opened).ok());
   ASSERT_TRUE(metadata::FromJson(nlohmann::json::parse(entry)["body"].get<std::string>(), &as_stored).ok());
@@ -148,11 +149,7 @@ TEST(DescriptorTest, MemoryKeysInTheStoreAreSealed) {
 
 // An older descriptor written back over a newer one (a replay) is refused:
 // before, the engine took it and went back to an earlier state of the peer.
-TEST(DescriptorTest, AStaleEntryIsRefused) {
-  std::string why;
-  const std::string uri = SharedMetadataUri("http", &why);
-  if (uri.empty()) GTEST_SKIP() << why;
-  RawStore store(uri);
+TEST_F(DescriptorTest, AStaleEntryIsRefused) {
   auto a = HttpEngine(uri, ""), b = HttpEngine(uri, "");
   ASSERT_TRUE(a && b);
   std::vector<uint8_t> src(1 << 16), first(1 << 16), second(1 << 16);
@@ -160,11 +157,11 @@ TEST(DescriptorTest, AStaleEntryIsRefused) {
   ASSERT_TRUE(b->RegisterMemory(first.data(), first.size()).ok());
   SegmentHandle h;
   ASSERT_TRUE(a->OpenSegment(b->name(), &h).ok());
-  const std::string old_entry = store.Get(b->name());
+  const std::string old_entry = store->Get(b->name());
   ASSERT_TRUE(b->RegisterMemory(second.data(), second.size()).ok());
   // A learns of `second`: a transfer to it refetches the descriptor.
   ASSERT_TRUE(a->Transfer({{OpCode::kWrite, src.data(), h, reinterpret_cast<uint64_t>(second.data()), 4096}}).ok());
-  ASSERT_TRUE(store.Put(b->name(), old_entry));
+  ASSERT_TRUE(store->Put(b->name(), old_entry));
   // An address A does not know makes it refetch, and it finds the replay.
   std::vector<uint8_t> unknown(4096);
   Status s = a->Transfer({{OpCode::kWrite, src.data(), h, reinterpret_cast<uint64_t>(unknown.data()), 4096}});
