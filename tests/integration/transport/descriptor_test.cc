@@ -39,7 +39,7 @@ class RawStore {
 
  private:
   std::string Target(const std::string& segment) {
-    return path_ + "?key=" + httplib::detail::encode_query_param("kvfabric/segments/" + segment);
+    return path_ + "?key=" + httplib::detail::encode_query_param(Settings().metadata_prefix + segment);
   }
   std::unique_ptr<httplib::Client> client_;
   std::string path_;
