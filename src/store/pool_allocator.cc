@@ -66,4 +66,18 @@ bool PoolAllocator::Free(uint64_t offset) {
   return true;
 }
 
+bool PoolAllocator::Claim(uint64_t offset, uint64_t bytes) {
+  const uint64_t need = ExtentBytes(bytes);
+  auto it = by_offset_.upper_bound(offset);
+  if (need == 0 || offset % alignment_ != 0 || it == by_offset_.begin()) return false;
+  --it;  // the free extent that starts at or before offset
+  const uint64_t start = it->first, end = start + it->second;
+  if (offset >= end || need > end - offset) return false;
+  RemoveFree(it);
+  if (offset > start) AddFree(start, offset - start);
+  if (end > offset + need) AddFree(offset + need, end - offset - need);
+  allocated_.emplace(offset, need);
+  return true;
+}
+
 }  // namespace kvfabric::store

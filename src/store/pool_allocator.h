@@ -24,6 +24,11 @@ class PoolAllocator {
   // Returns the extent at `offset` (from Allocate, not yet freed; anything
   // else is ignored and returns false), merged with free neighbours.
   bool Free(uint64_t offset);
+  // Takes the extent of `bytes` at `offset` (a multiple of the alignment)
+  // when all of it is free, as if Allocate had returned it: true. False,
+  // changing nothing, otherwise. Undoes a Free (the store takes back slots
+  // it freed to see whether evicting makes room, when it does not).
+  bool Claim(uint64_t offset, uint64_t bytes);
   // The bytes an allocation of `bytes` takes: rounded up to the alignment.
   uint64_t ExtentBytes(uint64_t bytes) const;
 

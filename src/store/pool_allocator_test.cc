@@ -47,6 +47,28 @@ TEST(PoolAllocatorTest, BestFitTakesTheSmallestHoleThatFits) {
   EXPECT_EQ(*p.Allocate(100 * KiB), at[4]);
 }
 
+TEST(PoolAllocatorTest, ClaimTakesBackAFreedExtent) {
+  PoolAllocator p(MiB);
+  std::vector<uint64_t> at;
+  for (int i = 0; i < 4; ++i) at.push_back(*p.Allocate(64 * KiB));
+  ASSERT_TRUE(p.Free(at[1]) && p.Free(at[2]));  // one free extent 64 KiB - 192 KiB, and the tail
+  EXPECT_FALSE(p.Claim(at[0], 4096)) << "allocated";
+  EXPECT_FALSE(p.Claim(at[1] + 1, 4096)) << "unaligned";
+  EXPECT_FALSE(p.Claim(at[2], 65 * KiB)) << "runs into at[3]";
+  EXPECT_FALSE(p.Claim(2 * MiB, 4096)) << "outside the pool";
+  EXPECT_FALSE(p.Claim(at[1], 0));
+  EXPECT_TRUE(p.Claim(at[2], 64 * KiB));
+  EXPECT_EQ(p.free_extents(), 2u);
+  EXPECT_EQ(p.largest_free(), MiB - 4 * 64 * KiB);
+  EXPECT_TRUE(p.Claim(at[1] + 4096, 4096));  // the middle of a free extent
+  EXPECT_EQ(p.free_extents(), 3u);
+  EXPECT_EQ(p.free_bytes(), MiB - 4 * 64 * KiB + 64 * KiB - 4096);
+  EXPECT_TRUE(p.Free(at[1] + 4096));
+  EXPECT_TRUE(p.Free(at[2]));
+  EXPECT_EQ(p.free_extents(), 2u);
+  EXPECT_EQ(p.allocations(), 2u);
+}
+
 // Random allocations and frees against a model: extents never overlap, stay
 // inside the pool, and free plus allocated bytes always make the pool.
 TEST(PoolAllocatorTest, RandomOperationsKeepEveryExtentApart) {

@@ -1,0 +1,220 @@
+#include "store/page_table.h"
+
+#include <algorithm>
+#include <iterator>
+
+#include "common/text.h"
+
+namespace kvfabric::store {
+
+PageTable::PageTable(uint64_t pool_bytes, std::chrono::milliseconds read_window, uint64_t alignment)
+    : allocator_(pool_bytes, alignment), read_window_(std::max(read_window, std::chrono::milliseconds(0))) {}
+
+PageTable::Pages::iterator PageTable::Find(std::string_view key) {
+  auto it = index_.find(key);
+  return it == index_.end() ? unpinned_.end() : it->second;
+}
+
+void PageTable::Touch(Pages::iterator page) {
+  Pages& list = ListOf(*page);
+  list.splice(list.begin(), list, page);
+}
+
+void PageTable::Count(const Page& p, bool add) {
+  const uint64_t bytes = SlotBytes(p), pinned = p.pins > 0 ? bytes : 0;
+  if (add) {
+    used_bytes_ += bytes;
+    pinned_bytes_ += pinned;
+  } else {
+    used_bytes_ -= bytes;
+    pinned_bytes_ -= pinned;
+  }
+}
+
+void PageTable::Release(uint64_t offset, uint64_t bytes, TimePoint reusable_at, TimePoint now) {
+  if (reusable_at <= now) {
+    allocator_.Free(offset);
+    return;
+  }
+  quarantine_.push({reusable_at, offset, bytes});
+  quarantined_bytes_ += bytes;
+}
+
+void PageTable::Forget(Pages::iterator page) {
+  Count(*page, false);
+  index_.erase(page->key);
+  ListOf(*page).erase(page);
+}
+
+void PageTable::ReleaseExpired(TimePoint now) {
+  while (!quarantine_.empty() && quarantine_.top().reusable_at <= now) {
+    allocator_.Free(quarantine_.top().offset);
+    quarantined_bytes_ -= quarantine_.top().bytes;
+    quarantine_.pop();
+  }
+}
+
+// Frees, oldest first, the slots that evicting would give back at once,
+// until a free extent of `bytes` exists; the pages walked are then evicted
+// (those in their read window to quarantine). When the walk ends without
+// room, the freed slots are claimed back: nothing was evicted.
+bool PageTable::EvictFor(uint64_t bytes, TimePoint now) {
+  if (allocator_.free_bytes() + (used_bytes_ - pinned_bytes_) < bytes) return false;
+  size_t victims = 0;
+  for (auto it = unpinned_.rbegin(); it != unpinned_.rend() && allocator_.largest_free() < bytes; ++it, ++victims)
+    if (ReusableAt(*it) <= now) allocator_.Free(it->entry.offset);
+  if (allocator_.largest_free() < bytes) {
+    for (const Page& p : unpinned_)
+      if (ReusableAt(p) <= now) allocator_.Claim(p.entry.offset, SlotBytes(p));
+    return false;
+  }
+  for (; victims > 0; --victims) {
+    const Page& oldest = unpinned_.back();
+    if (ReusableAt(oldest) > now) ReleaseSlot(oldest, now);  // else freed by the walk
+    Forget(std::prev(unpinned_.end()));
+    ++evictions_;
+  }
+  return true;
+}
+
+Status PageTable::NoRoom(uint64_t length, TimePoint now) const {
+  using std::chrono::milliseconds;
+  const auto window_ms = std::chrono::duration_cast<milliseconds>(read_window_).count();
+  std::string quarantined = "nothing quarantined";
+  if (!quarantine_.empty())
+    quarantined = text::Format(
+        "{} bytes quarantined (freed, awaiting the read window; the first slot comes back in {} ms)",
+        quarantined_bytes_, std::chrono::ceil<milliseconds>(quarantine_.top().reusable_at - now).count());
+  return Status::Busy(text::Format(
+      "store pool full: no room for a page of {} bytes in a pool of {} bytes, and evicting would not make any: "
+      "{} bytes pinned ({} pages), {} bytes in unpinned pages (too few, read within the last {} ms, or not next "
+      "to free space), {} bytes reserved by puts in progress, {}, {} bytes free (largest piece {}); unpin pages, "
+      "retry once quarantined slots come back, or give the node a larger KVF_STORE_POOL_BYTES",
+      length, allocator_.pool_bytes(), pinned_bytes_, pinned_.size(), used_bytes_ - pinned_bytes_, window_ms,
+      reserved_bytes_, quarantined, allocator_.free_bytes(), allocator_.largest_free()));
+}
+
+Status PageTable::Reserve(uint64_t length, TimePoint now, uint64_t* offset) {
+  if (length == 0 || length > allocator_.pool_bytes())
+    return Status::InvalidArgument(text::Format("a page of {} bytes cannot be stored in a pool of {} bytes", length,
+                                                allocator_.pool_bytes()));
+  const uint64_t bytes = allocator_.ExtentBytes(length);
+  ReleaseExpired(now);
+  auto at = allocator_.Allocate(bytes);
+  if (!at && EvictFor(bytes, now)) at = allocator_.Allocate(bytes);
+  if (!at) {
+    ++refusals_;
+    return NoRoom(length, now);
+  }
+  reserved_.emplace(*at, bytes);
+  reserved_bytes_ += bytes;
+  *offset = *at;
+  return Status::OK();
+}
+
+void PageTable::Abandon(uint64_t offset, TimePoint now) {
+  auto it = reserved_.find(offset);
+  if (it == reserved_.end()) return;
+  reserved_bytes_ -= it->second;
+  Release(offset, it->second, now + read_window_, now);
+  reserved_.erase(it);
+}
+
+PageEntry PageTable::Commit(std::string_view key, uint64_t offset, uint64_t length, Checksum checksum,
+                            TimePoint now) {
+  auto slot = reserved_.find(offset);
+  if (slot == reserved_.end() || length == 0 || allocator_.ExtentBytes(length) != slot->second) return {};
+  reserved_bytes_ -= slot->second;
+  reserved_.erase(slot);
+  const PageEntry entry{offset, length, next_generation_++, checksum};
+  auto page = Find(key);
+  if (page == unpinned_.end()) {
+    unpinned_.push_front(Page{std::string(key), entry, kNever});
+    index_.emplace(unpinned_.front().key, unpinned_.begin());
+    Count(unpinned_.front(), true);
+    return entry;
+  }
+  ReleaseSlot(*page, now);
+  Count(*page, false);
+  page->entry = entry;
+  page->last_lookup = kNever;
+  Count(*page, true);
+  Touch(page);
+  ++overwrites_;
+  return entry;
+}
+
+bool PageTable::Lookup(std::string_view key, TimePoint now, PageEntry* out) {
+  auto page = Find(key);
+  if (page == unpinned_.end()) return false;
+  page->last_lookup = now;
+  Touch(page);
+  *out = page->entry;
+  return true;
+}
+
+bool PageTable::Contains(std::string_view key, TimePoint now) {
+  auto page = Find(key);
+  if (page == unpinned_.end()) return false;
+  Touch(page);
+  return true;
+}
+
+bool PageTable::Remove(std::string_view key, TimePoint now) {
+  auto page = Find(key);
+  if (page == unpinned_.end()) return false;
+  ReleaseSlot(*page, now);
+  Forget(page);
+  ++removals_;
+  return true;
+}
+
+size_t PageTable::RemoveAll(TimePoint now) {
+  const size_t n = index_.size();
+  for (Pages* list : {&unpinned_, &pinned_}) {
+    for (const Page& p : *list) ReleaseSlot(p, now);
+    list->clear();
+  }
+  index_.clear();
+  used_bytes_ = pinned_bytes_ = 0;
+  removals_ += n;
+  return n;
+}
+
+bool PageTable::Pin(std::string_view key) {
+  auto page = Find(key);
+  if (page == unpinned_.end()) return false;
+  if (page->pins++ == 0) {
+    pinned_.splice(pinned_.begin(), unpinned_, page);
+    pinned_bytes_ += SlotBytes(*page);
+  }
+  return true;
+}
+
+bool PageTable::Unpin(std::string_view key) {
+  auto page = Find(key);
+  if (page == unpinned_.end() || page->pins == 0) return false;
+  if (--page->pins == 0) {
+    unpinned_.splice(unpinned_.begin(), pinned_, page);
+    pinned_bytes_ -= SlotBytes(*page);
+  }
+  return true;
+}
+
+PageTableStats PageTable::stats() const {
+  PageTableStats s;
+  s.pool_bytes = allocator_.pool_bytes();
+  s.used_bytes = used_bytes_;
+  s.reserved_bytes = reserved_bytes_;
+  s.quarantined_bytes = quarantined_bytes_;
+  s.free_bytes = allocator_.free_bytes();
+  s.pages = index_.size();
+  s.pinned_pages = pinned_.size();
+  s.evictions = evictions_;
+  s.removals = removals_;
+  s.overwrites = overwrites_;
+  s.refusals = refusals_;
+  return s;
+}
+
+}  // namespace kvfabric::store

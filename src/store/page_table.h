@@ -1,0 +1,178 @@
+// PageTable: a node's index of the pages in its pool, key -> where the page
+// is, over the PoolAllocator that places them. It decides which pages are
+// evicted (least recently used, unpinned) and when a freed slot may be
+// written again: a GET may still be reading a slot for read_window after the
+// Lookup that returned it, so until then the slot is quarantined.
+//
+// A pure data structure: one thread at a time (the caller locks), and the
+// time is always passed in (`now`, never read from a clock), so it is a
+// function of its calls. Calls are expected with `now` not going backwards.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <queue>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "kvfabric/status.h"
+#include "store/pool_allocator.h"
+
+namespace kvfabric::store {
+
+// xxh3-128 of a page's bytes (computed by the caller).
+struct Checksum {
+  uint64_t low = 0, high = 0;
+  bool operator==(const Checksum&) const = default;
+};
+
+struct PageEntry {
+  uint64_t offset = 0;      // in the pool
+  uint64_t length = 0;      // the page's bytes (its slot: rounded up to the alignment)
+  uint64_t generation = 0;  // unique per Commit on the table, from 1; 0: no page
+  Checksum checksum;
+  bool operator==(const PageEntry&) const = default;
+};
+
+// Every byte of the pool is in exactly one of used, reserved, quarantined and
+// free: their sum is pool_bytes.
+struct PageTableStats {
+  uint64_t pool_bytes = 0;         // the allocator's pool (rounded down to the alignment)
+  uint64_t used_bytes = 0;         // the slots of committed pages
+  uint64_t reserved_bytes = 0;     // the slots of puts in progress (reserved, not committed nor abandoned)
+  uint64_t quarantined_bytes = 0;  // freed slots awaiting reuse
+  uint64_t free_bytes = 0;         // the allocator's free extents
+  uint64_t pages = 0, pinned_pages = 0;
+  uint64_t evictions = 0;  // pages Reserve evicted
+  uint64_t removals = 0;   // pages Remove and RemoveAll removed
+  uint64_t overwrites = 0;  // pages a Commit of the same key replaced
+  uint64_t refusals = 0;   // Reserve calls that failed with Busy
+  bool operator==(const PageTableStats&) const = default;
+};
+
+class PageTable {
+ public:
+  using TimePoint = std::chrono::steady_clock::time_point;
+
+  // A pool of `pool_bytes` placed by a PoolAllocator with `alignment`.
+  // The reuse rule: a freed slot (evicted, removed, overwritten) is not
+  // handed out again until `read_window` (>= 0) after the last Lookup that
+  // returned its page; a slot whose page was never looked up is reusable at
+  // once. An abandoned slot waits read_window from the Abandon.
+  PageTable(uint64_t pool_bytes, std::chrono::milliseconds read_window, uint64_t alignment = 4096);
+  // The index views keys stored in the pages: moved, never copied.
+  PageTable(PageTable&&) = default;
+  PageTable(const PageTable&) = delete;
+  PageTable& operator=(const PageTable&) = delete;
+
+  // A slot of at least `length` bytes for a PUT to fill, then Commit or
+  // Abandon. First returns the quarantined slots whose wait is over to the
+  // allocator, then allocates (best fit). When nothing fits, evicts the
+  // least recently used unpinned pages, oldest first, as far as the first
+  // page whose slot makes room; evicted pages still in their read window go
+  // to quarantine, the others free their slot at once.
+  //  - Busy when even evicting every unpinned page would not make room now:
+  //    the rest of the pool is pinned, reserved, quarantined, held by pages
+  //    read within the read window, or free only in pieces too small. Then
+  //    no page is evicted and nothing changes but stats().refusals (and the
+  //    expired quarantine returned first). The message says how much of
+  //    each, when the first quarantined slot comes back, and what to do.
+  //  - InvalidArgument when `length` is 0 or larger than the pool.
+  // A refusal costs a walk over every unpinned page (unless the free and
+  // unpinned bytes together are too few, which is seen at once).
+  Status Reserve(uint64_t length, TimePoint now, uint64_t* offset);
+
+  // Gives back the reserved slot at `offset` of a PUT that failed. A late
+  // transfer may still write it, so it is quarantined until read_window
+  // after `now`. Anything but a reserved slot is ignored.
+  void Abandon(uint64_t offset, TimePoint now);
+
+  // Makes the reserved slot at `offset` the page of `key` and returns its
+  // entry. `length` is the one given to Reserve (any length with the same
+  // slot size is taken). The page is most recently used and has not been
+  // looked up. A page the key had is replaced (an overwrite): its slot is
+  // freed under the reuse rule. Pins belong to the key: they stay with the
+  // new page. An `offset` that is not reserved, or a `length` that does not
+  // match its slot, changes nothing and returns an entry of generation 0.
+  PageEntry Commit(std::string_view key, uint64_t offset, uint64_t length, Checksum checksum, TimePoint now);
+
+  // The page of `key` in `out` (true), or false. The page becomes most
+  // recently used and `now` its last lookup: its slot is not reused before
+  // now + read_window.
+  bool Lookup(std::string_view key, TimePoint now, PageEntry* out);
+  // Whether `key` has a page. It becomes most recently used; its read
+  // window is not extended (the caller reads nothing). A hash lookup and a
+  // list splice.
+  bool Contains(std::string_view key, TimePoint now);
+
+  // Removes the page of `key` (true when there was one), its slot freed
+  // under the reuse rule; the key's pins go with it.
+  bool Remove(std::string_view key, TimePoint now);
+  // Removes every page, as Remove does; returns how many. Reserved slots of
+  // puts in progress stay reserved.
+  size_t RemoveAll(TimePoint now);
+
+  // A pinned page is never evicted; Remove and an overwrite still apply.
+  // Pins are counted (n Pins need n Unpins) and belong to the key. Pin of a
+  // key without a page: false, nothing changes. Unpin of a key that is not
+  // pinned: false. A page whose last pin goes becomes most recently used.
+  bool Pin(std::string_view key);
+  bool Unpin(std::string_view key);
+
+  PageTableStats stats() const;
+
+ private:
+  struct Page {
+    std::string key;  // the index's keys view this string
+    PageEntry entry;
+    TimePoint last_lookup;  // kNever: never looked up
+    uint32_t pins = 0;
+  };
+  // Most recently used first. Splicing between them keeps nodes in place.
+  using Pages = std::list<Page>;
+  struct Quarantined {
+    TimePoint reusable_at;
+    uint64_t offset, bytes;
+    bool operator>(const Quarantined& o) const { return reusable_at > o.reusable_at; }
+  };
+  static constexpr TimePoint kNever = TimePoint::min();
+
+  uint64_t SlotBytes(const Page& p) const { return allocator_.ExtentBytes(p.entry.length); }
+  TimePoint ReusableAt(const Page& p) const { return p.last_lookup + read_window_; }
+  Pages& ListOf(const Page& p) { return p.pins > 0 ? pinned_ : unpinned_; }
+  // The page of `key`; unpinned_.end() when there is none.
+  Pages::iterator Find(std::string_view key);
+  void Touch(Pages::iterator page);
+  void Count(const Page& p, bool add);
+
+  // Frees the slot at `offset` once `reusable_at` has come: at once when it
+  // has, else through the quarantine.
+  void Release(uint64_t offset, uint64_t bytes, TimePoint reusable_at, TimePoint now);
+  void ReleaseSlot(const Page& p, TimePoint now) { Release(p.entry.offset, SlotBytes(p), ReusableAt(p), now); }
+  // Takes the page out of the table (its slot: the caller's business).
+  void Forget(Pages::iterator page);
+  // Returns the quarantined slots whose wait is over to the allocator.
+  void ReleaseExpired(TimePoint now);
+  // Evicts as Reserve says until a free extent of `bytes` exists (true), or
+  // changes nothing (false).
+  bool EvictFor(uint64_t bytes, TimePoint now);
+  Status NoRoom(uint64_t length, TimePoint now) const;
+
+  PoolAllocator allocator_;
+  const std::chrono::steady_clock::duration read_window_;
+  std::unordered_map<std::string_view, Pages::iterator> index_;  // key -> its page
+  Pages unpinned_;  // the eviction order, oldest at the back
+  Pages pinned_;
+  std::unordered_map<uint64_t, uint64_t> reserved_;  // offset -> slot bytes
+  std::priority_queue<Quarantined, std::vector<Quarantined>, std::greater<>> quarantine_;  // soonest on top
+  uint64_t next_generation_ = 1;
+  uint64_t used_bytes_ = 0, pinned_bytes_ = 0, reserved_bytes_ = 0, quarantined_bytes_ = 0;
+  uint64_t evictions_ = 0, removals_ = 0, overwrites_ = 0, refusals_ = 0;
+};
+
+}  // namespace kvfabric::store
