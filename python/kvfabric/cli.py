@@ -228,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "kvfabric bench initiator --protocol=tcp --segment_id=HOST:PORT --operation=write")
     b.add_argument("mode", choices=["target", "initiator"])
     b.set_defaults(fn=cmd_bench)
-    m = sub.add_parser("metadata-server", help="the http:// metadata store (GET/PUT/DELETE ?key=); flags pass through",
+    m = sub.add_parser("metadata-server", help="the http:// metadata store (GET/PUT/DELETE ?key=, ttl, prefix listing); flags pass through",
                        description="Runs kvfabric-metadata-server: --host (127.0.0.1), --port (8080; 0 picks one), "
                                    "--path (/metadata), size and time bounds, --require_auth (writes signed with "
                                    "KVF_AUTH_TOKEN); see its --help. Engines then use metadata "

@@ -1,7 +1,5 @@
 #include "engine/startup.h"
 
-#include <algorithm>
-
 #include "common/log.h"
 #include "memory/cuda.h"
 #include "metadata/frame.h"
@@ -22,9 +20,7 @@ Status ResolveSettings(const EngineConfig& config, Settings* out) {
 Status OpenMetadata(const std::string& metadata, const Settings& settings,
                     std::unique_ptr<metadata::MetadataStore>* out) {
   if (metadata::IsStoreUri(metadata)) return metadata::OpenMetadataStore(metadata, settings, out);
-  std::string l = metadata;
-  std::transform(l.begin(), l.end(), l.begin(), ::tolower);
-  if (l == "p2p" || l == "p2phandshake") {
+  if (metadata::IsP2pUri(metadata)) {
     out->reset();
     return Status::OK();
   }

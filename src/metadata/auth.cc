@@ -61,6 +61,10 @@ std::string StoreWriteMac(std::string_view token, std::string_view method, std::
   return crypto::HmacSha256(DeriveKey(token, Purpose::kStoreWrite), msg);
 }
 
+std::string SignedMethod(std::string_view method, int64_t ttl_s) {
+  return ttl_s > 0 ? text::Format("{} ttl={}", method, ttl_s) : std::string(method);
+}
+
 std::string StoreWriteHeader(std::string_view token, std::string_view method, std::string_view path,
                              std::string_view key, int64_t unix_seconds, std::string_view body) {
   const std::string t = std::to_string(unix_seconds);

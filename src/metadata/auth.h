@@ -47,12 +47,19 @@ inline constexpr int64_t kStoreWriteMaxSkewS = 300;
 
 // HMAC-SHA256(DeriveKey(token, kStoreWrite),
 //             method \n path \n key \n timestamp \n SHA-256(body)): 32 raw
-// bytes. `method` is "PUT" or "DELETE", `path` the store's URL path
-// ("/metadata"), `key` the decoded ?key= value, `timestamp` the decimal unix
-// seconds as sent. Only the key may hold a newline, and every field after it
-// has a fixed form (digits, then 32 bytes), so no two writes share an input.
+// bytes. `method` is "PUT", "DELETE" or, for a PUT with ?ttl=S, "PUT ttl=S"
+// (SignedMethod), `path` the store's URL path ("/metadata"), `key` the
+// decoded ?key= value, `timestamp` the decimal unix seconds as sent. Only the
+// key may hold a newline, and every field after it has a fixed form (digits,
+// then 32 bytes), so no two writes share an input.
 std::string StoreWriteMac(std::string_view token, std::string_view method, std::string_view path,
                           std::string_view key, std::string_view timestamp, std::string_view body);
+
+// The method a write signs: `method`, or "PUT ttl=S" for a PUT whose entry
+// expires S seconds after it (ttl_s > 0). The ttl is thus covered by the MAC:
+// without the token it can be neither changed, added nor stripped, and a
+// write without one signs exactly what it signed before ttls existed.
+std::string SignedMethod(std::string_view method, int64_t ttl_s);
 
 // The X-Kvf-Auth value for a write signed at `unix_seconds`.
 std::string StoreWriteHeader(std::string_view token, std::string_view method, std::string_view path,

@@ -47,6 +47,12 @@ TEST(AuthTest, StoreWriteMacBindsEveryField) {
   EXPECT_NE(base, StoreWriteMac("tok", "PUT", "/m", "j", "100", "body"));
   EXPECT_NE(base, StoreWriteMac("tok", "PUT", "/m", "k", "101", "body"));
   EXPECT_NE(base, StoreWriteMac("tok", "PUT", "/m", "k", "100", "bodY"));
+  // A ttl is part of the signed method: added, changed or stripped, the MAC differs.
+  EXPECT_EQ(SignedMethod("PUT", 0), "PUT");
+  EXPECT_EQ(SignedMethod("PUT", 10), "PUT ttl=10");
+  const std::string ttl10 = StoreWriteMac("tok", SignedMethod("PUT", 10), "/m", "k", "100", "body");
+  EXPECT_NE(base, ttl10);
+  EXPECT_NE(ttl10, StoreWriteMac("tok", SignedMethod("PUT", 11), "/m", "k", "100", "body"));
 }
 
 TEST(AuthTest, CheckStoreWriteAcceptsOnlyAFreshRightMac) {

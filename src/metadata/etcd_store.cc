@@ -2,10 +2,13 @@
 // values travel base64-encoded. Each engine's descriptor is put under a
 // lease of KVF_METADATA_LEASE_S seconds, renewed every third of it by a
 // thread, so the segment of a process that dies disappears on its own.
+// Generic expiring keys (PutExpiring) get a lease each, renewed by their
+// caller's next PutExpiring.
 #include <httplib.h>
 
 #include <atomic>
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -44,22 +47,13 @@ class EtcdStore final : public MetadataStore {
     }
     cv_.notify_all();
     if (keeper_.joinable()) keeper_.join();
-    if (lease_ != 0) {
-      json r;
-      // Best effort: the keys go now, else when the lease expires.
-      Status s = Call("/v3/lease/revoke", {{"ID", std::to_string(lease_)}}, &r);
-      if (!s.ok()) KVF_LOG_DEBUG("etcd lease {} not revoked ({}); its keys expire with it", lease_, s.ToString());
-    }
+    Revoke(lease_);
+    for (const auto& [key, e] : expiring_) Revoke(e.lease);
   }
 
   Status Publish(const std::string& name, const std::string& descriptor) override {
     KVF_RETURN_IF_ERROR(EnsureLease());
-    json r;
-    return Call("/v3/kv/put",
-                {{"key", base64::Encode(prefix_ + name)}, {"value", base64::Encode(descriptor)},
-                 {"lease", std::to_string(lease_)}},
-                &r)
-        .Annotate("publish " + name);
+    return Put(prefix_ + name, descriptor, lease_).Annotate("publish " + name);
   }
 
   Status Fetch(const std::string& name, std::string* descriptor) override {
@@ -74,12 +68,70 @@ class EtcdStore final : public MetadataStore {
     return Status::OK();
   }
 
-  Status Remove(const std::string& name) override {
-    json r;
-    return Call("/v3/kv/deleterange", {{"key", base64::Encode(prefix_ + name)}}, &r).Annotate("remove " + name);
-  }
+  Status Remove(const std::string& name) override { return Delete(prefix_ + name); }
 
   const std::string& uri() const override { return uri_; }
+
+  Status PutExpiring(const std::string& key, const std::string& value, int64_t ttl_s) override {
+    std::lock_guard<std::mutex> g(expiring_mu_);
+    Expiring& e = expiring_[key];
+    if (e.lease != 0 && e.value == value && e.ttl_s == ttl_s) {
+      json r;
+      KVF_RETURN_IF_ERROR(
+          Call("/v3/lease/keepalive", {{"ID", std::to_string(e.lease)}}, &r).Annotate("keep " + key + " alive"));
+      if (LeaseAlive(r)) {
+        // The key itself may have been deleted (etcdctl del) under its live
+        // lease: a count (a read, no new revision) tells.
+        KVF_RETURN_IF_ERROR(
+            Call("/v3/kv/range", {{"key", base64::Encode(key)}, {"count_only", true}}, &r).Annotate("check " + key));
+        if (r.contains("count") && r["count"] != "0") return Status::OK();  // the gateway omits a count of 0
+        KVF_LOG_WARN("etcd {}: {} was deleted by another client; putting it again", uri_, key);
+        return Put(key, value, e.lease).Annotate("put " + key + " again");
+      }
+      KVF_LOG_WARN("etcd {}: the lease of {} had expired (not renewed within {} s: this process was stopped or cut "
+                   "off from etcd), so the key was gone; granting a new lease and putting it again",
+                   uri_, key, ttl_s);
+    }
+    Expiring next{0, value, ttl_s};
+    KVF_RETURN_IF_ERROR(Grant(ttl_s, &next.lease).Annotate("lease for " + key));
+    Status s = Put(key, value, next.lease);
+    if (!s.ok()) {
+      Revoke(next.lease);
+      return s;
+    }
+    Revoke(e.lease);  // the key left it for the new one (a changed value or ttl), or it had expired
+    e = std::move(next);
+    return Status::OK();
+  }
+
+  Status Delete(const std::string& key) override {
+    json r;
+    KVF_RETURN_IF_ERROR(Call("/v3/kv/deleterange", {{"key", base64::Encode(key)}}, &r).Annotate("delete " + key));
+    std::lock_guard<std::mutex> g(expiring_mu_);
+    auto it = expiring_.find(key);
+    if (it != expiring_.end()) {
+      Revoke(it->second.lease);
+      expiring_.erase(it);
+    }
+    return Status::OK();
+  }
+
+  Status List(const std::string& prefix, std::map<std::string, std::string>* out) override {
+    json r;
+    KVF_RETURN_IF_ERROR(
+        Call("/v3/kv/range", {{"key", base64::Encode(prefix)}, {"range_end", base64::Encode(PrefixEnd(prefix))}}, &r)
+            .Annotate("list " + prefix));
+    out->clear();
+    if (!r.contains("kvs")) return Status::OK();  // none: the gateway omits empty fields
+    if (!r["kvs"].is_array()) return Status::ProtocolError("etcd " + uri_ + " listed " + prefix + " without an array");
+    for (const auto& kv : r["kvs"]) {
+      std::string key, value;
+      if (!kv.is_object() || !DecodeField(kv, "key", &key) || !DecodeField(kv, "value", &value))
+        return Status::ProtocolError("etcd " + uri_ + " returned a malformed entry listing " + prefix);
+      (*out)[std::move(key)] = std::move(value);
+    }
+    return Status::OK();
+  }
 
   // One JSON POST, trying each endpoint in turn from the last that answered;
   // each attempt ends within KVF_HANDSHAKE_TIMEOUT_MS, its whole exchange
@@ -121,13 +173,65 @@ class EtcdStore final : public MetadataStore {
   }
 
  private:
+  // A key's lease and what was put under it.
+  struct Expiring {
+    int64_t lease = 0;
+    std::string value;
+    int64_t ttl_s = 0;
+  };
+
+  // The end of the range of keys that start with `prefix`: the prefix with
+  // its last byte below 0xff incremented and what follows dropped; "\0"
+  // (every key) when there is none.
+  static std::string PrefixEnd(std::string prefix) {
+    while (!prefix.empty() && static_cast<unsigned char>(prefix.back()) == 0xff) prefix.pop_back();
+    if (prefix.empty()) return std::string(1, '\0');
+    prefix.back() = static_cast<char>(static_cast<unsigned char>(prefix.back()) + 1);
+    return prefix;
+  }
+
+  // Whether `kv[field]` is a base64 string, decoded into `out`; an absent
+  // field is the empty string (the gateway omits empty fields).
+  static bool DecodeField(const json& kv, const char* field, std::string* out) {
+    if (!kv.contains(field)) return out->clear(), true;
+    return kv[field].is_string() && base64::Decode(kv[field].get<std::string>(), out);
+  }
+
+  // The gateway answers a keepalive {"result":{"TTL": ...}}; a TTL of 0 or
+  // none means the lease is gone.
+  static bool LeaseAlive(const json& r) {
+    if (!r.contains("result") || !r["result"].is_object() || !r["result"].contains("TTL")) return false;
+    const json& ttl = r["result"]["TTL"];
+    return ttl.is_string() ? ttl.get<std::string>() != "0" : ttl.is_number() && ttl.get<int64_t>() > 0;
+  }
+
+  Status Grant(int64_t ttl_s, int64_t* lease) {
+    json r;
+    KVF_RETURN_IF_ERROR(Call("/v3/lease/grant", {{"TTL", std::to_string(ttl_s)}}, &r));
+    if (!r.contains("ID")) return Status::ProtocolError("etcd " + uri_ + ": lease grant without an ID");
+    *lease = std::stoll(r["ID"].is_string() ? r["ID"].get<std::string>() : std::to_string(r["ID"].get<int64_t>()));
+    return Status::OK();
+  }
+
+  Status Put(const std::string& key, const std::string& value, int64_t lease) {
+    json r;
+    return Call("/v3/kv/put",
+                {{"key", base64::Encode(key)}, {"value", base64::Encode(value)}, {"lease", std::to_string(lease)}},
+                &r);
+  }
+
+  // Best effort: the lease's keys go now, else when it expires. 0: none.
+  void Revoke(int64_t lease) {
+    if (lease == 0) return;
+    json r;
+    Status s = Call("/v3/lease/revoke", {{"ID", std::to_string(lease)}}, &r);
+    if (!s.ok()) KVF_LOG_DEBUG("etcd lease {} not revoked ({}); its keys expire with it", lease, s.ToString());
+  }
+
   Status EnsureLease() {
     std::lock_guard<std::mutex> g(lease_mu_);
     if (lease_ != 0) return Status::OK();
-    json r;
-    KVF_RETURN_IF_ERROR(Call("/v3/lease/grant", {{"TTL", std::to_string(lease_s_)}}, &r).Annotate("lease"));
-    if (!r.contains("ID")) return Status::ProtocolError("etcd " + uri_ + ": lease grant without an ID");
-    lease_ = std::stoll(r["ID"].is_string() ? r["ID"].get<std::string>() : std::to_string(r["ID"].get<int64_t>()));
+    KVF_RETURN_IF_ERROR(Grant(lease_s_, &lease_).Annotate("lease"));
     keeper_ = std::thread([this] { KeepAlive(); });
     return Status::OK();
   }
@@ -139,8 +243,7 @@ class EtcdStore final : public MetadataStore {
       g.unlock();
       json r;
       Status s = Call("/v3/lease/keepalive", {{"ID", std::to_string(lease_)}}, &r);
-      // The gateway answers {"result":{"TTL": ...}}; a TTL of 0 or none means the lease is gone.
-      const bool alive = s.ok() && r.contains("result") && r["result"].contains("TTL");
+      const bool alive = s.ok() && LeaseAlive(r);
       if (!alive)
         KVF_LOG_WARN("etcd {}: keeping lease {} alive failed ({}); this engine's segment disappears from the "
                      "cluster when it expires",
@@ -161,6 +264,8 @@ class EtcdStore final : public MetadataStore {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
+  std::mutex expiring_mu_;  // held through a PutExpiring or Delete, calls included
+  std::map<std::string, Expiring> expiring_;
 };
 
 // "host:port,[v6addr]:port,..." -> endpoints.

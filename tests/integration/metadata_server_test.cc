@@ -260,13 +260,63 @@ std::string Auth(const std::string& token, const std::string& method, const std:
   return metadata::auth::StoreWriteHeader(token, method, "/metadata", key, now + skew_s, body);
 }
 
+// GET ?prefix=: key -> value, as the server's JSON object says.
+TEST(MetadataServerTest, ListingsByPrefixAreJsonObjectsAndBounded) {
+  auto server = Start({"--max_list_bytes", "100"});
+  ASSERT_NE(server, nullptr);
+  httplib::Client c("127.0.0.1", server->port);
+  for (const char* k : {"m/a", "m/b%20c", "n/a", "m"})
+    ASSERT_EQ(HttpStatus(c.Put(std::string("/metadata?key=") + k, std::string("v-") + k, "text/plain")), 200) << k;
+  auto r = c.Get("/metadata?prefix=m/");
+  ASSERT_EQ(HttpStatus(r), 200);
+  EXPECT_EQ(r->get_header_value("Content-Type"), "application/json");
+  EXPECT_EQ(r->body, R"({"m/a":"v-m/a","m/b c":"v-m/b%20c"})");
+  r = c.Get("/metadata?prefix=zz");
+  ASSERT_EQ(HttpStatus(r), 200);
+  EXPECT_EQ(r->body, "{}");
+  r = c.Get("/metadata?prefix=m&key=m");
+  EXPECT_EQ(HttpStatus(r), 400);
+
+  // Over --max_list_bytes: refused, saying which flag.
+  ASSERT_EQ(HttpStatus(c.Put("/metadata?key=m/big", std::string(90, 'x'), "text/plain")), 200);
+  r = c.Get("/metadata?prefix=m/");
+  ASSERT_EQ(HttpStatus(r), 507);
+  EXPECT_NE(r->body.find("--max_list_bytes"), std::string::npos) << r->body;
+  r = c.Get("/metadata?prefix=n/");
+  EXPECT_EQ(HttpStatus(r), 200);
+}
+
+TEST(MetadataServerTest, EntriesWithATtlExpireUnlessPutAgain) {
+  auto server = Start({});
+  ASSERT_NE(server, nullptr);
+  httplib::Client c("127.0.0.1", server->port);
+  for (const char* bad : {"0", "-1", "+1", "1.5", "x", "", "86401", "99999999999999999999"})
+    EXPECT_EQ(HttpStatus(c.Put(std::string("/metadata?key=k&ttl=") + bad, "v", "text/plain")), 400) << bad;
+  EXPECT_EQ(HttpStatus(c.Get("/metadata?key=k")), 404);
+
+  ASSERT_EQ(HttpStatus(c.Put("/metadata?key=k&ttl=1", "v", "text/plain")), 200);
+  ASSERT_EQ(HttpStatus(c.Put("/metadata?key=kept", "v", "text/plain")), 200);
+  std::this_thread::sleep_for(milliseconds(600));
+  ASSERT_EQ(HttpStatus(c.Put("/metadata?key=k&ttl=1", "v", "text/plain")), 200);  // renewed
+  std::this_thread::sleep_for(milliseconds(600));
+  EXPECT_EQ(HttpStatus(c.Get("/metadata?key=k")), 200);
+  auto r = c.Get("/metadata?prefix=k");
+  ASSERT_EQ(HttpStatus(r), 200);
+  EXPECT_EQ(r->body, R"({"k":"v","kept":"v"})");
+  std::this_thread::sleep_for(milliseconds(500));
+  EXPECT_EQ(HttpStatus(c.Get("/metadata?key=k")), 404);
+  r = c.Get("/metadata?prefix=k");
+  ASSERT_EQ(HttpStatus(r), 200);
+  EXPECT_EQ(r->body, R"({"kept":"v"})");
+}
+
 TEST(MetadataServerTest, RequireAuthRefusesWritesWithoutTheTokensMac) {
   auto server = Start({"--require_auth"}, "s3cret");
   ASSERT_NE(server, nullptr);
   httplib::Client c("127.0.0.1", server->port);
   const std::string h(metadata::auth::kStoreAuthHeader);
-  auto put = [&](const httplib::Headers& headers, const std::string& body) {
-    auto r = c.Put("/metadata?key=k", headers, body, "application/json");
+  auto put = [&](const httplib::Headers& headers, const std::string& body, const std::string& query = "") {
+    auto r = c.Put("/metadata?key=k" + query, headers, body, "application/json");
     return r ? r->status : -1;
   };
   auto stored = [&]() -> std::string {
@@ -293,6 +343,20 @@ TEST(MetadataServerTest, RequireAuthRefusesWritesWithoutTheTokensMac) {
   r = c.Delete("/metadata?key=k", {{h, Auth("s3cret", "DELETE", "k", "")}});
   EXPECT_EQ(HttpStatus(r), 200);
   EXPECT_EQ(stored(), "<absent>");
+
+  // A PUT's ttl is part of what it signs: without the token, a ttl can be
+  // neither added, changed nor stripped.
+  using metadata::auth::SignedMethod;
+  EXPECT_EQ(put({{h, Auth("s3cret", SignedMethod("PUT", 0), "k", "v1")}}, "v1", "&ttl=5"), 403);  // added
+  EXPECT_EQ(put({{h, Auth("s3cret", SignedMethod("PUT", 6), "k", "v1")}}, "v1", "&ttl=5"), 403);  // changed
+  EXPECT_EQ(put({{h, Auth("s3cret", SignedMethod("PUT", 5), "k", "v1")}}, "v1"), 403);            // stripped
+  EXPECT_EQ(put({}, "v1", "&ttl=5"), 401);
+  EXPECT_EQ(stored(), "<absent>");
+  EXPECT_EQ(put({{h, Auth("s3cret", SignedMethod("PUT", 5), "k", "v1")}}, "v1", "&ttl=5"), 200);
+  EXPECT_EQ(stored(), "v1");
+  r = c.Get("/metadata?prefix=");  // listings are open
+  ASSERT_EQ(HttpStatus(r), 200);
+  EXPECT_EQ(r->body, R"({"k":"v1"})");
 }
 
 TEST(MetadataServerTest, RequireAuthWithoutATokenDoesNotStart) {

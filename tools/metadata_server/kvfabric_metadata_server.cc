@@ -1,21 +1,33 @@
 // kvfabric-metadata-server: the http:// metadata store, in memory.
-//   GET    <path>?key=K   200 and the value, or 404
-//   PUT    <path>?key=K   stores the body: 413 over --max_value (chunked
-//                         bodies too), 507 past --max_keys or --max_total_bytes
-//   DELETE <path>?key=K   200, or 404
+//   GET    <path>?key=K        200 and the value, or 404
+//   GET    <path>?prefix=P     200 and a JSON object of every key starting
+//                              with P (all for P empty) -> its value (bytes
+//                              that are not UTF-8 become U+FFFD); 507 when
+//                              they hold more than --max_list_bytes
+//   PUT    <path>?key=K        stores the body: 413 over --max_value (chunked
+//                              bodies too), 507 past --max_keys or
+//                              --max_total_bytes
+//   PUT    <path>?key=K&ttl=S  the same, and the entry is gone S seconds
+//                              (1-86400) after this PUT unless put again
+//   DELETE <path>?key=K        200, or 404
 // With --require_auth, PUT and DELETE must carry X-Kvf-Auth (a MAC under
-// KVF_AUTH_TOKEN, metadata/auth.h): 401 without it, 403 when it is wrong or
-// stale. GETs stay open. Each connection serves one request, which must
-// arrive and be answered within --request_timeout_ms (deadline_server.h).
+// KVF_AUTH_TOKEN, metadata/auth.h; a PUT with a ttl signs "PUT ttl=S" as its
+// method, so the ttl cannot be altered without the token): 401 without it,
+// 403 when it is wrong or stale. GETs, listings included, stay open. Each
+// connection serves one request, which must arrive and be answered within
+// --request_timeout_ms (deadline_server.h).
 // Engines started with metadata "http://HOST:PORT<path>" publish their
 // segment descriptors here. It binds 127.0.0.1 unless told otherwise;
 // --host ::1 (or [::1]) binds an IPv6 address, served as http://[::1]:PORT.
 #include <httplib.h>
 
 #include <CLI/CLI.hpp>
+#include <charconv>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "deadline_server.h"
@@ -59,16 +71,46 @@ int64_t UnixSeconds() {
 // With a token, whether this write carries its MAC; a refusal is answered
 // (401 without the header, 403 otherwise) and logged with the writer's
 // address, since it means a misconfigured engine or an intruder.
+// `ttl_s`: the PUT's ?ttl= (0 without), which its MAC covers.
 bool Authorized(const std::string& token, const std::string& path, const std::string& key,
-                const std::string& body, const httplib::Request& req, httplib::Response& res) {
+                const std::string& body, int64_t ttl_s, const httplib::Request& req, httplib::Response& res) {
   if (token.empty()) return true;
-  const std::string header = req.get_header_value(std::string(kvfabric::metadata::auth::kStoreAuthHeader));
-  Status s = kvfabric::metadata::auth::CheckStoreWrite(token, header, req.method, path, key, body, UnixSeconds());
+  namespace auth = kvfabric::metadata::auth;
+  const std::string header = req.get_header_value(std::string(auth::kStoreAuthHeader));
+  Status s = auth::CheckStoreWrite(token, header, auth::SignedMethod(req.method, ttl_s), path, key, body,
+                                   UnixSeconds());
   if (s.ok()) return true;
   std::fprintf(stderr, "kvfabric-metadata-server: refused a write from %s: %s\n", req.remote_addr.c_str(),
                s.message().c_str());
   Answer(res, header.empty() ? 401 : 403, s.message());
   return false;
+}
+
+constexpr int64_t kMaxTtlS = 24 * 3600;
+
+// A PUT's ?ttl=: 0 without one; false (answered 400) unless it is whole
+// seconds, 1 to kMaxTtlS, in decimal digits.
+bool TtlOf(const httplib::Request& req, httplib::Response& res, int64_t* ttl_s) {
+  *ttl_s = 0;
+  if (!req.has_param("ttl")) return true;
+  const std::string t = req.get_param_value("ttl");
+  const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), *ttl_s);
+  if (t.empty() || t[0] == '+' || t[0] == '-' || ec != std::errc() || end != t.data() + t.size() || *ttl_s < 1 ||
+      *ttl_s > kMaxTtlS) {
+    Answer(res, 400, "ttl must be whole seconds, 1 to " + std::to_string(kMaxTtlS) + "; nothing was stored");
+    return false;
+  }
+  return true;
+}
+
+// GET <path>?prefix=P: the entries as one JSON object.
+void AnswerListing(ValueTable& table, const std::string& prefix, httplib::Response& res) {
+  std::map<std::string, std::string> entries;
+  Status s = table.List(prefix, &entries);
+  if (!s.ok()) return Answer(res, 507, s.message());
+  nlohmann::json j = nlohmann::json::object();
+  for (auto& [key, value] : entries) j[key] = std::move(value);
+  res.set_content(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");
 }
 
 }  // namespace
@@ -91,6 +133,9 @@ int main(int argc, char** argv) {
   app.add_option("--max_total_bytes", table_limits.max_total_bytes,
                  "most bytes held, keys and values of all entries; a PUT past it gets 507")
       ->capture_default_str();
+  app.add_option("--max_list_bytes", table_limits.max_list_bytes,
+                 "most bytes of keys and values one GET ?prefix= lists; a larger listing gets 507")
+      ->capture_default_str();
   app.add_option("--request_timeout_ms", server_limits.request_timeout_ms,
                  "a request must arrive whole and be answered within this long of a worker taking its "
                  "connection, else the connection is closed (slow clients cannot hold workers)")
@@ -102,8 +147,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--require_auth", require_auth,
                "refuse PUT and DELETE without a MAC made with the token in the environment variable "
-               "KVF_AUTH_TOKEN (the engines' own; never given on the command line, where ps shows it); GETs "
-               "stay open");
+               "KVF_AUTH_TOKEN (the engines' own; never given on the command line, where ps shows it); the MAC "
+               "of a PUT covers its ttl; GETs, listings included, stay open");
   CLI11_PARSE(app, argc, argv);
 
   std::string token;
@@ -138,6 +183,10 @@ int main(int argc, char** argv) {
     return true;
   };
   server.Get(path, [&](const httplib::Request& req, httplib::Response& res) {
+    if (req.has_param("prefix")) {
+      if (req.has_param("key")) return Answer(res, 400, "give ?key= or ?prefix=, not both");
+      return AnswerListing(table, req.get_param_value("prefix"), res);
+    }
     std::string key, value;
     if (!key_of(req, res, &key)) return;
     if (!table.Get(key, &value)) return Answer(res, 404, "no such key");
@@ -145,7 +194,8 @@ int main(int argc, char** argv) {
   });
   server.Put(path, [&](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& read) {
     std::string key, body;
-    if (!key_of(req, res, &key)) return;
+    int64_t ttl_s = 0;
+    if (!key_of(req, res, &key) || !TtlOf(req, res, &ttl_s)) return;
     bool too_large = false;
     const bool complete = read([&](const char* data, size_t n) {
       too_large = body.size() + n > table_limits.max_value;
@@ -156,8 +206,8 @@ int main(int argc, char** argv) {
       return Answer(res, 413, "value larger than --max_value (" + std::to_string(table_limits.max_value) +
                                   " bytes); nothing was stored");
     if (!complete) return Answer(res, 400, "the request body did not arrive whole; nothing was stored");
-    if (!Authorized(token, path, key, body, req, res)) return;
-    Status s = table.Put(key, std::move(body));
+    if (!Authorized(token, path, key, body, ttl_s, req, res)) return;
+    Status s = table.Put(key, std::move(body), std::chrono::seconds(ttl_s));
     if (s.code() == Status::Code::kBusy) return Answer(res, 507, s.message());
     if (!s.ok()) return Answer(res, 413, s.message());
     Answer(res, 200, "ok");
@@ -165,7 +215,7 @@ int main(int argc, char** argv) {
   server.Delete(path, [&](const httplib::Request& req, httplib::Response& res) {
     std::string key;
     if (!key_of(req, res, &key)) return;
-    if (!Authorized(token, path, key, req.body, req, res)) return;
+    if (!Authorized(token, path, key, req.body, 0, req, res)) return;
     if (!table.Remove(key)) Answer(res, 404, "no such key");
   });
 

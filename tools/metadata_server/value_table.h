@@ -1,12 +1,18 @@
 // ValueTable: the key/value map kvfabric-metadata-server holds in memory,
 // bounded in keys, in bytes per value and in bytes in all, so that writers
-// cannot fill the server's memory (issue 12, item 13).
+// cannot fill the server's memory (issue 12, item 13), and in bytes per
+// listing. An entry may expire: it is gone a given time after its last Put
+// (the store's members renew theirs, store/membership.h).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
+#include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
+#include <utility>
 
 #include "kvfabric/status.h"
 
@@ -14,31 +20,54 @@ namespace kvfabric::metadata_server {
 
 class ValueTable {
  public:
+  using Clock = std::chrono::steady_clock;
+
   struct Limits {
     size_t max_keys = 1 << 16;
     size_t max_value = 16 << 20;       // bytes of one value
     size_t max_total_bytes = 1 << 30;  // keys' and values' bytes, all entries
+    size_t max_list_bytes = 16 << 20;  // keys' and values' bytes of one List
   };
 
-  explicit ValueTable(const Limits& limits) : limits_(limits) {}
+  // `now` is the clock entries expire by (a test's own, to skip waiting).
+  explicit ValueTable(const Limits& limits, std::function<Clock::time_point()> now = Clock::now)
+      : limits_(limits), now_(std::move(now)) {}
 
-  // Stores `value` under `key`, replacing any value it had. InvalidArgument
-  // for a value over max_value; Busy when the table would then hold more
-  // than max_keys keys or max_total_bytes bytes (a replaced value's bytes
-  // count as freed). The messages name the server flag to raise. Unchanged
-  // on error.
-  Status Put(const std::string& key, std::string value);
-  // False when `key` is absent.
-  bool Get(const std::string& key, std::string* value) const;
-  // False when `key` was absent.
+  // Stores `value` under `key`, replacing any entry it had, ttl included:
+  // with a `ttl` above zero the entry is gone that long after this call,
+  // else it stays until removed. InvalidArgument for a value over
+  // max_value; Busy when the table would then hold more than max_keys keys
+  // or max_total_bytes bytes (a replaced value's bytes count as freed, and
+  // expired entries are gone first). The messages name the server flag to
+  // raise. Unchanged on error.
+  Status Put(const std::string& key, std::string value, std::chrono::seconds ttl = std::chrono::seconds(0));
+  // False when `key` is absent (or expired).
+  bool Get(const std::string& key, std::string* value);
+  // False when `key` was absent (or expired).
   bool Remove(const std::string& key);
-  // Bytes of all keys and values held.
-  size_t total_bytes() const;
+  // Every entry whose key starts with `prefix` (all for ""), in key order.
+  // Busy, naming --max_list_bytes, when their keys and values hold more than
+  // max_list_bytes bytes; `out` is then empty.
+  Status List(const std::string& prefix, std::map<std::string, std::string>* out);
+  // Bytes of all keys and values held (expired entries gone).
+  size_t total_bytes();
 
  private:
+  struct Entry {
+    std::string value;
+    Clock::time_point expires = Clock::time_point::max();  // max(): never
+  };
+
+  // Removes the entries whose time has come. Called with mu_ held.
+  void Expire();
+  // Removes `it`, counting its bytes out. Called with mu_ held.
+  void Erase(std::map<std::string, Entry>::iterator it);
+
   const Limits limits_;
-  mutable std::mutex mu_;
-  std::map<std::string, std::string> values_;
+  const std::function<Clock::time_point()> now_;
+  std::mutex mu_;
+  std::map<std::string, Entry> values_;
+  std::set<std::pair<Clock::time_point, std::string>> expiries_;  // of the entries with a ttl, soonest first
   size_t total_ = 0;
 };
 
