@@ -24,6 +24,7 @@ PUBLIC = {
     "kvfabric/settings.def": "settings",
     "kvfabric/engine.h": "api",
     "kvfabric/diagnostics.h": "api",
+    "kvfabric/store.h": "store_api",
     "kvfabric.h": "c_api",
 }
 
@@ -36,8 +37,8 @@ ALLOWED = {
     "metadata": {"vocabulary", "settings", "common", "net"},
     "topology": {"vocabulary", "common", "fabric"},
     "engine": {"vocabulary", "settings", "common", "net", "fabric", "memory", "metadata", "topology", "api"},
-    "store": {"vocabulary", "settings", "common", "net", "metadata", "api"},
-    "capi": {"vocabulary", "settings", "api", "c_api"},
+    "store": {"vocabulary", "settings", "common", "net", "metadata", "api", "store_api"},
+    "capi": {"vocabulary", "settings", "api", "store_api", "c_api"},
 }
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')

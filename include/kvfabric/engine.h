@@ -142,6 +142,8 @@ class Engine {
   // The name peers pass to OpenSegment: "host:port" (also after Close).
   const std::string& name() const;
   const Settings& settings() const;
+  // EngineConfig::metadata as given: "p2p", "etcd://...", "http://...".
+  const std::string& metadata() const;
   // The rails with their counters as of now (none after Close).
   std::vector<RailInfo> rails() const;
 

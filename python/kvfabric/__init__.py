@@ -39,9 +39,14 @@ _ENGINE_NAMES = ("Engine", "Op", "OpCode", "RemoteBuffer", "Request", "Segment",
 if TYPE_CHECKING:
     from .engine import (Engine, Op, OpCode, RemoteBuffer, Request, Segment, State, Status, TaskState, Transfer,
                          buffer_address)
+    from .store import Store, StoreError
 
 
 def __getattr__(name: str):
+    if name in ("Store", "StoreError"):
+        from . import store
+
+        return getattr(store, name)
     if name in _ENGINE_NAMES:
         from . import engine
 
@@ -51,6 +56,8 @@ def __getattr__(name: str):
 
 __all__ = [
     "Engine",
+    "Store",
+    "StoreError",
     "Op",
     "OpCode",
     "RemoteBuffer",

@@ -23,6 +23,7 @@
 
 #include "kvfabric/diagnostics.h"
 #include "kvfabric/engine.h"
+#include "kvfabric/store.h"
 
 namespace nb = nanobind;
 using kvfabric::Status;
@@ -290,6 +291,126 @@ class PyEngine {
   std::atomic<uint64_t> engine_cpu_ns_{0};
 };
 
+// kvfabric.Store's core: the batch calls take parallel lists (keys, and per
+// key its buffers as addresses and lengths), converted with the GIL held,
+// and run with it released. Per-key results follow Mooncake's convention:
+// 0 (put, remove) or the page's length (get) on success, else the negated
+// status code, beside the (index, code, message) of each key that failed.
+class PyStore {
+ public:
+  // Per key a result, and (index, code, message) of each failure.
+  using Results = std::pair<std::vector<int64_t>, std::vector<std::tuple<size_t, int, std::string>>>;
+  PyStore(PyEngine& engine, const std::map<std::string, std::string>& settings) {
+    kvfabric::Settings s = engine.e().settings();
+    for (const auto& [k, v] : settings) Check(s.Set(k, v));
+    Status st;
+    {
+      nb::gil_scoped_release r;
+      st = kvfabric::Store::Create(&engine.e(), s, &store_);
+    }
+    Check(st);
+  }
+  void Close() {
+    nb::gil_scoped_release r;
+    store_->Close();
+  }
+  std::string name() const { return store_->name(); }
+  std::vector<std::string> members() const { return store_->Members(); }
+
+  Results Put(const std::vector<std::string>& keys, const std::vector<std::vector<uint64_t>>& addrs,
+                           const std::vector<std::vector<uint64_t>>& lengths) {
+    auto bufs = Buffers(keys.size(), addrs, lengths);
+    std::vector<Status> st;
+    {
+      nb::gil_scoped_release r;
+      Check(store_->BatchPut(keys, bufs, &st));
+    }
+    return Codes(st, nullptr);
+  }
+  Results Get(const std::vector<std::string>& keys, const std::vector<std::vector<uint64_t>>& addrs,
+                           const std::vector<std::vector<uint64_t>>& lengths) {
+    auto bufs = Buffers(keys.size(), addrs, lengths);
+    std::vector<Status> st;
+    std::vector<uint64_t> got;
+    {
+      nb::gil_scoped_release r;
+      Check(store_->BatchGet(keys, bufs, &st, &got));
+    }
+    return Codes(st, &got);
+  }
+  std::pair<std::vector<bool>, size_t> Exists(const std::vector<std::string>& keys) {
+    std::vector<bool> found;
+    size_t leading = 0;
+    nb::gil_scoped_release r;
+    Check(store_->BatchExists(keys, &found, &leading));
+    return {found, leading};
+  }
+  Results KeyOp(const std::string& op, const std::vector<std::string>& keys) {
+    std::vector<Status> st;
+    {
+      nb::gil_scoped_release r;
+      if (op == "remove") Check(store_->BatchRemove(keys, &st));
+      else if (op == "pin") Check(store_->BatchPin(keys, &st));
+      else Check(store_->BatchUnpin(keys, &st));
+    }
+    return Codes(st, nullptr);
+  }
+  uint64_t RemoveAll() {
+    uint64_t n = 0;
+    nb::gil_scoped_release r;
+    Check(store_->RemoveAll(&n));
+    return n;
+  }
+  std::map<std::string, uint64_t> Stats() const {
+    const kvfabric::StoreStats s = store_->Stats();
+    return {{"put_keys", s.put_keys},           {"put_bytes", s.put_bytes},
+            {"put_failures", s.put_failures},   {"get_keys", s.get_keys},
+            {"get_hits", s.get_hits},           {"get_bytes", s.get_bytes},
+            {"misses_absent", s.misses_absent}, {"misses_checksum", s.misses_checksum},
+            {"misses_late", s.misses_late},     {"get_failures", s.get_failures},
+            {"exists_keys", s.exists_keys},     {"exists_hits", s.exists_hits},
+            {"control_calls", s.control_calls}, {"control_failures", s.control_failures},
+            {"pool_bytes", s.pool_bytes},       {"used_bytes", s.used_bytes},
+            {"quarantined_bytes", s.quarantined_bytes}, {"pages", s.pages},
+            {"pinned_pages", s.pinned_pages},   {"evictions", s.evictions},
+            {"removals", s.removals},           {"overwrites", s.overwrites},
+            {"refusals", s.refusals},           {"members", s.members}};
+  }
+ private:
+  static std::vector<std::vector<kvfabric::StoreBuffer>> Buffers(size_t keys,
+                                                                 const std::vector<std::vector<uint64_t>>& addrs,
+                                                                 const std::vector<std::vector<uint64_t>>& lengths) {
+    if (addrs.size() != keys || lengths.size() != keys)
+      Check(Status::InvalidArgument(std::to_string(keys) + " keys, " + std::to_string(addrs.size()) +
+                                    " address lists and " + std::to_string(lengths.size()) +
+                                    " length lists: one of each per key"));
+    std::vector<std::vector<kvfabric::StoreBuffer>> out(keys);
+    for (size_t i = 0; i < keys; ++i) {
+      if (addrs[i].size() != lengths[i].size())
+        Check(Status::InvalidArgument("key " + std::to_string(i) + ": " + std::to_string(addrs[i].size()) +
+                                      " addresses but " + std::to_string(lengths[i].size()) + " lengths"));
+      for (size_t j = 0; j < addrs[i].size(); ++j)
+        out[i].push_back({reinterpret_cast<void*>(static_cast<uintptr_t>(addrs[i][j])), static_cast<size_t>(lengths[i][j])});
+    }
+    return out;
+  }
+  static Results Codes(const std::vector<Status>& st, const std::vector<uint64_t>* lengths) {
+    Results out;
+    out.first.resize(st.size());
+    for (size_t i = 0; i < st.size(); ++i) {
+      if (st[i].ok()) {
+        out.first[i] = lengths != nullptr ? static_cast<int64_t>((*lengths)[i]) : 0;
+        continue;
+      }
+      out.first[i] = -static_cast<int64_t>(st[i].code());
+      out.second.emplace_back(i, static_cast<int>(st[i].code()), st[i].ToString());
+    }
+    return out;
+  }
+
+  std::unique_ptr<kvfabric::Store> store_;
+};
+
 // The address, size and device of anything nanobind's ndarray caster takes
 // without copying: the buffer protocol (bytearray, memoryview, numpy), DLPack
 // (torch, jax, cupy) and __array_interface__. Only C-contiguous memory: a
@@ -465,4 +586,17 @@ NB_MODULE(_core, m) {
             self.Transfer(v);
           },
           nb::arg("requests"));
+
+  nb::class_<PyStore>(m, "Store")
+      .def(nb::init<PyEngine&, const std::map<std::string, std::string>&>(), nb::arg("engine"), nb::arg("settings"),
+           nb::keep_alive<1, 2>())
+      .def("close", &PyStore::Close)
+      .def_prop_ro("name", &PyStore::name)
+      .def("members", &PyStore::members)
+      .def("batch_put", &PyStore::Put, nb::arg("keys"), nb::arg("addrs"), nb::arg("lengths"))
+      .def("batch_get", &PyStore::Get, nb::arg("keys"), nb::arg("addrs"), nb::arg("lengths"))
+      .def("batch_exists", &PyStore::Exists, nb::arg("keys"))
+      .def("key_op", &PyStore::KeyOp, nb::arg("op"), nb::arg("keys"))
+      .def("remove_all", &PyStore::RemoveAll)
+      .def("stats", &PyStore::Stats);
 }

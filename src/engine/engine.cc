@@ -46,6 +46,7 @@ using engine::kSelfHandle;
 struct Engine::Impl {
   engine::CallGate gate;                             // call_gate.*: calls against Close and fork
   std::string name;                                  // server->name(), kept after Close
+  std::string metadata;                              // config.metadata, as given
   std::atomic<bool> closed{false};                   // Close has torn the parts down
   Settings settings;
   std::unique_ptr<metadata::MetadataStore> store;    // null with p2p
@@ -138,6 +139,7 @@ Status Engine::Create(const EngineConfig& config, std::unique_ptr<Engine>* out) 
   auto impl = std::make_unique<Impl>();
   Impl& e = *impl;
   KVF_RETURN_IF_ERROR(engine::ResolveSettings(config, &e.settings));
+  e.metadata = config.metadata;
   KVF_RETURN_IF_ERROR(engine::OpenMetadata(config.metadata, e.settings, &e.store));
   engine::ListenAddress listen;
   KVF_RETURN_IF_ERROR(engine::ResolveListenAddress(config.local_server_name, &listen));
@@ -181,6 +183,7 @@ Status Engine::Create(const EngineConfig& config, std::unique_ptr<Engine>* out) 
 
 const std::string& Engine::name() const { return impl_->name; }
 const Settings& Engine::settings() const { return impl_->settings; }
+const std::string& Engine::metadata() const { return impl_->metadata; }
 
 std::vector<RailInfo> Engine::rails() const {
   std::vector<RailInfo> out;

@@ -21,15 +21,10 @@
 #include <vector>
 
 #include "kvfabric/status.h"
+#include "store/checksum.h"
 #include "store/pool_allocator.h"
 
 namespace kvfabric::store {
-
-// xxh3-128 of a page's bytes (computed by the caller).
-struct Checksum {
-  uint64_t low = 0, high = 0;
-  bool operator==(const Checksum&) const = default;
-};
 
 struct PageEntry {
   uint64_t offset = 0;      // in the pool

@@ -1,0 +1,129 @@
+// kvfabric::Store: a KV-cache store over the engine, with no master. Nodes
+// give pools of registered host memory; every process (node or client)
+// places a key itself on the member whose pool holds it, asks that member
+// once per batch where the pages are, and reads them straight into its own
+// registered buffers with one-sided READ. A PUT hands the member the
+// addresses of the caller's registered buffers and the member READs the
+// bytes into its pool: no copy on either side. A GET returns exactly what
+// the matching PUT stored, or a miss: every page read into host memory is
+// checked against the checksum taken when it was stored.
+//
+//   Settings s = engine->settings();
+//   s.store_pool_bytes = 4 * Settings::GiB;   // 0: a client only
+//   std::unique_ptr<Store> store;
+//   Store::Create(engine.get(), s, &store);
+//   std::vector<Status> st;
+//   store->BatchPut({"k1"}, {{{page, 131072}}}, &st);   // page: registered memory
+//
+// Members come from the engine's metadata backend (etcd or
+// kvfabric-metadata-server) or, with p2p metadata, from KVF_STORE_MEMBERS.
+// docs/store.md says how it works and what it guarantees.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvfabric/engine.h"
+#include "kvfabric/settings.h"
+#include "kvfabric/status.h"
+
+namespace kvfabric {
+
+// A piece of a page in memory registered with the store's engine.
+struct StoreBuffer {
+  void* addr = nullptr;
+  size_t length = 0;
+};
+
+struct StoreStats {
+  // This process's calls.
+  uint64_t put_keys = 0, put_bytes = 0, put_failures = 0;
+  uint64_t get_keys = 0, get_hits = 0, get_bytes = 0;
+  uint64_t misses_absent = 0;     // no page under the key
+  uint64_t misses_checksum = 0;   // read, but the bytes did not verify (changed under the READ, or corrupt)
+  uint64_t misses_late = 0;       // the READ could not start within the read window of its lookup
+  uint64_t get_failures = 0;      // node unreachable, timeout, transfer error
+  uint64_t exists_keys = 0, exists_hits = 0;
+  uint64_t control_calls = 0, control_failures = 0;
+  // This node's pool (zero for a client).
+  uint64_t pool_bytes = 0, used_bytes = 0, quarantined_bytes = 0, pages = 0, pinned_pages = 0;
+  uint64_t evictions = 0, removals = 0, overwrites = 0, refusals = 0;
+  // Members now in placement (reachable, with a pool).
+  uint64_t members = 0;
+};
+
+// Threads: every method may be called from any thread at once.
+class Store {
+ public:
+  // A node over `engine`, which must outlive it (Close the store first).
+  // `settings` gives the KVF_STORE_* values (pass engine->settings(), maybe
+  // changed): a pool of store_pool_bytes is allocated, registered with the
+  // engine and offered to the others; the control service listens on
+  // store_listen. Members come from the engine's metadata backend, or
+  // store_members with p2p metadata.
+  static Status Create(Engine* engine, const Settings& settings, std::unique_ptr<Store>* out);
+  ~Store();  // Close()
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+  // Leaves the membership, stops serving (peers' calls to this node fail
+  // from then on, their keys placed elsewhere once the membership drops it)
+  // and unregisters the pool. Calls under way finish first. Idempotent.
+  void Close();
+
+  // Batch calls. keys[i] goes with buffers[i]: a page is its buffers' bytes
+  // in order (several buffers, e.g. a layer's k and v, make one page). The
+  // call returns OK with a Status per key in `results`, or, when the call
+  // itself is wrong (keys and buffers of different counts, the store
+  // closed), that error and no results. A batch costs one control message
+  // per member involved. No call waits longer than KVF_STORE_DEADLINE_MS
+  // for a member: the keys of one that is dead or slow fail with
+  // NetworkError or Timeout and the others complete.
+
+  // Stores each page (replacing an older page of the key). The buffers must
+  // not change until the call returns. Per key: OK; InvalidArgument (empty
+  // key, no bytes, larger than KVF_STORE_MAX_PAGE_BYTES, unregistered
+  // memory); Busy (the member's pool is full of pages in use: pinned, or
+  // read moments ago); Unavailable (no member has a pool); NetworkError,
+  // Timeout.
+  Status BatchPut(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
+                  std::vector<Status>* results);
+  // Reads each page into its buffers (their total must be at least the
+  // page's length; the page fills them in order). Per key: OK with
+  // (*lengths)[i] the page's length; NotFound, a miss (absent, evicted, or
+  // read but not verified: the message says which); InvalidArgument
+  // (buffers too small or unregistered); NetworkError, Timeout. The bytes
+  // of a key that is not OK are unspecified.
+  Status BatchGet(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
+                  std::vector<Status>* results, std::vector<uint64_t>* lengths);
+  // Whether each key has a page, and the number of keys from the first
+  // that all do (the prefix a cache can reuse). An unreachable member's
+  // keys count as absent.
+  Status BatchExists(const std::vector<std::string>& keys, std::vector<bool>* found, size_t* leading_hits);
+  // Per key: OK (removed) or NotFound (there was none), or the member's failure.
+  Status BatchRemove(const std::vector<std::string>& keys, std::vector<Status>* results);
+  // Pins keep pages from eviction while a caller uses them; n pins need n
+  // unpins. Per key: OK, NotFound (no page, or for Unpin not pinned).
+  Status BatchPin(const std::vector<std::string>& keys, std::vector<Status>* results);
+  Status BatchUnpin(const std::vector<std::string>& keys, std::vector<Status>* results);
+  // Removes every page of every member; `removed` counts them. A member
+  // that could not be reached makes the call fail (naming it) after the
+  // others were emptied.
+  Status RemoveAll(uint64_t* removed);
+
+  StoreStats Stats() const;
+  // This node's control address ("host:port"): its name among the members.
+  const std::string& name() const;
+  // The members now in placement, by name.
+  std::vector<std::string> Members() const;
+
+  struct Impl;
+
+ private:
+  explicit Store(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvfabric

@@ -1,0 +1,136 @@
+"""kvfabric.Store across processes: nodes in store_node.py processes, the
+client here; every page checked byte for byte."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import kvfabric
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MISS = -kvfabric.NotFoundError.code
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Nodes:
+    def __init__(self, protocol: str, count: int):
+        self.names = [f"127.0.0.1:{free_port()}" for _ in range(count)]
+        self.members = ",".join(self.names)
+        self.procs = []
+        for name in self.names:
+            p = subprocess.Popen([sys.executable, os.path.join(HERE, "store_node.py"), protocol, name, self.members],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=HERE)
+            line = p.stdout.readline()
+            assert line, f"store node {name} did not start (exit {p.wait()})"
+            assert json.loads(line)["name"] == name
+            self.procs.append(p)
+
+    def kill(self, i: int) -> None:
+        self.procs[i].kill()
+        self.procs[i].wait()
+
+    def close(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.stdin.write("quit\n")
+                p.stdin.flush()
+                p.wait(timeout=15)
+
+
+@pytest.fixture(params=["tcp", "shm"])
+def cluster(request):
+    nodes = Nodes(request.param, 3)
+    engine = kvfabric.Engine(protocol=request.param, settings={"KVF_LOG_LEVEL": "error"})
+    store = kvfabric.Store(engine, members=nodes.members,
+                           settings={"KVF_STORE_DEADLINE_MS": 2000, "KVF_STORE_DOWN_RETRY_MS": 300})
+    yield nodes, engine, store
+    store.close()
+    engine.close()
+    nodes.close()
+
+
+def pages(engine, count: int, seed: int):
+    """`count` pages of mixed sizes, each a k and a v array (two buffers), registered."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(count):
+        n = int(rng.integers(1, 96 << 10))
+        k = rng.integers(0, 256, n, dtype=np.uint8)
+        v = rng.integers(0, 256, int(rng.integers(1, 4096)), dtype=np.uint8)
+        engine.register(k)
+        engine.register(v)
+        out.append((f"layer0/page{i}", k, v))
+    return out
+
+
+def test_pages_come_back_byte_exact_and_exists_counts_the_prefix(cluster):
+    nodes, engine, store = cluster
+    assert sorted(store.members()) == sorted(nodes.names)
+    src = pages(engine, 64, 1)
+    assert store.batch_put([k for k, _, _ in src], [[a, b] for _, a, b in src]) == [0] * 64
+    dst = [(np.zeros_like(a), np.zeros_like(b)) for _, a, b in src]
+    for a, b in dst:
+        engine.register(a)
+        engine.register(b)
+    got = store.batch_get([k for k, _, _ in src], [[a, b] for a, b in dst])
+    assert got == [a.nbytes + b.nbytes for _, a, b in src]
+    for (_, a, b), (c, d) in zip(src, dst):
+        assert np.array_equal(a, c) and np.array_equal(b, d)
+    keys = [k for k, _, _ in src[:10]] + ["absent"] + [src[11][0]]
+    assert store.batch_exists(keys) == [True] * 10 + [False, True]
+    assert store.exists_prefix(keys) == 10
+    assert store.batch_remove([src[3][0], "absent"]) == [0, MISS]
+    assert store.batch_get([src[3][0]], [[dst[3][0], dst[3][1]]]) == [MISS]
+    assert store.last_errors[0].key == src[3][0]
+    assert isinstance(store.last_errors[0].exception(), kvfabric.NotFoundError)
+    assert store.remove_all() == 63
+    assert store.exists_prefix(keys) == 0
+    stats = store.stats()
+    assert stats["get_hits"] == 64 and stats["misses_absent"] == 1 and stats["members"] == 3
+
+
+def test_bad_input_is_per_key_or_raises_before_anything_moves(cluster):
+    _, engine, store = cluster
+    page = np.arange(4096, dtype=np.uint8)
+    engine.register(page)
+    with pytest.raises(kvfabric.InvalidArgumentError):
+        store.batch_put(["a", "b"], [page])
+    with pytest.raises(kvfabric.InvalidArgumentError):
+        store.batch_put([3], [page])
+    unregistered = np.ones(4096, dtype=np.uint8)
+    codes = store.batch_put(["ok", "", "unregistered"], [page, page, unregistered])
+    assert codes[0] == 0
+    assert codes[1] == -kvfabric.InvalidArgumentError.code
+    assert codes[2] < 0
+    assert [e.index for e in store.last_errors] == [1, 2]
+    small = np.zeros(100, dtype=np.uint8)
+    engine.register(small)
+    assert store.batch_get(["ok"], [small]) == [-kvfabric.InvalidArgumentError.code]
+    assert store.batch_exists(["unregistered"]) == [False]
+
+
+def test_a_killed_node_costs_only_its_keys(cluster):
+    nodes, engine, store = cluster
+    src = pages(engine, 60, 2)
+    keys = [k for k, _, _ in src]
+    assert store.batch_put(keys, [[a, b] for _, a, b in src]) == [0] * 60
+    nodes.kill(1)
+    t0 = time.monotonic()
+    got = store.batch_get(keys, [[a, b] for _, a, b in src])
+    took = time.monotonic() - t0
+    assert took < 3.0
+    ok = [g for g in got if g > 0]
+    assert 0 < len(ok) < 60, "the dead node's keys fail, the others come back"
+    assert all(g < 0 for g in got if g <= 0)
+    assert all(e.code in (kvfabric.NetworkError.code, kvfabric.TransferTimeoutError.code) for e in store.last_errors)

@@ -1,0 +1,125 @@
+#include "store/member_view.h"
+
+#include <set>
+#include <utility>
+
+#include "common/log.h"
+
+namespace kvfabric::store {
+namespace {
+using Clock = std::chrono::steady_clock;
+}  // namespace
+
+MemberView::MemberView(Engine* engine, ControlClient* client, Membership* membership, const Settings& settings)
+    : engine_(engine),
+      client_(client),
+      membership_(membership),
+      settings_(settings),
+      current_(std::make_shared<MemberSnapshot>()) {}
+
+MemberView::~MemberView() { Stop(); }
+
+void MemberView::Start() {
+  Refresh();
+  thread_ = std::thread([this] {
+    std::unique_lock<std::mutex> g(mu_);
+    while (!cv_.wait_for(g, std::chrono::milliseconds(settings_.store_membership_refresh_ms), [&] { return stopping_; })) {
+      g.unlock();
+      Refresh();
+      g.lock();
+    }
+  });
+}
+
+void MemberView::Stop() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::shared_ptr<const MemberSnapshot> MemberView::Current() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return current_;
+}
+
+void MemberView::MarkDown(const std::string& name, const Status& why) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = known_.find(name);
+  if (it == known_.end() || it->second.view == nullptr) return;  // already down, or gone
+  it->second.view = nullptr;
+  it->second.down_until = Clock::now() + std::chrono::milliseconds(settings_.store_down_retry_ms);
+  KVF_LOG_WARN("store member {} failed a call ({}): its keys count as misses, and new pages go to other members, "
+               "until it answers again (retried in {} ms)",
+               name, why.ToString(), settings_.store_down_retry_ms);
+  Publish();
+}
+
+void MemberView::Refresh() {
+  std::vector<MemberRecord> listed;
+  if (Status s = membership_->List(&listed); !s.ok()) {
+    KVF_LOG_WARN("store: reading the members from {} failed ({}); keeping the last list", membership_->Describe(),
+                 s.ToString());
+    return;
+  }
+  std::vector<std::pair<std::string, std::shared_ptr<const NodeView>>> to_greet;  // name, last view
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    std::set<std::string> names;
+    for (const MemberRecord& r : listed) names.insert(r.name);
+    std::erase_if(known_, [&](const auto& k) { return !names.contains(k.first); });
+    const auto now = Clock::now();
+    for (const std::string& name : names) {
+      Known& k = known_[name];
+      if (k.view == nullptr && now >= k.down_until) to_greet.emplace_back(name, k.last);
+    }
+  }
+  for (const auto& [name, last] : to_greet) {
+    std::shared_ptr<const NodeView> view;
+    Status s = Greet(name, last, &view);
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = known_.find(name);
+    if (it == known_.end()) continue;
+    if (s.ok()) {
+      it->second.last = view;
+      it->second.view = std::move(view);
+      KVF_LOG_DEBUG("store member {} joined placement (segment {}, pool {} bytes)", name,
+                    it->second.view->info.segment, it->second.view->info.pool_bytes);
+    } else {
+      it->second.down_until = Clock::now() + std::chrono::milliseconds(settings_.store_down_retry_ms);
+      KVF_LOG_DEBUG("store member {} not reachable: {}", name, s.ToString());
+    }
+  }
+  std::lock_guard<std::mutex> g(mu_);
+  Publish();
+}
+
+Status MemberView::Greet(const std::string& name, const std::shared_ptr<const NodeView>& last,
+                         std::shared_ptr<const NodeView>* out) {
+  std::string reply;
+  KVF_RETURN_IF_ERROR(client_->CallSync(name, EncodeBare(Op::kHello), net::DeadlineIn(settings_.store_deadline_ms), &reply));
+  auto view = std::make_shared<NodeView>();
+  view->name = name;
+  KVF_RETURN_IF_ERROR(DecodeNodeInfo(reply, &view->info));
+  // A node that restarted: its engine's descriptor (memory keys) is new too.
+  if (last != nullptr && last->info.epoch != view->info.epoch && last->segment >= 0) (void)engine_->CloseSegment(last->segment);
+  KVF_RETURN_IF_ERROR(engine_->OpenSegment(view->info.segment, &view->segment).Annotate("store member " + name));
+  *out = std::move(view);
+  return Status::OK();
+}
+
+void MemberView::Publish() {
+  auto snap = std::make_shared<MemberSnapshot>();
+  std::vector<Member> members;
+  for (const auto& [name, k] : known_) {
+    if (k.view == nullptr || k.view->info.pool_bytes == 0) continue;
+    members.push_back(Member{name, k.view->info.pool_bytes});
+    snap->nodes.push_back(k.view);
+  }
+  snap->placement = Placement(std::move(members));
+  current_ = std::move(snap);
+}
+
+}  // namespace kvfabric::store

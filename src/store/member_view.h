@@ -1,0 +1,81 @@
+// MemberView: a process's picture of the store's members, refreshed in the
+// background: who they are (Membership), what each says of itself (a hello
+// over the control channel: its segment, pool, epoch), which of them placement
+// may use now (reachable, with a pool), and the engine segment through which
+// its pool is read. Placement is computed once per change and shared by
+// every call as a snapshot.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kvfabric/engine.h"
+#include "kvfabric/settings.h"
+#include "store/control_client.h"
+#include "store/membership.h"
+#include "store/messages.h"
+#include "store/placement.h"
+
+namespace kvfabric::store {
+
+// One member as placement sees it.
+struct NodeView {
+  std::string name;         // control address
+  NodeInfo info;            // from its hello
+  SegmentHandle segment = -1;  // its engine segment, opened in this process's engine
+};
+
+struct MemberSnapshot {
+  Placement placement{{}};
+  std::vector<std::shared_ptr<const NodeView>> nodes;  // nodes[i] is placement.members()[i]
+};
+
+class MemberView {
+ public:
+  MemberView(Engine* engine, ControlClient* client, Membership* membership, const Settings& settings);
+  ~MemberView();  // Stop()
+
+  // Reads the members once (blocking, bounded by the store deadline per
+  // member), then keeps refreshing every KVF_STORE_MEMBERSHIP_REFRESH_MS.
+  void Start();
+  void Stop();
+
+  std::shared_ptr<const MemberSnapshot> Current() const;
+  // The member `name` failed a call (`why`): out of placement for
+  // KVF_STORE_DOWN_RETRY_MS, and asked again for its hello after that (it
+  // may have restarted).
+  void MarkDown(const std::string& name, const Status& why);
+
+ private:
+  struct Known {
+    std::shared_ptr<const NodeView> view;  // null until a hello succeeded, and while down
+    std::chrono::steady_clock::time_point down_until{};
+    std::shared_ptr<const NodeView> last;  // the last view it had (a restart shows as a new epoch)
+  };
+  void Refresh();
+  // Asks `name` for its hello and opens its segment; `last` is what it said
+  // before (may be null).
+  Status Greet(const std::string& name, const std::shared_ptr<const NodeView>& last,
+               std::shared_ptr<const NodeView>* out);
+  void Publish();  // rebuilds the snapshot from known_ (under mu_)
+
+  Engine* const engine_;
+  ControlClient* const client_;
+  Membership* const membership_;
+  const Settings settings_;
+
+  mutable std::mutex mu_;
+  std::map<std::string, Known> known_;
+  std::shared_ptr<const MemberSnapshot> current_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace kvfabric::store

@@ -1,0 +1,108 @@
+// The store's control messages: what a client asks a node and what the node
+// answers, one request and one reply per node per batch (a batch's keys go
+// to their homes in one message each). Payloads of the control channel
+// (control_client.h); the encoding is wire.h's. Every Decode checks the
+// whole payload: a truncated, oversized or trailing-bytes message is a
+// ProtocolError naming the message, and the output is then unspecified.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvfabric/status.h"
+#include "store/checksum.h"
+
+namespace kvfabric::store {
+
+// The longest key, in bytes; keys are never empty.
+constexpr size_t kMaxKeyBytes = 4096;
+// Whether `key` may be stored: OK, or InvalidArgument saying why.
+Status CheckKey(std::string_view key);
+
+enum class Op : uint8_t {
+  kHello = 1,      // -> NodeInfo
+  kLookup = 2,     // keys -> a Location per key
+  kExists = 3,     // keys -> a bit per key
+  kPut = 4,        // PutRequest -> a Status per key
+  kRemove = 5,     // keys -> a bit per key (there was a page)
+  kRemoveAll = 6,  // -> count removed
+  kStats = 7,      // -> NodeStats
+  kPin = 8,        // keys -> a bit per key (pinned)
+  kUnpin = 9,      // keys -> a bit per key (was pinned)
+};
+
+// The operation of a request: its first byte. ProtocolError for an empty
+// payload or an unknown operation.
+Status PeekOp(std::string_view payload, Op* op);
+
+// A node as it describes itself.
+struct NodeInfo {
+  std::string segment;      // its engine's segment name: where the pool is read
+  uint64_t pool_addr = 0;   // the pool's address in the node's segment
+  uint64_t pool_bytes = 0;
+  uint64_t max_page_bytes = 0;
+  uint64_t read_window_ms = 0;  // a lookup's locations may be read this long after it
+  uint64_t epoch = 0;           // differs at every start of the node
+};
+
+// Where a key's page is: found, its bytes at [addr, addr + length) in the
+// node's segment, their checksum and the page's generation.
+struct Location {
+  bool found = false;
+  uint64_t addr = 0;
+  uint64_t length = 0;
+  uint64_t generation = 0;
+  Checksum checksum;
+};
+
+// A piece of a page in the writer's registered memory.
+struct Extent {
+  uint64_t addr = 0;
+  uint64_t length = 0;
+};
+
+struct PutItem {
+  std::string key;
+  std::vector<Extent> sources;  // the page is their bytes, in order
+};
+
+// A PUT: the node reads each page from `writer` (an engine segment name)
+// with one-sided READ into a slot of its pool.
+struct PutRequest {
+  std::string writer;
+  uint32_t budget_ms = 0;  // the writer waits this long for the reply: the node gives up its READs sooner
+  std::vector<PutItem> items;
+};
+
+struct NodeStats {
+  uint64_t pool_bytes = 0, used_bytes = 0, reserved_bytes = 0, quarantined_bytes = 0;
+  uint64_t pages = 0, pinned_pages = 0;
+  uint64_t evictions = 0, removals = 0, overwrites = 0, refusals = 0;
+  uint64_t puts = 0, put_failures = 0, lookups = 0, lookup_hits = 0, exists = 0;
+};
+
+// Requests.
+std::string EncodeKeys(Op op, const std::vector<std::string_view>& keys);  // kLookup, kExists, kRemove, kPin, kUnpin
+std::string EncodePut(const PutRequest& put);
+std::string EncodeBare(Op op);  // kRemoveAll, kStats, kHello
+// The keys of a keys request (views into `payload`).
+Status DecodeKeys(std::string_view payload, std::vector<std::string_view>* keys);
+Status DecodePut(std::string_view payload, PutRequest* out);
+
+// Replies.
+std::string EncodeNodeInfo(const NodeInfo& info);
+Status DecodeNodeInfo(std::string_view payload, NodeInfo* out);
+std::string EncodeLocations(const std::vector<Location>& locations);
+Status DecodeLocations(std::string_view payload, size_t expected, std::vector<Location>* out);
+std::string EncodeBits(const std::vector<bool>& bits);
+Status DecodeBits(std::string_view payload, size_t expected, std::vector<bool>* out);
+std::string EncodeStatuses(const std::vector<Status>& statuses);
+Status DecodeStatuses(std::string_view payload, size_t expected, std::vector<Status>* out);
+std::string EncodeCount(uint64_t n);
+Status DecodeCount(std::string_view payload, uint64_t* n);
+std::string EncodeNodeStats(const NodeStats& stats);
+Status DecodeNodeStats(std::string_view payload, NodeStats* out);
+
+}  // namespace kvfabric::store

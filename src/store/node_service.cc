@@ -1,0 +1,258 @@
+#include "store/node_service.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "common/crypto.h"
+#include "common/log.h"
+#include "net/address.h"
+#include "store/checksum.h"
+
+namespace kvfabric::store {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The control service's address: store_listen, or the engine's host and any port.
+Status ListenAddress(const Engine& engine, const Settings& settings, std::string* out) {
+  if (!settings.store_listen.empty()) {
+    *out = settings.store_listen;
+    return Status::OK();
+  }
+  std::string host;
+  uint16_t port = 0;
+  KVF_RETURN_IF_ERROR(net::ParseHostPort(engine.name(), &host, &port).Annotate("store: the engine's name"));
+  *out = net::FormatHostPort(host, 0);
+  return Status::OK();
+}
+
+}  // namespace
+
+NodeService::NodeService(Engine* engine, const Settings& settings)
+    : engine_(engine),
+      settings_(settings),
+      table_(static_cast<uint64_t>(settings.store_pool_bytes), std::chrono::milliseconds(settings.store_read_window_ms)),
+      runner_(engine) {}
+
+Status NodeService::Start(Engine* engine, const Settings& settings, std::unique_ptr<NodeService>* out) {
+  if (settings.store_pool_bytes <= 0) return Status::InvalidArgument("store: a node's pool needs store_pool_bytes > 0");
+  std::unique_ptr<NodeService> node(new NodeService(engine, settings));
+  node->pool_bytes_ = static_cast<size_t>(settings.store_pool_bytes);
+  void* pool = mmap(nullptr, node->pool_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (pool == MAP_FAILED)
+    return Status::InvalidArgument("store: cannot map a pool of " + std::to_string(node->pool_bytes_) +
+                                   " bytes (KVF_STORE_POOL_BYTES); lower it or free memory");
+  node->pool_ = static_cast<uint8_t*>(pool);
+  if (Status s = engine->RegisterMemory(pool, node->pool_bytes_, "*"); !s.ok()) {
+    munmap(pool, node->pool_bytes_);
+    node->pool_ = nullptr;
+    return s.Annotate("store: registering the pool");
+  }
+  NodeInfo& info = node->info_;
+  info.segment = engine->name();
+  info.pool_addr = reinterpret_cast<uintptr_t>(pool);
+  info.pool_bytes = node->pool_bytes_;
+  info.max_page_bytes = static_cast<uint64_t>(settings.store_max_page_bytes);
+  info.read_window_ms = static_cast<uint64_t>(settings.store_read_window_ms);
+  info.epoch = crypto::RandomU64();
+  std::string listen;
+  KVF_RETURN_IF_ERROR(ListenAddress(*engine, settings, &listen));
+  NodeService* self = node.get();
+  KVF_RETURN_IF_ERROR(ControlServer::Start(
+      listen, settings, [self](std::string payload, ControlServer::Reply reply) { self->Handle(std::move(payload), std::move(reply)); },
+      &node->server_));
+  node->address_ = node->server_->address();
+  for (int64_t i = 0; i < settings.store_put_threads; ++i) node->workers_.emplace_back([self] { self->PutLoop(); });
+  KVF_LOG_INFO("store node {} serving a pool of {} bytes (segment {})", node->address_, node->pool_bytes_, info.segment);
+  *out = std::move(node);
+  return Status::OK();
+}
+
+NodeService::~NodeService() { Stop(); }
+
+void NodeService::Stop() {
+  if (server_) server_->Stop();  // no new requests; replies still held become no-ops
+  {
+    std::lock_guard<std::mutex> g(jobs_mu_);
+    stopping_ = true;
+  }
+  jobs_cv_.notify_all();
+  for (std::thread& t : workers_) t.join();
+  workers_.clear();
+  for (PutJob& job : jobs_) job.reply(Status::Closed("store node " + address_ + " stopped"), {});
+  jobs_.clear();
+  if (pool_ != nullptr) {
+    // A PUT's READ that outlived its deadline may still land in the pool:
+    // the memory stays mapped (leaked, with a warning) rather than let it.
+    const bool drained = runner_.Drain(net::DeadlineIn(settings_.transfer_timeout_ms + 1000));
+    (void)engine_->UnregisterMemory(pool_);  // the engine may be closed already: the memory goes either way
+    if (drained) munmap(pool_, pool_bytes_);
+    else KVF_LOG_WARN("store node {}: transfers into the pool still pending at stop; its {} bytes stay mapped",
+                      address_, pool_bytes_);
+    pool_ = nullptr;
+  }
+}
+
+void NodeService::Handle(std::string payload, ControlServer::Reply reply) {
+  Op op;
+  if (Status s = PeekOp(payload, &op); !s.ok()) return reply(s, {});
+  if (op == Op::kPut) {
+    PutJob job;
+    if (Status s = DecodePut(payload, &job.request); !s.ok()) return reply(s, {});
+    job.reply = std::move(reply);
+    job.deadline = net::DeadlineIn(std::min<int64_t>(job.request.budget_ms, settings_.store_deadline_ms));
+    {
+      std::lock_guard<std::mutex> g(jobs_mu_);
+      if (!stopping_) {
+        jobs_.push_back(std::move(job));
+        jobs_cv_.notify_one();
+        return;
+      }
+    }
+    return job.reply(Status::Closed("store node " + address_ + " stopped"), {});
+  }
+  Status status;
+  std::string answer = Answer(op, payload, &status);
+  reply(status, std::move(answer));
+}
+
+std::string NodeService::Answer(Op op, std::string_view payload, Status* status) {
+  const auto now = Clock::now();
+  if (op == Op::kHello) return EncodeNodeInfo(info_);
+  if (op == Op::kStats) return EncodeNodeStats(Stats());
+  if (op == Op::kRemoveAll) {
+    std::lock_guard<std::mutex> g(table_mu_);
+    return EncodeCount(table_.RemoveAll(now));
+  }
+  std::vector<std::string_view> keys;
+  *status = DecodeKeys(payload, &keys);
+  if (!status->ok()) return {};
+  std::lock_guard<std::mutex> g(table_mu_);
+  if (op == Op::kLookup) {
+    std::vector<Location> out(keys.size());
+    counters_.lookups += keys.size();
+    for (size_t i = 0; i < keys.size(); ++i) {
+      PageEntry e;
+      if (!table_.Lookup(keys[i], now, &e)) continue;
+      out[i] = Location{true, info_.pool_addr + e.offset, e.length, e.generation, e.checksum};
+      ++counters_.lookup_hits;
+    }
+    return EncodeLocations(out);
+  }
+  std::vector<bool> bits(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    switch (op) {
+      case Op::kExists: bits[i] = table_.Contains(keys[i], now); break;
+      case Op::kRemove: bits[i] = table_.Remove(keys[i], now); break;
+      case Op::kPin: bits[i] = table_.Pin(keys[i]); break;
+      case Op::kUnpin: bits[i] = table_.Unpin(keys[i]); break;
+      default: break;
+    }
+  }
+  if (op == Op::kExists) counters_.exists += keys.size();
+  return EncodeBits(bits);
+}
+
+void NodeService::PutLoop() {
+  for (;;) {
+    PutJob job;
+    {
+      std::unique_lock<std::mutex> g(jobs_mu_);
+      jobs_cv_.wait(g, [&] { return stopping_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    if (Clock::now() >= job.deadline) {  // waited for a thread longer than the writer waits for the reply
+      job.reply(Status::Timeout("store node " + address_ + ": the put waited past its deadline for a thread (KVF_STORE_PUT_THREADS)"), {});
+      continue;
+    }
+    job.reply(Status::OK(), EncodeStatuses(ExecutePut(job.request, job.deadline)));
+  }
+}
+
+Status NodeService::CheckItem(const PutItem& item, uint64_t* length) const {
+  KVF_RETURN_IF_ERROR(CheckKey(item.key));
+  uint64_t total = 0;
+  for (const Extent& e : item.sources) {
+    if (e.length == 0) return Status::InvalidArgument("store: key '" + item.key + "' has an empty buffer");
+    total += e.length;
+    if (total < e.length || total > info_.max_page_bytes)
+      return Status::InvalidArgument("store: the page of key '" + item.key + "' is larger than the largest page, " +
+                                     std::to_string(info_.max_page_bytes) + " bytes (KVF_STORE_MAX_PAGE_BYTES)");
+  }
+  if (total == 0) return Status::InvalidArgument("store: key '" + item.key + "' has no bytes");
+  *length = total;
+  return Status::OK();
+}
+
+std::vector<Status> NodeService::ExecutePut(const PutRequest& put, net::Deadline deadline) {
+  const size_t n = put.items.size();
+  std::vector<Status> results(n);
+  std::vector<uint64_t> offsets(n), lengths(n);
+  std::vector<bool> reserved(n, false);
+  SegmentHandle writer = -1;
+  Status open = engine_->OpenSegment(put.writer, &writer);
+  {
+    const auto now = Clock::now();
+    std::lock_guard<std::mutex> g(table_mu_);
+    counters_.puts += n;
+    for (size_t i = 0; i < n; ++i) {
+      results[i] = open.ok() ? CheckItem(put.items[i], &lengths[i]) : open.Annotate("store: the writer's segment");
+      if (results[i].ok()) results[i] = table_.Reserve(lengths[i], now, &offsets[i]);
+      reserved[i] = results[i].ok();
+    }
+  }
+  std::vector<TransferRequest> requests;
+  std::vector<std::pair<size_t, size_t>> groups(n);
+  for (size_t i = 0; i < n; ++i) {
+    groups[i].first = requests.size();
+    uint64_t at = offsets[i];
+    for (const Extent& e : put.items[i].sources) {
+      if (!reserved[i]) break;
+      requests.push_back({OpCode::kRead, pool_ + at, writer, e.addr, static_cast<size_t>(e.length)});
+      at += e.length;
+    }
+    groups[i].second = requests.size();
+  }
+  std::vector<Status> outcomes;
+  runner_.Run(requests, groups, deadline, &outcomes);
+  std::vector<Checksum> sums(n);
+  for (size_t i = 0; i < n; ++i)
+    if (reserved[i] && outcomes[i].ok()) sums[i] = ChecksumOfBytes(pool_ + offsets[i], lengths[i]);
+  const auto now = Clock::now();
+  std::lock_guard<std::mutex> g(table_mu_);
+  for (size_t i = 0; i < n; ++i) {
+    if (!reserved[i]) continue;
+    if (outcomes[i].ok()) {
+      table_.Commit(put.items[i].key, offsets[i], lengths[i], sums[i], now);
+    } else {
+      table_.Abandon(offsets[i], now);
+      results[i] = outcomes[i].Annotate("store: reading the page of '" + put.items[i].key + "' from " + put.writer);
+    }
+  }
+  for (const Status& s : results) counters_.put_failures += s.ok() ? 0 : 1;
+  return results;
+}
+
+NodeStats NodeService::Stats() {
+  std::lock_guard<std::mutex> g(table_mu_);
+  NodeStats s = counters_;
+  const PageTableStats t = table_.stats();
+  s.pool_bytes = t.pool_bytes;
+  s.used_bytes = t.used_bytes;
+  s.reserved_bytes = t.reserved_bytes;
+  s.quarantined_bytes = t.quarantined_bytes;
+  s.pages = t.pages;
+  s.pinned_pages = t.pinned_pages;
+  s.evictions = t.evictions;
+  s.removals = t.removals;
+  s.overwrites = t.overwrites;
+  s.refusals = t.refusals;
+  return s;
+}
+
+}  // namespace kvfabric::store

@@ -1,0 +1,86 @@
+// NodeService: the serving side of a store node. It owns the node's pool
+// (host memory registered with the engine), the index of the pages in it
+// (PageTable) and the control server that answers other processes:
+//
+//   hello, lookup, exists, remove, remove all, pin, unpin, stats
+//       answered on the control server's thread, under the table's lock;
+//   put
+//       handed to one of KVF_STORE_PUT_THREADS threads, which reserve
+//       slots, READ the pages from the writer's registered buffers, take
+//       their checksums and commit them, then reply with a status per key.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kvfabric/engine.h"
+#include "kvfabric/settings.h"
+#include "store/batch_runner.h"
+#include "store/control_server.h"
+#include "store/messages.h"
+#include "store/page_table.h"
+
+namespace kvfabric::store {
+
+class NodeService {
+ public:
+  // Allocates and registers a pool of settings.store_pool_bytes (> 0) and
+  // starts serving on settings.store_listen (empty: the engine's host, any
+  // port). `engine` outlives the service.
+  static Status Start(Engine* engine, const Settings& settings, std::unique_ptr<NodeService>* out);
+  ~NodeService();  // Stop()
+  // Stops serving (puts under way finish or fail first), unregisters and
+  // frees the pool. Idempotent.
+  void Stop();
+
+  const std::string& address() const { return address_; }
+  const NodeInfo& info() const { return info_; }
+  NodeStats Stats();
+
+  // The request handler, also called directly for this node's own keys.
+  void Handle(std::string payload, ControlServer::Reply reply);
+
+  // Test hook: the pool's bytes (to corrupt a page on purpose).
+  uint8_t* pool_for_testing() { return pool_; }
+
+ private:
+  struct PutJob {
+    PutRequest request;
+    net::Deadline deadline;  // from its arrival: the writer's budget, at most KVF_STORE_DEADLINE_MS
+    ControlServer::Reply reply;
+  };
+  NodeService(Engine* engine, const Settings& settings);
+  std::string Answer(Op op, std::string_view payload, Status* status);
+  void PutLoop();
+  std::vector<Status> ExecutePut(const PutRequest& put, net::Deadline deadline);
+  // The page's length, or why the item is refused (nothing reserved).
+  Status CheckItem(const PutItem& item, uint64_t* length) const;
+
+  Engine* const engine_;
+  const Settings settings_;
+  uint8_t* pool_ = nullptr;
+  size_t pool_bytes_ = 0;
+  NodeInfo info_;
+  std::string address_;
+
+  std::mutex table_mu_;
+  PageTable table_;
+  NodeStats counters_;  // the request counters (under table_mu_); the table's own come from table_.stats()
+
+  std::unique_ptr<ControlServer> server_;
+
+  std::mutex jobs_mu_;
+  std::condition_variable jobs_cv_;
+  std::deque<PutJob> jobs_;
+  bool stopping_ = false;
+  std::vector<std::thread> workers_;
+  BatchRunner runner_;
+};
+
+}  // namespace kvfabric::store

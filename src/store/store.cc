@@ -1,0 +1,182 @@
+// kvfabric::Store: the parts of a store node, built and torn down in order.
+#include "kvfabric/store.h"
+
+#include <shared_mutex>
+#include <utility>
+
+#include "common/log.h"
+#include "store/control_client.h"
+#include "store/member_view.h"
+#include "store/membership.h"
+#include "store/node_service.h"
+#include "store/store_client.h"
+
+namespace kvfabric {
+
+struct Store::Impl {
+  Engine* engine = nullptr;
+  Settings settings;
+  std::string name;  // the node's control address, or "" for a client
+  std::unique_ptr<store::NodeService> node;        // null for a client
+  std::unique_ptr<store::ControlClient> control;
+  std::unique_ptr<store::Membership> membership;
+  std::unique_ptr<store::MemberView> members;
+  std::unique_ptr<store::StoreClient> client;
+  std::shared_mutex gate;  // calls hold it shared; Close exclusive
+  bool closed = false;
+
+  ~Impl() { Shutdown(); }
+  // Idempotent; also of a half-built store.
+  void Shutdown() {
+    if (membership) (void)membership->Leave();
+    if (members) members->Stop();
+    if (node) node->Stop();
+    client.reset();
+    members.reset();
+    control.reset();
+    membership.reset();
+    node.reset();
+  }
+
+  // Runs `call` unless the store is closed, with Close kept out until it returns.
+  template <typename F>
+  Status Guarded(F&& call) {
+    std::shared_lock<std::shared_mutex> g(gate);
+    if (closed) return Status::Closed("the store is closed");
+    return call();
+  }
+};
+
+Status Store::Create(Engine* engine, const Settings& settings, std::unique_ptr<Store>* out) {
+  if (engine == nullptr) return Status::InvalidArgument("store: no engine");
+  if (settings.store_read_window_ms <= settings.store_deadline_ms)
+    return Status::InvalidArgument("store: KVF_STORE_READ_WINDOW_MS (" + std::to_string(settings.store_read_window_ms) +
+                                   ") must exceed KVF_STORE_DEADLINE_MS (" + std::to_string(settings.store_deadline_ms) +
+                                   "): a slot must outlast every READ of it");
+  auto impl = std::make_unique<Impl>();
+  Impl& s = *impl;
+  s.engine = engine;
+  s.settings = settings;
+  if (settings.store_pool_bytes > 0) {
+    KVF_RETURN_IF_ERROR(store::NodeService::Start(engine, settings, &s.node));
+    s.name = s.node->address();
+  }
+  s.control = std::make_unique<store::ControlClient>(settings);
+  KVF_RETURN_IF_ERROR(store::OpenMembership(engine->metadata(), settings, &s.membership));
+  if (s.node) {
+    const store::NodeInfo& info = s.node->info();
+    KVF_RETURN_IF_ERROR(s.membership->Join({s.name, info.segment, info.pool_bytes}).Annotate("store: joining " + s.membership->Describe()));
+  }
+  s.members = std::make_unique<store::MemberView>(engine, s.control.get(), s.membership.get(), settings);
+  s.members->Start();
+  s.client = std::make_unique<store::StoreClient>(engine, settings, s.control.get(), s.members.get(), s.node.get());
+  KVF_LOG_INFO("store {} ({}): {} members in placement", s.name.empty() ? "client" : "node " + s.name,
+               s.membership->Describe(), s.members->Current()->nodes.size());
+  out->reset(new Store(std::move(impl)));
+  return Status::OK();
+}
+
+Store::Store(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Store::~Store() { Close(); }
+
+void Store::Close() {
+  std::unique_lock<std::shared_mutex> g(impl_->gate);
+  if (impl_->closed) return;
+  impl_->closed = true;
+  impl_->Shutdown();
+}
+
+namespace {
+// The shape every batch call checks first.
+Status CheckShape(size_t keys, size_t buffers) {
+  if (keys == buffers) return Status::OK();
+  return Status::InvalidArgument("store: " + std::to_string(keys) + " keys but " + std::to_string(buffers) +
+                                 " buffer lists (one per key)");
+}
+}  // namespace
+
+Status Store::BatchPut(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
+                       std::vector<Status>* results) {
+  return impl_->Guarded([&] {
+    KVF_RETURN_IF_ERROR(CheckShape(keys.size(), buffers.size()));
+    impl_->client->Put(keys, buffers, results);
+    return Status::OK();
+  });
+}
+
+Status Store::BatchGet(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
+                       std::vector<Status>* results, std::vector<uint64_t>* lengths) {
+  return impl_->Guarded([&] {
+    KVF_RETURN_IF_ERROR(CheckShape(keys.size(), buffers.size()));
+    impl_->client->Get(keys, buffers, results, lengths);
+    return Status::OK();
+  });
+}
+
+Status Store::BatchExists(const std::vector<std::string>& keys, std::vector<bool>* found, size_t* leading_hits) {
+  return impl_->Guarded([&] {
+    impl_->client->Exists(keys, found);
+    size_t n = 0;
+    while (n < found->size() && (*found)[n]) ++n;
+    if (leading_hits != nullptr) *leading_hits = n;
+    return Status::OK();
+  });
+}
+
+Status Store::BatchRemove(const std::vector<std::string>& keys, std::vector<Status>* results) {
+  return impl_->Guarded([&] {
+    impl_->client->KeyOp(store::Op::kRemove, keys, results);
+    return Status::OK();
+  });
+}
+
+Status Store::BatchPin(const std::vector<std::string>& keys, std::vector<Status>* results) {
+  return impl_->Guarded([&] {
+    impl_->client->KeyOp(store::Op::kPin, keys, results);
+    return Status::OK();
+  });
+}
+
+Status Store::BatchUnpin(const std::vector<std::string>& keys, std::vector<Status>* results) {
+  return impl_->Guarded([&] {
+    impl_->client->KeyOp(store::Op::kUnpin, keys, results);
+    return Status::OK();
+  });
+}
+
+Status Store::RemoveAll(uint64_t* removed) {
+  return impl_->Guarded([&] { return impl_->client->RemoveAll(removed); });
+}
+
+StoreStats Store::Stats() const {
+  std::shared_lock<std::shared_mutex> g(impl_->gate);
+  StoreStats out;
+  if (impl_->closed) return out;
+  impl_->client->AddStats(&out);
+  if (impl_->node) {
+    const store::NodeStats n = impl_->node->Stats();
+    out.pool_bytes = n.pool_bytes;
+    out.used_bytes = n.used_bytes;
+    out.quarantined_bytes = n.quarantined_bytes;
+    out.pages = n.pages;
+    out.pinned_pages = n.pinned_pages;
+    out.evictions = n.evictions;
+    out.removals = n.removals;
+    out.overwrites = n.overwrites;
+    out.refusals = n.refusals;
+  }
+  out.members = impl_->members->Current()->nodes.size();
+  return out;
+}
+
+const std::string& Store::name() const { return impl_->name; }
+
+std::vector<std::string> Store::Members() const {
+  std::shared_lock<std::shared_mutex> g(impl_->gate);
+  std::vector<std::string> out;
+  if (impl_->closed) return out;
+  for (const auto& n : impl_->members->Current()->nodes) out.push_back(n->name);
+  return out;
+}
+
+}  // namespace kvfabric
