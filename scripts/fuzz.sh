@@ -12,15 +12,19 @@ if ! command -v clang++ >/dev/null 2>&1; then
 fi
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
   -DCMAKE_CXX_COMPILER=clang++ -DKVF_FUZZ=ON -DKVF_BUILD_TESTS=OFF >/dev/null
-cmake --build build-fuzz --target fuzz_segment_desc fuzz_handshake_frame
+cmake --build build-fuzz --target fuzz_segment_desc fuzz_handshake_frame fuzz_store_messages
 mkdir -p build-fuzz/artifacts
-for t in segment_desc handshake_frame; do
+for t in segment_desc handshake_frame store_messages; do
   work=$(mktemp -d)
   echo "fuzz: $t for ${SECONDS_EACH} s"
+  # The fuzzer's own exit status decides (grep's does not; `|| true` here
+  # would replace PIPESTATUS with its own and hide a crash).
+  set +e
   build-fuzz/tests/fuzz/fuzz_$t "$work" "tests/fuzz/corpus/$t" -max_total_time="$SECONDS_EACH" \
     -timeout=5 -rss_limit_mb=1024 -max_len=8192 -print_final_stats=1 \
-    -artifact_prefix=build-fuzz/artifacts/$t- 2>&1 | grep -E '^(stat::number_of_executed_units|stat::peak_rss_mb|==|SUMMARY|artifact_prefix|Test unit written)' || true
+    -artifact_prefix=build-fuzz/artifacts/$t- 2>&1 | grep -E '^(stat::number_of_executed_units|stat::peak_rss_mb|==|SUMMARY|artifact_prefix|Test unit written)'
   status=${PIPESTATUS[0]}
+  set -e
   rm -rf "$work"
   if [ "$status" -ne 0 ]; then
     echo "fuzz: $t FAILED (exit $status); reproducer in build-fuzz/artifacts/" >&2

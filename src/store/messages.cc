@@ -152,6 +152,7 @@ Status DecodeLocations(std::string_view payload, size_t expected, std::vector<Lo
   for (Location& l : *out) {
     uint8_t found = 0;
     r.U8(&found);
+    if (found > 1) return Malformed("lookup reply");
     l.found = found != 0;
     if (!l.found) continue;
     for (uint64_t* v : {&l.addr, &l.length, &l.generation, &l.checksum.low, &l.checksum.high}) r.U64(v);
@@ -173,6 +174,7 @@ Status DecodeBits(std::string_view payload, size_t expected, std::vector<bool>* 
   for (size_t i = 0; i < expected; ++i) {
     uint8_t b = 0;
     r.U8(&b);
+    if (b > 1) return Malformed("reply");
     (*out)[i] = b != 0;
   }
   return r.done() ? Status::OK() : Malformed("reply");

@@ -79,6 +79,17 @@ TEST(MessagesTest, TruncatedAndTrailingBytesAreRefused) {
   EXPECT_FALSE(DecodeKeys(keys + "x", &k).ok());
 }
 
+TEST(MessagesTest, FlagsOtherThanZeroOrOneAreRefused) {
+  std::string locations = EncodeLocations({Location{}});
+  locations.back() = 2;
+  std::vector<Location> l;
+  EXPECT_EQ(DecodeLocations(locations, 1, &l).code(), Status::Code::kProtocolError);
+  std::string bits = EncodeBits({true});
+  bits.back() = 7;
+  std::vector<bool> b;
+  EXPECT_EQ(DecodeBits(bits, 1, &b).code(), Status::Code::kProtocolError);
+}
+
 TEST(MessagesTest, HugeCountsAreRefusedBeforeAnyAllocation) {
   std::string wire = EncodeKeys(Op::kLookup, {});
   wire[1] = wire[2] = wire[3] = wire[4] = '\xff';  // 4 billion keys in 5 bytes
