@@ -32,6 +32,14 @@ std::vector<std::string_view> KeysOf(const std::vector<std::string>& keys, const
   return out;
 }
 
+// Each key's own check (CheckKey) as its first result.
+std::vector<Status> CheckKeys(const std::vector<std::string>& keys) {
+  std::vector<Status> out;
+  out.reserve(keys.size());
+  for (const std::string& k : keys) out.push_back(CheckKey(k));
+  return out;
+}
+
 uint64_t TotalBytes(const std::vector<StoreBuffer>& buffers) {
   uint64_t n = 0;
   for (const StoreBuffer& b : buffers) n += b.length;
@@ -105,10 +113,9 @@ void StoreClient::CallNodes(std::vector<NodeCall>* calls, net::Deadline deadline
 void StoreClient::CheckBuffers(const std::vector<std::string>& keys,
                                const std::vector<std::vector<StoreBuffer>>& buffers,
                                std::vector<Status>* results) const {
-  results->assign(keys.size(), Status::OK());
+  *results = CheckKeys(keys);
   for (size_t i = 0; i < keys.size(); ++i) {
     Status& r = (*results)[i];
-    r = CheckKey(keys[i]);
     if (r.ok() && buffers[i].empty()) r = Status::InvalidArgument("store: key '" + keys[i] + "' has no buffers");
     for (const StoreBuffer& b : buffers[i]) {
       if (!r.ok()) break;
@@ -246,8 +253,7 @@ void StoreClient::Get(const std::vector<std::string>& keys, const std::vector<st
 
 void StoreClient::Exists(const std::vector<std::string>& keys, std::vector<bool>* found) {
   found->assign(keys.size(), false);
-  std::vector<Status> results(keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) results[i] = CheckKey(keys[i]);
+  std::vector<Status> results = CheckKeys(keys);
   std::vector<NodeCall> calls = GroupByHome(keys, &results);
   for (NodeCall& call : calls) call.request = EncodeKeys(Op::kExists, KeysOf(keys, call.keys));
   CallNodes(&calls, net::DeadlineIn(settings_.store_deadline_ms));
@@ -265,8 +271,7 @@ void StoreClient::Exists(const std::vector<std::string>& keys, std::vector<bool>
 }
 
 void StoreClient::KeyOp(Op op, const std::vector<std::string>& keys, std::vector<Status>* results) {
-  results->assign(keys.size(), Status::OK());
-  for (size_t i = 0; i < keys.size(); ++i) (*results)[i] = CheckKey(keys[i]);
+  *results = CheckKeys(keys);
   std::vector<NodeCall> calls = GroupByHome(keys, results);
   for (NodeCall& call : calls) call.request = EncodeKeys(op, KeysOf(keys, call.keys));
   CallNodes(&calls, net::DeadlineIn(settings_.store_deadline_ms));

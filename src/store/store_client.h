@@ -48,9 +48,9 @@ class StoreClient {
   };
 
  private:
-  // The keys of the batch grouped by home; a key with no home (no member
-  // has a pool) gets Unavailable in `results`, as does any key whose
-  // results[i] is not OK already (it is left out).
+  // The keys of the batch grouped by home. A key whose results[i] is not
+  // OK already is left out; a key with no home (no member has a pool) gets
+  // Unavailable in `results` and is left out too.
   std::vector<NodeCall> GroupByHome(const std::vector<std::string>& keys, std::vector<Status>* results) const;
   // Sends every call at once and waits for all replies (or the deadline).
   // A member whose call failed for the network or its deadline is marked down.

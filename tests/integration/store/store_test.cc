@@ -1,6 +1,6 @@
-// The store across processes: nodes are kvfabric-test-store-node processes
-// (tests/support/store_node.cc), the client is a Store without a pool in
-// this process. Every page is checked byte for byte.
+// The store across processes: nodes are `kvfabric-store-bench serve`
+// processes, the client is a Store without a pool in this process. Every
+// page is checked byte for byte.
 #include "kvfabric/store.h"
 
 #include <gtest/gtest.h>
@@ -21,8 +21,8 @@
 #include "tests/support/servers.h"
 #include "tools/common/pattern.h"
 
-#ifndef KVF_TEST_STORE_NODE_PATH
-#error "KVF_TEST_STORE_NODE_PATH must name the kvfabric-test-store-node binary"
+#ifndef KVF_STORE_BENCH_PATH
+#error "KVF_STORE_BENCH_PATH must name the kvfabric-store-bench binary"
 #endif
 
 namespace kvfabric {
@@ -42,13 +42,12 @@ std::string Join(const std::vector<std::string>& v) {
 struct Node {
   std::unique_ptr<Child> child;
   std::string name;  // control address
-  std::string args_protocol;
-  std::vector<std::string> settings;
+  std::vector<std::string> args;  // kvfabric-store-bench serve's
 
   bool Start(std::string* error) {
     child = std::make_unique<Child>();
-    std::vector<std::string> argv = {KVF_TEST_STORE_NODE_PATH, args_protocol, std::to_string(kPool)};
-    argv.insert(argv.end(), settings.begin(), settings.end());
+    std::vector<std::string> argv = {KVF_STORE_BENCH_PATH, "serve", "--listen", name, "--pool", std::to_string(kPool)};
+    argv.insert(argv.end(), args.begin(), args.end());
     if (!child->Start(argv)) {
       *error = "cannot start the store node";
       return false;
@@ -100,17 +99,20 @@ std::vector<StoreBuffer> Buffers(const Region& r, const Page& p) {
 
 class StoreTest : public ::testing::TestWithParam<std::string> {
  protected:
+  // The transport of the nodes and the client.
+  virtual std::string Protocol() const { return GetParam(); }
+
+  // `extra`: settings NAME=VALUE for the nodes.
   void StartNodes(size_t n, const std::vector<std::string>& extra = {}, const std::string& metadata = "p2p") {
     std::vector<std::string> names;
     for (size_t i = 0; i < n; ++i) names.push_back("127.0.0.1:" + std::to_string(test::FreePort()));
     for (size_t i = 0; i < n; ++i) {
       Node node;
       node.name = names[i];
-      node.args_protocol = GetParam();
-      node.settings = {"store_listen=" + names[i], "store_members=" + Join(names), "store_deadline_ms=2000",
-                       "store_read_window_ms=5000", "store_down_retry_ms=300"};
-      if (metadata != "p2p") node.settings.push_back("metadata=" + metadata);
-      node.settings.insert(node.settings.end(), extra.begin(), extra.end());
+      node.args = {"--protocol", Protocol(), "--metadata", metadata, "--members", Join(names)};
+      for (std::string kv : {"store_deadline_ms=2000", "store_read_window_ms=5000", "store_down_retry_ms=300"})
+        node.args.insert(node.args.end(), {"--set", kv});
+      for (const std::string& kv : extra) node.args.insert(node.args.end(), {"--set", kv});
       std::string error;
       ASSERT_TRUE(node.Start(&error)) << error;
       nodes_.push_back(std::move(node));
@@ -120,7 +122,7 @@ class StoreTest : public ::testing::TestWithParam<std::string> {
 
   void StartClient(const std::string& metadata = "p2p", const std::vector<std::string>& extra = {}) {
     EngineConfig cfg;
-    cfg.protocol = GetParam();
+    cfg.protocol = Protocol();
     cfg.metadata = metadata;
     cfg.apply_environment = false;
     cfg.settings.log_level = "error";
@@ -384,38 +386,19 @@ INSTANTIATE_TEST_SUITE_P(Transports, StoreTest, ::testing::Values("tcp", "shm"),
 
 // Members from a real etcd and kvfabric-metadata-server: a killed node
 // leaves when its lease (TTL) runs out, with no call failing first.
-class StoreMembershipTest : public StoreTest {};
+// GetParam() names the backend here; nodes and client speak tcp.
+class StoreMembershipTest : public StoreTest {
+ protected:
+  std::string Protocol() const override { return "tcp"; }
+};
 
 TEST_P(StoreMembershipTest, AKilledNodeLeavesWhenItsLeaseEnds) {
   std::string error;
   const std::string& uri = test::SharedMetadataUri(GetParam() == "etcd" ? "etcd" : "http", &error);
   if (uri.empty()) GTEST_SKIP() << error;
   const std::string cluster = "store_cluster=t" + std::to_string(::getpid()) + std::to_string(Clock::now().time_since_epoch().count() % 100000);
-  // The nodes and the client speak tcp; GetParam() names the backend here.
-  nodes_.clear();
-  std::vector<std::string> names;
-  for (int i = 0; i < 2; ++i) {
-    Node node;
-    node.name = "127.0.0.1:" + std::to_string(test::FreePort());
-    node.args_protocol = "tcp";
-    node.settings = {"store_listen=" + node.name, "metadata=" + uri, cluster, "store_member_ttl_s=2",
-                     "store_membership_refresh_ms=200", "store_deadline_ms=2000", "store_read_window_ms=5000"};
-    ASSERT_TRUE(node.Start(&error)) << error;
-    nodes_.push_back(std::move(node));
-  }
-  EngineConfig cfg;
-  cfg.protocol = "tcp";
-  cfg.metadata = uri;
-  cfg.apply_environment = false;
-  cfg.settings.log_level = "error";
-  ASSERT_TRUE(cfg.settings.Assign(cluster).ok());
-  cfg.settings.store_membership_refresh_ms = 200;
-  cfg.settings.store_deadline_ms = 2000;
-  cfg.settings.store_read_window_ms = 5000;
-  ASSERT_TRUE(Engine::Create(cfg, &engine_).ok());
-  ASSERT_TRUE(Store::Create(engine_.get(), cfg.settings, &store_).ok());
-  src_ = std::make_unique<Region>(engine_.get(), 48 << 20);
-  dst_ = std::make_unique<Region>(engine_.get(), 48 << 20);
+  StartNodes(2, {cluster, "store_member_ttl_s=2", "store_membership_refresh_ms=200"}, uri);
+  StartClient(uri, {cluster, "store_membership_refresh_ms=200"});
   ASSERT_TRUE(WaitForMembers(2, 5000));
   nodes_[0].Kill();
   const auto t0 = Clock::now();
