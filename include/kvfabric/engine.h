@@ -78,6 +78,13 @@ struct RemoteBuffer {
   std::string location;
 };
 
+// What the engine knows of local memory it registered (DescribeMemory).
+struct MemoryFacts {
+  std::string location;        // as registered: "cpu:N" or "cuda:N"
+  bool device = false;         // GPU memory
+  bool remote_access = false;  // registered on a rail: peers may READ and WRITE it
+};
+
 struct RailInfo {
   std::string provider;  // e.g. "tcp;ofi_rxm", "shm", "efa"
   std::string domain;    // e.g. "lo", "rdmap79s0-rdm"
@@ -154,6 +161,9 @@ class Engine {
   Status UnregisterMemory(void* addr);
   Status RegisterMemoryBatch(const std::vector<BufferEntry>& buffers);
   Status UnregisterMemoryBatch(const std::vector<void*>& addrs);
+  // The facts of the registered buffer holding all of [addr, +length):
+  // NotFound when no registered buffer holds the whole range.
+  Status DescribeMemory(const void* addr, size_t length, MemoryFacts* out) const;
 
   // Segments. Opening is cached: the same name returns the same handle.
   // OpenSegment(name()) returns the engine's own segment (transfers become memcpy).

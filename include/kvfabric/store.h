@@ -38,21 +38,43 @@ struct StoreBuffer {
   size_t length = 0;
 };
 
+// The store's counters, one row each: X(name, meaning). StoreStats has a
+// field per row; the Python and C stats are made from the same rows.
+#define KVF_STORE_STATS(X)                                                                                  \
+  /* This process's calls. */                                                                             \
+  X(put_keys, "keys this process asked to put")                                                           \
+  X(put_bytes, "bytes of the pages it put")                                                               \
+  X(put_failures, "keys whose put failed")                                                                \
+  X(put_bounced, "pages put from GPU memory no rail exposes, copied through host memory first")          \
+  X(get_keys, "keys it asked to get")                                                                     \
+  X(get_hits, "keys whose page it got")                                                                   \
+  X(get_bytes, "bytes of the pages it got")                                                               \
+  X(misses_absent, "misses: no page under the key")                                                      \
+  X(misses_checksum, "misses: read, but the bytes did not verify (changed under the READ, or corrupt)")  \
+  X(misses_late, "misses: the READ could not start within the read window of its lookup")                \
+  X(get_failures, "gets failed: member unreachable, timeout, transfer error")                            \
+  X(get_unverified, "hits read into GPU memory, where no checksum is taken (the read window keeps them whole)") \
+  X(exists_keys, "keys it asked about")                                                                   \
+  X(exists_hits, "keys found")                                                                            \
+  X(control_calls, "control messages it sent to members")                                                \
+  X(control_failures, "control messages that failed (unreachable, timeout)")                             \
+  /* This node's pool (zero for a client). */                                                             \
+  X(pool_bytes, "bytes of the pool")                                                                      \
+  X(used_bytes, "bytes of the pool holding pages")                                                        \
+  X(quarantined_bytes, "bytes freed but not reusable yet (a GET may still read them)")                    \
+  X(pages, "pages held")                                                                                  \
+  X(pinned_pages, "pages pinned")                                                                         \
+  X(evictions, "pages evicted to make room")                                                              \
+  X(removals, "pages removed")                                                                            \
+  X(overwrites, "pages replaced by a put of the same key")                                                \
+  X(refusals, "puts refused: the pool was full of pages in use")                                          \
+  /* Members now in placement (reachable, with a pool). */                                                \
+  X(members, "members in placement now")
+
 struct StoreStats {
-  // This process's calls.
-  uint64_t put_keys = 0, put_bytes = 0, put_failures = 0;
-  uint64_t get_keys = 0, get_hits = 0, get_bytes = 0;
-  uint64_t misses_absent = 0;     // no page under the key
-  uint64_t misses_checksum = 0;   // read, but the bytes did not verify (changed under the READ, or corrupt)
-  uint64_t misses_late = 0;       // the READ could not start within the read window of its lookup
-  uint64_t get_failures = 0;      // node unreachable, timeout, transfer error
-  uint64_t exists_keys = 0, exists_hits = 0;
-  uint64_t control_calls = 0, control_failures = 0;
-  // This node's pool (zero for a client).
-  uint64_t pool_bytes = 0, used_bytes = 0, quarantined_bytes = 0, pages = 0, pinned_pages = 0;
-  uint64_t evictions = 0, removals = 0, overwrites = 0, refusals = 0;
-  // Members now in placement (reachable, with a pool).
-  uint64_t members = 0;
+#define KVF_STORE_STAT_FIELD_(name, meaning) uint64_t name = 0;
+  KVF_STORE_STATS(KVF_STORE_STAT_FIELD_)
+#undef KVF_STORE_STAT_FIELD_
 };
 
 // Threads: every method may be called from any thread at once.

@@ -256,6 +256,21 @@ Status Engine::UnregisterMemoryBatch(const std::vector<void*>& addrs) {
   return first;
 }
 
+Status Engine::DescribeMemory(const void* addr, size_t length, MemoryFacts* out) const {
+  KVF_ENTER_ENGINE_();
+  const auto a = reinterpret_cast<uintptr_t>(addr);
+  auto b = impl_->registry->Find(a, length);
+  if (!b)
+    return Status::NotFound(text::Format("[{}, +{}) is not inside one registered buffer (register it first)",
+                                         hex::Address(a), length));
+  out->location = b->location;
+  out->device = b->device >= 0;
+  out->remote_access = false;
+  for (const memory::Chunk& c : b->chunks)
+    for (const auto& r : c.regions) out->remote_access = out->remote_access || r != nullptr;
+  return Status::OK();
+}
+
 Status Engine::OpenSegment(const std::string& name, SegmentHandle* out) {
   KVF_ENTER_ENGINE_();
   return impl_->segments->Open(name, out);

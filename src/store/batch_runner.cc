@@ -54,6 +54,30 @@ void BatchRunner::Run(const std::vector<TransferRequest>& requests,
   FreeOrKeep(batch);
 }
 
+Status BatchRunner::Start(const std::vector<TransferRequest>& requests, BatchId* batch) {
+  FreeEnded();
+  KVF_RETURN_IF_ERROR(engine_->AllocateBatch(requests.size(), batch));
+  Status s = engine_->Submit(*batch, requests);
+  if (!s.ok()) (void)engine_->FreeBatch(*batch);
+  return s;
+}
+
+Status BatchRunner::Finish(BatchId batch, size_t count, net::Deadline deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+  TransferStatus all;
+  Status out = engine_->WaitBatch(batch, std::max<int64_t>(0, left.count()), &all);
+  if (out.ok() && all.state != TaskState::kCompleted) {
+    for (size_t t = 0; t < count && out.ok(); ++t) {
+      TransferStatus ts;
+      out = engine_->GetTaskStatus(batch, t, &ts);
+      if (out.ok()) out = TaskOutcome(ts);
+    }
+    if (out.ok()) out = TaskOutcome(all);
+  }
+  FreeOrKeep(batch);
+  return out;
+}
+
 void BatchRunner::SubmitGroups(BatchId batch, const std::vector<TransferRequest>& requests,
                                const std::vector<std::pair<size_t, size_t>>& groups,
                                std::vector<size_t>* first_task, std::vector<Status>* outcomes) {

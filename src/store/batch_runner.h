@@ -32,6 +32,15 @@ class BatchRunner {
   // true when none is left, so the memory they target may go.
   bool Drain(net::Deadline deadline);
 
+  // One batch in two steps, so the caller works while it is in flight (a
+  // GET verifies one page while the next are read). Start allocates and
+  // submits `requests` as one batch: not OK is the engine's refusal, with
+  // nothing submitted. Finish waits for it until `deadline` and returns OK
+  // when every request completed, else the first failure (Timeout for one
+  // not done); then frees it, or keeps it until it ends (as Run does).
+  Status Start(const std::vector<TransferRequest>& requests, BatchId* batch);
+  Status Finish(BatchId batch, size_t count, net::Deadline deadline);
+
  private:
   // Submits the groups: all in one call, or one call each when the engine
   // refuses the whole. Sets first_task[g] (the group's first task number)

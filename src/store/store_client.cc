@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <mutex>
 #include <utility>
 
@@ -14,16 +15,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 void Add(std::atomic<uint64_t>& c, uint64_t n) { c.fetch_add(n, std::memory_order_relaxed); }
-
-// The replies of a fan-out, shared with the callbacks: one that comes after
-// the caller stopped waiting writes here, never into the caller's frame.
-struct Replies {
-  std::mutex mu;
-  std::condition_variable cv;
-  size_t pending = 0;
-  std::vector<std::pair<Status, std::string>> got;
-  std::vector<bool> arrived;
-};
 
 std::vector<std::string_view> KeysOf(const std::vector<std::string>& keys, const std::vector<size_t>& which) {
   std::vector<std::string_view> out;
@@ -48,15 +39,37 @@ uint64_t TotalBytes(const std::vector<StoreBuffer>& buffers) {
 
 }  // namespace
 
+// Shared with the callbacks: a reply that comes after the caller stopped
+// waiting is written here, never into the caller's frame.
+struct StoreClient::Fanout {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::pair<Status, std::string>> got;
+  std::deque<size_t> arrived;  // calls answered and not taken yet
+  std::vector<bool> taken;
+};
+
 StoreClient::StoreClient(Engine* engine, const Settings& settings, ControlClient* control, MemberView* members,
                          NodeService* self)
     : engine_(engine), settings_(settings), control_(control), members_(members), self_(self), runner_(engine) {}
 
+StoreClient::~StoreClient() {
+  if (bounce_) (void)engine_->UnregisterMemory(bounce_.get());
+}
+
 std::vector<StoreClient::NodeCall> StoreClient::GroupByHome(const std::vector<std::string>& keys,
+                                                            std::vector<Status>* results) const {
+  std::vector<size_t> all(keys.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  return GroupByHome(keys, all, results);
+}
+
+std::vector<StoreClient::NodeCall> StoreClient::GroupByHome(const std::vector<std::string>& keys,
+                                                            const std::vector<size_t>& which,
                                                             std::vector<Status>* results) const {
   const auto snap = members_->Current();
   std::vector<NodeCall> calls(snap->nodes.size());
-  for (size_t i = 0; i < keys.size(); ++i) {
+  for (size_t i : which) {
     if (!(*results)[i].ok()) continue;
     const size_t home = snap->placement.Home(keys[i]);
     if (home >= snap->nodes.size()) {
@@ -74,18 +87,17 @@ std::vector<StoreClient::NodeCall> StoreClient::GroupByHome(const std::vector<st
   return used;
 }
 
-void StoreClient::CallNodes(std::vector<NodeCall>* calls, net::Deadline deadline) {
-  auto replies = std::make_shared<Replies>();
-  replies->pending = calls->size();
-  replies->got.resize(calls->size());
-  replies->arrived.resize(calls->size(), false);
+std::shared_ptr<StoreClient::Fanout> StoreClient::Send(std::vector<NodeCall>* calls, net::Deadline deadline) {
+  auto fanout = std::make_shared<Fanout>();
+  fanout->got.resize(calls->size());
+  fanout->taken.resize(calls->size(), false);
   for (size_t c = 0; c < calls->size(); ++c) {
     NodeCall& call = (*calls)[c];
-    auto done = [replies, c](Status s, std::string reply) {
-      std::lock_guard<std::mutex> g(replies->mu);
-      replies->got[c] = {std::move(s), std::move(reply)};
-      replies->arrived[c] = true;
-      if (--replies->pending == 0) replies->cv.notify_all();
+    auto done = [fanout, c](Status s, std::string reply) {
+      std::lock_guard<std::mutex> g(fanout->mu);
+      fanout->got[c] = {std::move(s), std::move(reply)};
+      fanout->arrived.push_back(c);
+      fanout->cv.notify_all();
     };
     Add(counters_.control_calls, 1);
     if (self_ != nullptr && call.node->name == self_->address())
@@ -93,46 +105,106 @@ void StoreClient::CallNodes(std::vector<NodeCall>* calls, net::Deadline deadline
     else
       control_->Call(call.node->name, std::move(call.request), deadline, std::move(done));
   }
-  std::unique_lock<std::mutex> g(replies->mu);
+  return fanout;
+}
+
+bool StoreClient::Next(Fanout* fanout, std::vector<NodeCall>* calls, net::Deadline until, size_t* which,
+                       std::vector<size_t>* unanswered) {
+  std::unique_lock<std::mutex> g(fanout->mu);
+  if (fanout->cv.wait_until(g, until, [&] { return !fanout->arrived.empty(); })) {
+    *which = fanout->arrived.front();
+    fanout->arrived.pop_front();
+    fanout->taken[*which] = true;
+    auto& [status, reply] = fanout->got[*which];
+    Status s = std::move(status);
+    std::string r = std::move(reply);
+    g.unlock();
+    Settle(&(*calls)[*which], std::move(s), std::move(r));
+    return true;
+  }
+  for (size_t c = 0; c < calls->size(); ++c) {
+    if (fanout->taken[c]) continue;
+    fanout->taken[c] = true;  // a reply coming later is dropped with the fanout
+    unanswered->push_back(c);
+  }
+  g.unlock();
+  for (size_t c : *unanswered) Settle(&(*calls)[c], Status::Timeout("no answer in time"), {});
+  return false;
+}
+
+void StoreClient::Settle(NodeCall* call, Status status, std::string reply) {
+  call->status = std::move(status);
+  call->reply = std::move(reply);
+  if (call->status.ok()) return;
+  Add(counters_.control_failures, 1);
+  call->status = call->status.Annotate("store member " + call->node->name);
+  const auto code = call->status.code();
+  if (code == Status::Code::kNetworkError || code == Status::Code::kTimeout)
+    members_->MarkDown(call->node->name, call->status);
+}
+
+void StoreClient::CallNodes(std::vector<NodeCall>* calls, net::Deadline deadline) {
+  auto fanout = Send(calls, deadline);
   // The control client ends every call by its deadline; this node's own
   // puts may run a little past it.
-  replies->cv.wait_until(g, deadline + std::chrono::seconds(1), [&] { return replies->pending == 0; });
-  for (size_t c = 0; c < calls->size(); ++c) {
-    NodeCall& call = (*calls)[c];
-    auto& [status, reply] = replies->got[c];
-    call.status = replies->arrived[c] ? std::move(status) : Status::Timeout("no answer in time");
-    call.reply = std::move(reply);
-    if (call.status.ok()) continue;
-    Add(counters_.control_failures, 1);
-    call.status = call.status.Annotate("store member " + call.node->name);
-    const auto code = call.status.code();
-    if (code == Status::Code::kNetworkError || code == Status::Code::kTimeout) members_->MarkDown(call.node->name, call.status);
-  }
+  const auto until = deadline + std::chrono::seconds(1);
+  size_t which = 0;
+  std::vector<size_t> unanswered;
+  for (size_t n = 0; n < calls->size(); ++n)
+    if (!Next(fanout.get(), calls, until, &which, &unanswered)) break;
 }
 
 void StoreClient::CheckBuffers(const std::vector<std::string>& keys,
-                               const std::vector<std::vector<StoreBuffer>>& buffers,
-                               std::vector<Status>* results) const {
+                               const std::vector<std::vector<StoreBuffer>>& buffers, std::vector<Status>* results,
+                               std::vector<Memory>* memory) const {
   *results = CheckKeys(keys);
+  memory->assign(keys.size(), Memory::kHost);
   for (size_t i = 0; i < keys.size(); ++i) {
     Status& r = (*results)[i];
     if (r.ok() && buffers[i].empty()) r = Status::InvalidArgument("store: key '" + keys[i] + "' has no buffers");
     for (const StoreBuffer& b : buffers[i]) {
       if (!r.ok()) break;
-      if (b.addr == nullptr || b.length == 0)
+      if (b.addr == nullptr || b.length == 0) {
         r = Status::InvalidArgument("store: key '" + keys[i] + "' has a null or empty buffer");
+        break;
+      }
+      MemoryFacts facts;
+      if (Status s = engine_->DescribeMemory(b.addr, b.length, &facts); !s.ok()) {
+        r = s.code() == Status::Code::kNotFound
+                ? Status::InvalidArgument("store: a buffer of key '" + keys[i] + "': " + s.message())
+                : s;
+        break;
+      }
+      if (facts.device)
+        (*memory)[i] = std::max((*memory)[i], facts.remote_access ? Memory::kDevice : Memory::kDeviceLocal);
     }
   }
 }
 
 void StoreClient::Put(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
                       std::vector<Status>* results) {
-  CheckBuffers(keys, buffers, results);
-  for (size_t i = 0; i < keys.size(); ++i)
-    if ((*results)[i].ok() && TotalBytes(buffers[i]) > static_cast<uint64_t>(settings_.store_max_page_bytes))
+  std::vector<Memory> memory;
+  CheckBuffers(keys, buffers, results, &memory);
+  std::vector<size_t> direct, bounced;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!(*results)[i].ok()) continue;
+    if (TotalBytes(buffers[i]) > static_cast<uint64_t>(settings_.store_max_page_bytes))
       (*results)[i] = Status::InvalidArgument("store: the page of key '" + keys[i] +
                                               "' is larger than KVF_STORE_MAX_PAGE_BYTES");
-  std::vector<NodeCall> calls = GroupByHome(keys, results);
+    else (memory[i] == Memory::kDeviceLocal ? bounced : direct).push_back(i);
+  }
+  if (!direct.empty()) PutFrom(keys, buffers, direct, results);
+  if (!bounced.empty()) PutBounced(keys, buffers, bounced, results);
+  Add(counters_.put_keys, keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if ((*results)[i].ok()) Add(counters_.put_bytes, TotalBytes(buffers[i]));
+    else Add(counters_.put_failures, 1);
+  }
+}
+
+void StoreClient::PutFrom(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& sources,
+                          const std::vector<size_t>& which, std::vector<Status>* results) {
+  std::vector<NodeCall> calls = GroupByHome(keys, which, results);
   const int64_t deadline_ms = settings_.store_deadline_ms;
   for (NodeCall& call : calls) {
     PutRequest put;
@@ -140,7 +212,7 @@ void StoreClient::Put(const std::vector<std::string>& keys, const std::vector<st
     put.budget_ms = static_cast<uint32_t>(deadline_ms - std::min<int64_t>(deadline_ms / 5, 500));
     for (size_t i : call.keys) {
       PutItem item{keys[i], {}};
-      for (const StoreBuffer& b : buffers[i]) item.sources.push_back({reinterpret_cast<uintptr_t>(b.addr), b.length});
+      for (const StoreBuffer& b : sources[i]) item.sources.push_back({reinterpret_cast<uintptr_t>(b.addr), b.length});
       put.items.push_back(std::move(item));
     }
     call.request = EncodePut(put);
@@ -152,94 +224,98 @@ void StoreClient::Put(const std::vector<std::string>& keys, const std::vector<st
     if (s.ok()) s = DecodeStatuses(call.reply, call.keys.size(), &per_key);
     for (size_t j = 0; j < call.keys.size(); ++j) (*results)[call.keys[j]] = s.ok() ? per_key[j] : s;
   }
-  Add(counters_.put_keys, keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if ((*results)[i].ok()) Add(counters_.put_bytes, TotalBytes(buffers[i]));
-    else Add(counters_.put_failures, 1);
+}
+
+Status StoreClient::EnsureBounce() {
+  if (bounce_) return Status::OK();
+  const auto bytes = static_cast<size_t>(settings_.store_bounce_bytes);
+  std::unique_ptr<uint8_t[]> buffer(new (std::nothrow) uint8_t[bytes]);
+  if (!buffer)
+    return Status::Unavailable("store: no memory for the bounce buffer of GPU pages (KVF_STORE_BOUNCE_BYTES=" +
+                               std::to_string(bytes) + ")");
+  KVF_RETURN_IF_ERROR(engine_->OpenSegment(engine_->name(), &self_segment_));
+  Status s = engine_->RegisterMemory(buffer.get(), bytes, "cpu");
+  if (!s.ok()) return s.Annotate("store: registering the bounce buffer of GPU pages");
+  bounce_ = std::move(buffer);
+  return Status::OK();
+}
+
+void StoreClient::PutBounced(const std::vector<std::string>& keys,
+                             const std::vector<std::vector<StoreBuffer>>& buffers, const std::vector<size_t>& which,
+                             std::vector<Status>* results) {
+  std::lock_guard<std::mutex> g(bounce_mu_);
+  if (Status s = EnsureBounce(); !s.ok()) {
+    for (size_t i : which) (*results)[i] = s;
+    return;
+  }
+  const auto capacity = static_cast<uint64_t>(settings_.store_bounce_bytes);
+  std::vector<std::vector<StoreBuffer>> sources(keys.size());
+  size_t next = 0;
+  while (next < which.size()) {
+    // A round: as many pages as the bounce buffer holds, copied device ->
+    // host by the engine (its own segment), then put from there.
+    std::vector<TransferRequest> copies;
+    std::vector<std::pair<size_t, size_t>> groups;
+    std::vector<size_t> round;
+    uint64_t used = 0;
+    for (; next < which.size(); ++next) {
+      const size_t i = which[next];
+      const uint64_t n = TotalBytes(buffers[i]);
+      if (n > capacity) {
+        (*results)[i] = Status::InvalidArgument("store: the page of key '" + keys[i] +
+                                                "' is GPU memory no rail can expose and larger than "
+                                                "KVF_STORE_BOUNCE_BYTES, the host memory it would be copied through");
+        continue;
+      }
+      if (used + n > capacity) break;
+      groups.push_back({copies.size(), 0});
+      for (const StoreBuffer& b : buffers[i]) {
+        copies.push_back({OpCode::kWrite, b.addr, self_segment_, reinterpret_cast<uint64_t>(bounce_.get() + used),
+                          b.length});
+        used += b.length;
+      }
+      groups.back().second = copies.size();
+      sources[i] = {{bounce_.get() + used - n, static_cast<size_t>(n)}};
+      round.push_back(i);
+    }
+    std::vector<Status> copied;
+    runner_.Run(copies, groups, net::DeadlineIn(settings_.store_deadline_ms), &copied);
+    std::vector<size_t> ready;
+    for (size_t g = 0; g < round.size(); ++g) {
+      if (copied[g].ok()) ready.push_back(round[g]);
+      else (*results)[round[g]] = copied[g].Annotate("store: copying the GPU page of '" + keys[round[g]] + "' to host memory");
+    }
+    if (!ready.empty()) PutFrom(keys, sources, ready, results);
+    Add(counters_.put_bounced, ready.size());
   }
 }
 
 void StoreClient::Get(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
                       std::vector<Status>* results, std::vector<uint64_t>* lengths) {
-  CheckBuffers(keys, buffers, results);
+  std::vector<Memory> memory;
+  CheckBuffers(keys, buffers, results, &memory);
   lengths->assign(keys.size(), 0);
   std::vector<NodeCall> calls = GroupByHome(keys, results);
   for (NodeCall& call : calls) call.request = EncodeKeys(Op::kLookup, KeysOf(keys, call.keys));
   const auto asked = Clock::now();
   const auto deadline = asked + std::chrono::milliseconds(settings_.store_deadline_ms);
-  CallNodes(&calls, deadline);
-
-  // The READs: key i's are requests [groups[i].first, groups[i].second).
-  std::vector<Location> where(keys.size());
-  std::vector<TransferRequest> requests;
-  std::vector<std::pair<size_t, size_t>> groups(keys.size());
-  auto read_by = deadline;  // no READ starts after its lookup's read window
-  for (NodeCall& call : calls) {
-    std::vector<Location> found;
-    Status s = call.status;
-    if (s.ok()) s = DecodeLocations(call.reply, call.keys.size(), &found);
-    read_by = std::min(read_by, asked + std::chrono::milliseconds(call.node->info.read_window_ms));
-    for (size_t j = 0; j < call.keys.size(); ++j) {
-      const size_t i = call.keys[j];
-      Status& r = (*results)[i];
-      if (!s.ok()) {
-        r = s;
-        continue;
-      }
-      const Location& loc = found[j];
-      if (!loc.found) {
-        r = Status::NotFound("store: no page under key '" + keys[i] + "'");
-        Add(counters_.misses_absent, 1);
-        continue;
-      }
-      if (TotalBytes(buffers[i]) < loc.length) {
-        r = Status::InvalidArgument("store: the page of key '" + keys[i] + "' has " + std::to_string(loc.length) +
-                                    " bytes, more than its buffers hold");
-        continue;
-      }
-      where[i] = loc;
-      groups[i].first = requests.size();
-      uint64_t left = loc.length, remote = loc.addr;
-      for (const StoreBuffer& b : buffers[i]) {
-        if (left == 0) break;
-        const uint64_t n = std::min<uint64_t>(left, b.length);
-        requests.push_back({OpCode::kRead, b.addr, call.node->segment, remote, static_cast<size_t>(n)});
-        remote += n;
-        left -= n;
-      }
-      groups[i].second = requests.size();
-    }
+  auto fanout = Send(&calls, deadline);
+  // Each home's pages are read as soon as it answers, while the others'
+  // answers are on their way; each page is verified as soon as its READs
+  // are done, while the next pages are read.
+  std::vector<PageRead> reads;
+  reads.reserve(keys.size());
+  size_t c = 0;
+  std::vector<size_t> unanswered;
+  for (size_t n = 0; n < calls.size(); ++n) {
+    if (!Next(fanout.get(), &calls, deadline + std::chrono::seconds(1), &c, &unanswered)) break;
+    // No READ starts after its lookup's read window: the slots may be reused from then on.
+    const auto by = std::min(deadline, asked + std::chrono::milliseconds(calls[c].node->info.read_window_ms));
+    StartReads(keys, buffers, memory, calls[c], by, results, &reads);
   }
-  if (Clock::now() >= read_by) {  // the slots may be reused from now on: read nothing
-    for (size_t i = 0; i < keys.size(); ++i) {
-      if (groups[i].first == groups[i].second || !(*results)[i].ok()) continue;
-      (*results)[i] = Status::NotFound("store: key '" + keys[i] + "': its lookup is older than the read window");
-      Add(counters_.misses_late, 1);
-    }
-    requests.clear();
-    for (auto& g : groups) g = {0, 0};
-  }
-  std::vector<Status> outcomes;
-  runner_.Run(requests, groups, read_by, &outcomes);
-  for (size_t i = 0; i < keys.size(); ++i) {
-    Status& r = (*results)[i];
-    if (!r.ok() || groups[i].first == groups[i].second) continue;
-    if (!outcomes[i].ok()) {
-      r = outcomes[i].Annotate("store: reading the page of '" + keys[i] + "'");
-      continue;
-    }
-    if (settings_.store_verify) {
-      std::vector<ByteRange> pieces;
-      for (const StoreBuffer& b : buffers[i]) pieces.push_back({b.addr, b.length});
-      if (!(ChecksumOf(pieces, where[i].length) == where[i].checksum)) {
-        r = Status::NotFound("store: the page of key '" + keys[i] +
-                             "' did not verify (replaced or evicted while read, or corrupt): a miss");
-        Add(counters_.misses_checksum, 1);
-        continue;
-      }
-    }
-    (*lengths)[i] = where[i].length;
-  }
+  for (size_t u : unanswered)
+    for (size_t i : calls[u].keys) (*results)[i] = calls[u].status;
+  for (const PageRead& read : reads) FinishRead(keys, buffers, read, results, lengths);
   Add(counters_.get_keys, keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
     if ((*results)[i].ok()) {
@@ -249,6 +325,80 @@ void StoreClient::Get(const std::vector<std::string>& keys, const std::vector<st
       Add(counters_.get_failures, 1);
     }
   }
+}
+
+void StoreClient::StartReads(const std::vector<std::string>& keys,
+                             const std::vector<std::vector<StoreBuffer>>& buffers, const std::vector<Memory>& memory,
+                             const NodeCall& call, net::Deadline by, std::vector<Status>* results,
+                             std::vector<PageRead>* reads) {
+  std::vector<Location> found;
+  Status s = call.status;
+  if (s.ok()) s = DecodeLocations(call.reply, call.keys.size(), &found);
+  const bool late = Clock::now() >= by;
+  std::vector<TransferRequest> requests;
+  for (size_t j = 0; j < call.keys.size(); ++j) {
+    const size_t i = call.keys[j];
+    Status& r = (*results)[i];
+    if (!s.ok()) {
+      r = s;
+      continue;
+    }
+    const Location& loc = found[j];
+    if (!loc.found) {
+      r = Status::NotFound("store: no page under key '" + keys[i] + "'");
+      Add(counters_.misses_absent, 1);
+      continue;
+    }
+    if (TotalBytes(buffers[i]) < loc.length) {
+      r = Status::InvalidArgument("store: the page of key '" + keys[i] + "' has " + std::to_string(loc.length) +
+                                  " bytes, more than its buffers hold");
+      continue;
+    }
+    if (late) {
+      r = Status::NotFound("store: key '" + keys[i] + "': its lookup is older than the read window");
+      Add(counters_.misses_late, 1);
+      continue;
+    }
+    requests.clear();
+    uint64_t left = loc.length, remote = loc.addr;
+    for (const StoreBuffer& b : buffers[i]) {
+      if (left == 0) break;
+      const uint64_t n = std::min<uint64_t>(left, b.length);
+      requests.push_back({OpCode::kRead, b.addr, call.node->segment, remote, static_cast<size_t>(n)});
+      remote += n;
+      left -= n;
+    }
+    // No checksum on GPU memory: its page is whole by the read window alone.
+    PageRead read{i, loc, 0, requests.size(), by, settings_.store_verify && memory[i] == Memory::kHost};
+    if (Status st = runner_.Start(requests, &read.batch); !st.ok()) {
+      r = st.Annotate("store: reading the page of '" + keys[i] + "'");
+      continue;
+    }
+    reads->push_back(read);
+  }
+}
+
+void StoreClient::FinishRead(const std::vector<std::string>& keys,
+                             const std::vector<std::vector<StoreBuffer>>& buffers, const PageRead& read,
+                             std::vector<Status>* results, std::vector<uint64_t>* lengths) {
+  const size_t i = read.key;
+  Status& r = (*results)[i];
+  if (Status s = runner_.Finish(read.batch, read.count, read.by); !s.ok()) {
+    r = s.Annotate("store: reading the page of '" + keys[i] + "'");
+    return;
+  }
+  if (!read.verify && settings_.store_verify) Add(counters_.get_unverified, 1);
+  if (read.verify) {
+    std::vector<ByteRange> pieces;
+    for (const StoreBuffer& b : buffers[i]) pieces.push_back({b.addr, b.length});
+    if (!(ChecksumOf(pieces, read.where.length) == read.where.checksum)) {
+      r = Status::NotFound("store: the page of key '" + keys[i] +
+                           "' did not verify (replaced or evicted while read, or corrupt): a miss");
+      Add(counters_.misses_checksum, 1);
+      return;
+    }
+  }
+  (*lengths)[i] = read.where.length;
 }
 
 void StoreClient::Exists(const std::vector<std::string>& keys, std::vector<bool>* found) {
@@ -321,6 +471,8 @@ void StoreClient::AddStats(StoreStats* out) const {
   out->misses_checksum = get(counters_.misses_checksum);
   out->misses_late = get(counters_.misses_late);
   out->get_failures = get(counters_.get_failures);
+  out->get_unverified = get(counters_.get_unverified);
+  out->put_bounced = get(counters_.put_bounced);
   out->exists_keys = get(counters_.exists_keys);
   out->exists_hits = get(counters_.exists_hits);
   out->control_calls = get(counters_.control_calls);

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,7 @@ class StoreClient {
   // answered by a direct call instead of a message.
   StoreClient(Engine* engine, const Settings& settings, ControlClient* control, MemberView* members,
               NodeService* self);
+  ~StoreClient();  // unregisters and frees the bounce buffer
 
   void Put(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
            std::vector<Status>* results);
@@ -48,16 +50,64 @@ class StoreClient {
   };
 
  private:
+  // Where a key's buffers are, as far as the store cares.
+  enum class Memory : uint8_t {
+    kHost,          // host memory: peers reach it, GETs verify it
+    kDevice,        // GPU memory peers reach (FI_HMEM): not verified (no checksum on device memory)
+    kDeviceLocal,   // GPU memory no rail registered: a PUT copies it through the bounce buffer
+  };
   // The keys of the batch grouped by home. A key whose results[i] is not
   // OK already is left out; a key with no home (no member has a pool) gets
   // Unavailable in `results` and is left out too.
   std::vector<NodeCall> GroupByHome(const std::vector<std::string>& keys, std::vector<Status>* results) const;
+  // The same for the keys `which` only (those whose results are OK).
+  std::vector<NodeCall> GroupByHome(const std::vector<std::string>& keys, const std::vector<size_t>& which,
+                                    std::vector<Status>* results) const;
+  // The replies of one fan-out, in the order they arrive (store_client.cc).
+  struct Fanout;
   // Sends every call at once and waits for all replies (or the deadline).
   // A member whose call failed for the network or its deadline is marked down.
   void CallNodes(std::vector<NodeCall>* calls, net::Deadline deadline);
-  // The batch's shape, and each key's buffers: InvalidArgument in results.
+  // CallNodes in steps: Send, then Next for each reply as it arrives (false
+  // when none came by `until`: the calls not taken yet are then settled
+  // with Timeout, and `unanswered` lists them).
+  std::shared_ptr<Fanout> Send(std::vector<NodeCall>* calls, net::Deadline deadline);
+  bool Next(Fanout* fanout, std::vector<NodeCall>* calls, net::Deadline until, size_t* which,
+            std::vector<size_t>* unanswered);
+  // A call's end: its status named after the member, the counters, and the
+  // member marked down when the network or the deadline failed it.
+  void Settle(NodeCall* call, Status status, std::string reply);
+
+  // A GET's READs of one page, started as soon as its home answered.
+  struct PageRead {
+    size_t key = 0;
+    Location where;
+    BatchId batch = 0;
+    size_t count = 0;
+    net::Deadline by;
+    bool verify = true;
+  };
+  // Starts the READs of the keys `call` answered for (one engine batch a
+  // page), or sets their results (a miss, too small buffers, a refusal).
+  void StartReads(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
+                  const std::vector<Memory>& memory, const NodeCall& call, net::Deadline by,
+                  std::vector<Status>* results, std::vector<PageRead>* reads);
+  // Waits for a page's READs and verifies its bytes.
+  void FinishRead(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
+                  const PageRead& read, std::vector<Status>* results, std::vector<uint64_t>* lengths);
+  // The batch's shape, and each key's buffers (unregistered memory
+  // included): InvalidArgument in results; `memory` says where each key's are.
   void CheckBuffers(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
-                    std::vector<Status>* results) const;
+                    std::vector<Status>* results, std::vector<Memory>* memory) const;
+  // One PUT exchange for the keys `which`, their bytes in `sources`.
+  void PutFrom(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& sources,
+               const std::vector<size_t>& which, std::vector<Status>* results);
+  // The keys `which` (GPU memory peers cannot reach) copied into the bounce
+  // buffer and put from there, as many at a time as it holds.
+  void PutBounced(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
+                  const std::vector<size_t>& which, std::vector<Status>* results);
+  // Allocates and registers the bounce buffer at first use; bounce_mu_ held.
+  Status EnsureBounce();
 
   Engine* const engine_;
   const Settings settings_;
@@ -66,10 +116,17 @@ class StoreClient {
   NodeService* const self_;
   BatchRunner runner_;
 
+  // Host memory GPU pages go through on their way to a home that cannot
+  // READ them where they are (KVF_STORE_BOUNCE_BYTES); one PUT at a time uses it.
+  std::mutex bounce_mu_;
+  std::unique_ptr<uint8_t[]> bounce_;
+  SegmentHandle self_segment_ = -1;
+
   struct Counters {
     std::atomic<uint64_t> put_keys{0}, put_bytes{0}, put_failures{0};
     std::atomic<uint64_t> get_keys{0}, get_hits{0}, get_bytes{0};
     std::atomic<uint64_t> misses_absent{0}, misses_checksum{0}, misses_late{0}, get_failures{0};
+    std::atomic<uint64_t> get_unverified{0}, put_bounced{0};
     std::atomic<uint64_t> exists_keys{0}, exists_hits{0};
     std::atomic<uint64_t> control_calls{0}, control_failures{0};
   };
