@@ -269,6 +269,7 @@ int kvf_store_batch_unpin(kvf_store* store, const char* const* keys, size_t coun
  * others were emptied: the one failed call that may have changed something;
  * *removed then counts what was removed. */
 int kvf_store_remove_all(kvf_store* store, uint64_t* removed);
+/* This process's counters, and a node's pool (kvf_store_stats above). */
 int kvf_store_get_stats(kvf_store* store, kvf_store_stats* out);
 /* The members now in placement, by name: as many whole names as fit in
  * `capacity` bytes of `names`, one after another, each NUL-terminated; sets
