@@ -1,4 +1,5 @@
-/* kvfabric C API: the engine for C programs and for other languages' bindings.
+/* kvfabric C API: the engine, and the KV-cache store over it (kvf_store_*,
+ * below the engine's calls), for C programs and other languages' bindings.
  *
  * Every call that can fail returns an int: 0 (KVF_OK) on success, otherwise a
  * negative KVF_E* code, and kvf_last_error() then gives the engine's message
@@ -22,6 +23,7 @@
  *     KVF_ECLOSED. The handle stays valid until kvf_engine_destroy.
  *   - kvf_engine_destroy closes the engine the same way and releases the
  *     handle; calls still inside return KVF_ECLOSED and the last of them
+ *     (or of the stores made on the engine: see the store's Threads below)
  *     frees it. A call that STARTS after kvf_engine_destroy returned uses a
  *     freed handle: when threads may still call, kvf_engine_close first, stop
  *     (join) those threads, then destroy.
@@ -138,6 +140,142 @@ int kvf_batch_wait(kvf_engine* engine, kvf_batch batch, int64_t timeout_ms, kvf_
 int kvf_batch_free(kvf_engine* engine, kvf_batch batch);
 /* Submits and waits for every request; returns the first failure. */
 int kvf_transfer(kvf_engine* engine, const kvf_request* requests, size_t count);
+
+/* ---- The KV-cache store (C++: kvfabric/store.h; how it works: docs/store.md)
+ *
+ * A store over an engine: a node when KVF_STORE_POOL_BYTES is set (that much
+ * host memory is registered with the engine and offered to the others),
+ * else a client that holds no pages. Members come from the engine's metadata
+ * backend (etcd, kvfabric-metadata-server) or, with p2p metadata, from
+ * KVF_STORE_MEMBERS.
+ *
+ *   const char* set[] = {"KVF_STORE_MEMBERS=10.0.0.2:7400,10.0.0.3:7400", NULL};
+ *   kvf_store* s;
+ *   if (kvf_store_create(e, set, &s) != KVF_OK) puts(kvf_last_error());
+ *   const char* keys[] = {"req7/layer0", "req7/layer1"};
+ *   size_t counts[] = {2, 2};                       // each page: its k and v
+ *   kvf_store_buffer bufs[] = {{k0, 65536}, {v0, 65536}, {k1, 65536}, {v1, 65536}};
+ *   int rc[2];                                      // bufs: registered with e
+ *   kvf_store_batch_put(s, keys, counts, 2, bufs, 4, rc);  // rc[i]: 0 or KVF_E*
+ *   kvf_store_destroy(s);                           // before kvf_engine_destroy(e)
+ *
+ * Batches: `count` keys, NUL-terminated strings. Put and get take the
+ * buffers of every key in one flat array: key i's page is the next
+ * buffer_counts[i] entries of `buffers`, their bytes in order (several
+ * buffers, e.g. a layer's k and v, make one page); the counts add up to
+ * buffer_total, the array's length. A batch call returns KVF_OK when it
+ * ran, with a code per key in results[i] (KVF_OK or a negative KVF_E*);
+ * or, when the call itself is wrong (a NULL array, counts that do not add up
+ * to buffer_total, the store closed), that code, with nothing written to
+ * results. A NULL key fails alone with KVF_EINVAL, except in
+ * kvf_store_batch_exists, which has no code per key: there it fails the
+ * call. No call waits longer than KVF_STORE_DEADLINE_MS for a member: the
+ * keys of one that is dead or slow fail with KVF_ENETWORK or KVF_ETIMEOUT
+ * and the others complete.
+ *
+ * Per-key messages: after a batch call that returned KVF_OK with keys that
+ * failed, kvf_store_key_error(i) gives the message of key i (until the
+ * thread's next kvf_store_* call), and kvf_last_error() the first failure's
+ * ("key 3 of 8: NotFound: store: no page under key 'x'").
+ *
+ * Threads: every kvf_store_* call may be made from any thread at once,
+ * kvf_store_close and kvf_store_destroy included:
+ *   - kvf_store_close leaves the membership, stops serving (peers' calls to
+ *     this node fail from then on) and unregisters the pool. Calls under way
+ *     finish first (each within KVF_STORE_DEADLINE_MS); every later call
+ *     returns KVF_ECLOSED. The handle stays valid until kvf_store_destroy.
+ *   - kvf_store_destroy closes the store the same way and releases the
+ *     handle; as for the engine, the last call still inside frees it, and a
+ *     call that STARTS after kvf_store_destroy returned uses a freed handle.
+ *   - A store holds a use of its engine's handle: close or destroy stores
+ *     before their engine. An engine closed or destroyed first makes every
+ *     call of its stores return KVF_ECLOSED ("... close stores before their
+ *     engine"); destroy them still: the last one frees the engine's handle.
+ *   - After fork(), the child's copy of a store is inert, like its engine's:
+ *     every call returns KVF_ECLOSED, and kvf_store_close/destroy leave the
+ *     parent's node (membership, threads, pool) alone: the copy is leaked. */
+
+typedef struct kvf_store kvf_store;
+
+typedef struct kvf_store_buffer {
+  void* addr;      /* memory registered with the store's engine */
+  uint64_t length;
+} kvf_store_buffer;
+
+/* kvfabric::StoreStats. */
+typedef struct kvf_store_stats {
+  /* This process's calls. */
+  uint64_t put_keys, put_bytes, put_failures;
+  uint64_t get_keys, get_hits, get_bytes;
+  uint64_t misses_absent;    /* no page under the key */
+  uint64_t misses_checksum;  /* read, but the bytes did not verify (changed under the READ, or corrupt) */
+  uint64_t misses_late;      /* the READ could not start within the read window of its lookup */
+  uint64_t get_failures;     /* node unreachable, timeout, transfer error */
+  uint64_t exists_keys, exists_hits;
+  uint64_t control_calls, control_failures;
+  /* This node's pool (zero for a client). */
+  uint64_t pool_bytes, used_bytes, quarantined_bytes, pages, pinned_pages;
+  uint64_t evictions, removals, overwrites, refusals;
+  /* Members now in placement (reachable, with a pool). */
+  uint64_t members;
+} kvf_store_stats;
+
+/* settings: NULL-terminated "KVF_NAME=value" strings (the KVF_STORE_* of
+ * docs/settings.md) applied over the engine's settings; NULL for none. */
+int kvf_store_create(kvf_engine* engine, const char* const* settings, kvf_store** out);
+/* Stops the store; the handle stays valid (see Threads above). Idempotent. */
+void kvf_store_close(kvf_store* store);
+/* Closes the store and releases the handle (see Threads above). */
+void kvf_store_destroy(kvf_store* store);
+/* This node's control address ("host:port"), its name among the members;
+ * "" for a client. Owned by the store. */
+const char* kvf_store_name(const kvf_store* store);
+/* The message of key `index` of this thread's last batch call ("" when that
+ * key succeeded, or there is no such key). Valid until the thread's next
+ * kvf_store_* call. */
+const char* kvf_store_key_error(size_t index);
+
+/* Stores each page, replacing an older page of its key; the buffers must not
+ * change until the call returns. Per key: KVF_OK; KVF_EINVAL (NULL or empty
+ * key, a NULL or empty buffer, no buffers, larger than
+ * KVF_STORE_MAX_PAGE_BYTES); KVF_ERANGE (memory not registered with the
+ * engine); KVF_EBUSY (the member's pool is full of pages in use: pinned, or
+ * read moments ago); KVF_EUNAVAILABLE (no member has a pool); KVF_ENETWORK,
+ * KVF_ETIMEOUT. */
+int kvf_store_batch_put(kvf_store* store, const char* const* keys, const size_t* buffer_counts, size_t count,
+                        const kvf_store_buffer* buffers, size_t buffer_total, int* results);
+/* Reads each page into its buffers, which it fills in order (they must hold
+ * the whole page). Per key: KVF_OK with lengths[i] the page's length;
+ * KVF_ENOTFOUND, a miss (absent, evicted, or read but not verified: the
+ * key's message says which); KVF_EINVAL (buffers too small); KVF_ERANGE
+ * (buffers not registered); KVF_ENETWORK, KVF_ETIMEOUT. lengths may be NULL; it is 0 for
+ * a key that failed, and the bytes of such a key are unspecified. */
+int kvf_store_batch_get(kvf_store* store, const char* const* keys, const size_t* buffer_counts, size_t count,
+                        const kvf_store_buffer* buffers, size_t buffer_total, int* results, uint64_t* lengths);
+/* found[i]: 1 when key i has a page, else 0 (the keys of a member that
+ * cannot be reached count as absent); *leading_hits: how many keys from the
+ * first all have one (the prefix a cache can reuse). Either may be NULL. */
+int kvf_store_batch_exists(kvf_store* store, const char* const* keys, size_t count, uint8_t* found,
+                           size_t* leading_hits);
+/* Per key: KVF_OK (removed) or KVF_ENOTFOUND (there was none), or the
+ * member's failure. */
+int kvf_store_batch_remove(kvf_store* store, const char* const* keys, size_t count, int* results);
+/* Pins keep pages from eviction while a caller uses them; n pins need n
+ * unpins. Per key: KVF_OK, or KVF_ENOTFOUND (no page; for unpin, not pinned). */
+int kvf_store_batch_pin(kvf_store* store, const char* const* keys, size_t count, int* results);
+int kvf_store_batch_unpin(kvf_store* store, const char* const* keys, size_t count, int* results);
+/* Removes every page of every member; *removed (may be NULL) counts them. A
+ * member that could not be reached fails the call (naming it) after the
+ * others were emptied: the one failed call that may have changed something;
+ * *removed then counts what was removed. */
+int kvf_store_remove_all(kvf_store* store, uint64_t* removed);
+/* This process's counters, and a node's pool (kvf_store_stats above). */
+int kvf_store_get_stats(kvf_store* store, kvf_store_stats* out);
+/* The members now in placement, by name: as many whole names as fit in
+ * `capacity` bytes of `names`, one after another, each NUL-terminated; sets
+ * *count to how many members there are and *size to the bytes all their
+ * names take (call with capacity 0 to size; names may then be NULL). */
+int kvf_store_members(kvf_store* store, char* names, size_t capacity, size_t* count, size_t* size);
 
 #ifdef __cplusplus
 }

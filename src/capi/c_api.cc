@@ -1,29 +1,22 @@
-// The C API (include/kvfabric.h): thin wrappers that turn kvfabric::Status
-// into negative codes plus a per-thread message.
+// The C API (include/kvfabric.h) for the engine: thin wrappers that turn
+// kvfabric::Status into negative codes plus a per-thread message. The
+// store's calls are in store_api.cc.
 #include "kvfabric.h"
 
-#include <atomic>
 #include <climits>
-#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "capi/handles.h"
 #include "kvfabric/engine.h"
-
-// The handle: the engine and a count of its users, so kvf_engine_destroy
-// may run while other threads are inside calls: the engine closes (their
-// calls return KVF_ECLOSED), and the last one out frees the handle.
-struct kvf_engine {
-  std::unique_ptr<kvfabric::Engine> engine;
-  std::atomic<int64_t> users{1};  // the creator's reference (destroy drops it) + calls under way
-};
 
 namespace {
 
 using kvfabric::Status;
-
-thread_local std::string g_last_error;
+using kvfabric::capi::Acquire;
+using kvfabric::capi::Guard;
+using kvfabric::capi::Release;
 
 // The C constants and the C++ enumerators are generated from the same rows of
 // kvfabric/codes.h; these keep them equal should either side be edited by hand.
@@ -61,36 +54,13 @@ std::string OpCodeNames() {
   return names;
 }
 
-int Report(const Status& s) {
-  if (s.ok()) return KVF_OK;
-  g_last_error = s.ToString();
-  return -static_cast<int>(s.code());
-}
-
-// A C caller cannot catch C++ exceptions: allocation failures and the like
-// become KVF_EINTERNAL with their message.
-template <typename F>
-int Guard(F&& f) {
-  g_last_error.clear();
-  try {
-    return Report(f());
-  } catch (const std::exception& e) {
-    return Report(Status::Internal(std::string("unexpected exception: ") + e.what()));
-  }
-}
-
-void Release(kvf_engine* e) {
-  if (e->users.fetch_sub(1, std::memory_order_acq_rel) == 1) delete e;
-}
-
 // A call on an engine: f(engine) with the handle held (see kvf_engine).
 template <typename F>
 int WithEngine(kvf_engine* e, F&& f) {
-  if (e == nullptr || !e->engine) return Guard([] { return Status::InvalidArgument("engine is NULL"); });
-  e->users.fetch_add(1, std::memory_order_relaxed);
-  const int rc = Guard([&]() -> Status { return f(*e->engine); });
-  Release(e);
-  return rc;
+  return kvfabric::capi::WithHandle(e, "engine", [&](kvf_engine& h) -> Status {
+    if (!h.engine) return Status::InvalidArgument("engine is NULL");
+    return f(*h.engine);
+  });
 }
 
 Status ToRequests(const kvf_request* in, size_t n, std::vector<kvfabric::TransferRequest>* out) {
@@ -111,14 +81,35 @@ void FromStatus(const kvfabric::TransferStatus& s, kvf_transfer_status* out) {
   out->transferred_bytes = s.transferred_bytes;
   out->error = -static_cast<int>(s.error.code());
   // A failed or timed-out request's message, for kvf_last_error().
-  if (!s.error.ok()) g_last_error = s.error.ToString();
+  if (!s.error.ok()) kvfabric::capi::LastError() = s.error.ToString();
 }
 
 }  // namespace
 
+namespace kvfabric::capi {
+
+std::string& LastError() {
+  thread_local std::string message;
+  return message;
+}
+
+int Report(const Status& s) {
+  if (s.ok()) return KVF_OK;
+  LastError() = s.ToString();
+  return -static_cast<int>(s.code());
+}
+
+Status AssignSettings(const char* const* list, Settings* settings) {
+  for (const char* const* kv = list; kv != nullptr && *kv != nullptr; ++kv)
+    KVF_RETURN_IF_ERROR(settings->Assign(*kv));
+  return Status::OK();
+}
+
+}  // namespace kvfabric::capi
+
 extern "C" {
 
-const char* kvf_last_error(void) { return g_last_error.c_str(); }
+const char* kvf_last_error(void) { return kvfabric::capi::LastError().c_str(); }
 
 const char* kvf_code_name(int code) {
   // CodeName's views are of string literals: NUL-terminated. -INT_MIN does not
@@ -141,8 +132,7 @@ int kvf_engine_create(const kvf_config* config, kvf_engine** out) {
     // The environment first, then the caller's settings over it.
     KVF_RETURN_IF_ERROR(cfg.settings.ApplyEnvironment());
     cfg.apply_environment = false;
-    for (const char* const* kv = config ? config->settings : nullptr; kv != nullptr && *kv != nullptr; ++kv)
-      KVF_RETURN_IF_ERROR(cfg.settings.Assign(*kv));
+    KVF_RETURN_IF_ERROR(kvfabric::capi::AssignSettings(config ? config->settings : nullptr, &cfg.settings));
     auto e = std::make_unique<kvf_engine>();
     KVF_RETURN_IF_ERROR(kvfabric::Engine::Create(cfg, &e->engine));
     *out = e.release();
@@ -152,7 +142,7 @@ int kvf_engine_create(const kvf_config* config, kvf_engine** out) {
 
 void kvf_engine_close(kvf_engine* engine) {
   if (engine == nullptr || !engine->engine) return;
-  engine->users.fetch_add(1, std::memory_order_relaxed);
+  Acquire(engine);
   engine->engine->Close();
   Release(engine);
 }

@@ -18,70 +18,16 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "kvfabric.h"
 
 #define BUF (8u << 20)
 #define BLOCK (256u << 10)
 
-static int failures = 0;
-
-#define CHECK(cond, ...)                                                \
-  do {                                                                  \
-    if (!(cond)) {                                                      \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                                     \
-      fprintf(stderr, " [last error: %s]\n", kvf_last_error());        \
-      ++failures;                                                       \
-    }                                                                   \
-  } while (0)
-
-static uint8_t pattern(size_t i, unsigned seed) { return (uint8_t)((i * 131u + seed * 7u + (i >> 12)) & 0xff); }
-
-static void fill(uint8_t* p, size_t off, size_t n, unsigned seed) {
-  for (size_t i = 0; i < n; ++i) p[i] = pattern(off + i, seed);
-}
-
-static size_t matching(const uint8_t* p, size_t off, size_t n, unsigned seed) {
-  size_t ok = 0;
-  for (size_t i = 0; i < n; ++i) ok += p[i] == pattern(off + i, seed);
-  return ok;
-}
-
 struct check_cmd {
   uint64_t off, len;
   uint32_t seed;
 };
-
-static int write_all(int fd, const void* p, size_t n) {
-  const char* c = p;
-  while (n > 0) {
-    ssize_t r = write(fd, c, n);
-    if (r <= 0) return -1;
-    c += r;
-    n -= (size_t)r;
-  }
-  return 0;
-}
-
-static int read_all(int fd, void* p, size_t n) {
-  char* c = p;
-  while (n > 0) {
-    ssize_t r = read(fd, c, n);
-    if (r <= 0) return -1;
-    c += r;
-    n -= (size_t)r;
-  }
-  return 0;
-}
-
-/* A configuration for `protocol` with `settings` (NULL-terminated, or NULL). */
-static kvf_config config_for(const char* protocol, const char** settings) {
-  kvf_config cfg;
-  memset(&cfg, 0, sizeof(cfg));
-  cfg.protocol = protocol;
-  cfg.settings = settings;
-  return cfg;
-}
 
 static int run_target(const char* protocol, int up, int down) {
   const kvf_config cfg = config_for(protocol, NULL);
@@ -116,12 +62,6 @@ static uint64_t target_check(int up, int down, uint64_t off, uint64_t len, unsig
   uint64_t ok = 0;
   if (write_all(down, &c, sizeof(c)) != 0 || read_all(up, &ok, sizeof(ok)) != 0) return UINT64_MAX;
   return ok;
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 /* Issue 12, item 16: a wait longer than the clock can count (INT64_MAX ms)
@@ -404,34 +344,23 @@ static void run_initiator(const char* protocol, const char* peer, uint64_t raddr
 
 int main(int argc, char** argv) {
   const char* protocol = argc > 1 ? argv[1] : "tcp";
-  int up[2], down[2];
-  if (pipe(up) != 0 || pipe(down) != 0) return 2;
-  pid_t child = fork();
-  if (child == 0) {
-    close(up[0]);
-    close(down[1]);
-    _exit(run_target(protocol, up[1], down[0]));
-  }
-  close(up[1]);
-  close(down[0]);
+  struct child target;
+  if (start_child(&target, run_target, protocol) != 0) return 2;
   char hello[128];
-  if (read_all(up[0], hello, sizeof(hello)) != 0) {
+  if (read_all(target.up, hello, sizeof(hello)) != 0) {
     fprintf(stderr, "the target process did not start\n");
     return 1;
   }
   char peer[100];
   unsigned long long raddr = 0;
   if (sscanf(hello, "%99s %llu", peer, &raddr) != 2) return 1;
-  run_initiator(protocol, peer, raddr, up[0], down[1], child);
+  run_initiator(protocol, peer, raddr, target.up, target.down, target.pid);
   /* Over tcp only: a WRITE to a stopped tcp target stays pending until its
    * deadline. A stopped shm target, resumed after this initiator's engine
    * was destroyed with the write outstanding, crashed in libfabric's shm
    * progress (fi_cq_read) in 2 of 6 runs. */
-  if (strcmp(protocol, "tcp") == 0) check_endless_wait(protocol, peer, raddr, child);
-  close(down[1]);  /* the target's loop ends */
-  int status = 0;
-  waitpid(child, &status, 0);
-  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "target exit status %d", status);
+  if (strcmp(protocol, "tcp") == 0) check_endless_wait(protocol, peer, raddr, target.pid);
+  stop_child(&target);  /* the target's loop ends */
   if (failures == 0) printf("capi_test %s: all checks passed\n", protocol);
   return failures == 0 ? 0 : 1;
 }
