@@ -39,6 +39,7 @@
 #include <stdint.h>
 
 #include "kvfabric/codes.h"
+#include "kvfabric/store_stats.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -203,21 +204,13 @@ typedef struct kvf_store_buffer {
 } kvf_store_buffer;
 
 /* kvfabric::StoreStats. */
+/* A field per row of KVF_STORE_STATS (kvfabric/store_stats.h, which says
+ * what each counts): this process's calls, this node's pool (zero for a
+ * client), the members in placement now. */
 typedef struct kvf_store_stats {
-  /* This process's calls. */
-  uint64_t put_keys, put_bytes, put_failures;
-  uint64_t get_keys, get_hits, get_bytes;
-  uint64_t misses_absent;    /* no page under the key */
-  uint64_t misses_checksum;  /* read, but the bytes did not verify (changed under the READ, or corrupt) */
-  uint64_t misses_late;      /* the READ could not start within the read window of its lookup */
-  uint64_t get_failures;     /* node unreachable, timeout, transfer error */
-  uint64_t exists_keys, exists_hits;
-  uint64_t control_calls, control_failures;
-  /* This node's pool (zero for a client). */
-  uint64_t pool_bytes, used_bytes, quarantined_bytes, pages, pinned_pages;
-  uint64_t evictions, removals, overwrites, refusals;
-  /* Members now in placement (reachable, with a pool). */
-  uint64_t members;
+#define KVF_STORE_STAT_FIELD_(name, meaning) uint64_t name;
+  KVF_STORE_STATS(KVF_STORE_STAT_FIELD_)
+#undef KVF_STORE_STAT_FIELD_
 } kvf_store_stats;
 
 /* settings: NULL-terminated "KVF_NAME=value" strings (the KVF_STORE_* of
@@ -238,8 +231,8 @@ const char* kvf_store_key_error(size_t index);
 /* Stores each page, replacing an older page of its key; the buffers must not
  * change until the call returns. Per key: KVF_OK; KVF_EINVAL (NULL or empty
  * key, a NULL or empty buffer, no buffers, larger than
- * KVF_STORE_MAX_PAGE_BYTES); KVF_ERANGE (memory not registered with the
- * engine); KVF_EBUSY (the member's pool is full of pages in use: pinned, or
+ * KVF_STORE_MAX_PAGE_BYTES, memory not registered with the engine, GPU memory
+ * no rail exposes larger than KVF_STORE_BOUNCE_BYTES); KVF_EBUSY (the member's pool is full of pages in use: pinned, or
  * read moments ago); KVF_EUNAVAILABLE (no member has a pool); KVF_ENETWORK,
  * KVF_ETIMEOUT. */
 int kvf_store_batch_put(kvf_store* store, const char* const* keys, const size_t* buffer_counts, size_t count,
@@ -247,8 +240,8 @@ int kvf_store_batch_put(kvf_store* store, const char* const* keys, const size_t*
 /* Reads each page into its buffers, which it fills in order (they must hold
  * the whole page). Per key: KVF_OK with lengths[i] the page's length;
  * KVF_ENOTFOUND, a miss (absent, evicted, or read but not verified: the
- * key's message says which); KVF_EINVAL (buffers too small); KVF_ERANGE
- * (buffers not registered); KVF_ENETWORK, KVF_ETIMEOUT. lengths may be NULL; it is 0 for
+ * key's message says which); KVF_EINVAL (buffers too small or not
+ * registered); KVF_ENETWORK, KVF_ETIMEOUT. lengths may be NULL; it is 0 for
  * a key that failed, and the bytes of such a key are unspecified. */
 int kvf_store_batch_get(kvf_store* store, const char* const* keys, const size_t* buffer_counts, size_t count,
                         const kvf_store_buffer* buffers, size_t buffer_total, int* results, uint64_t* lengths);

@@ -29,6 +29,7 @@
 #include "kvfabric/engine.h"
 #include "kvfabric/settings.h"
 #include "kvfabric/status.h"
+#include "kvfabric/store_stats.h"
 
 namespace kvfabric {
 
@@ -38,39 +39,7 @@ struct StoreBuffer {
   size_t length = 0;
 };
 
-// The store's counters, one row each: X(name, meaning). StoreStats has a
-// field per row; the Python and C stats are made from the same rows.
-#define KVF_STORE_STATS(X)                                                                                  \
-  /* This process's calls. */                                                                             \
-  X(put_keys, "keys this process asked to put")                                                           \
-  X(put_bytes, "bytes of the pages it put")                                                               \
-  X(put_failures, "keys whose put failed")                                                                \
-  X(put_bounced, "pages put from GPU memory no rail exposes, copied through host memory first")          \
-  X(get_keys, "keys it asked to get")                                                                     \
-  X(get_hits, "keys whose page it got")                                                                   \
-  X(get_bytes, "bytes of the pages it got")                                                               \
-  X(misses_absent, "misses: no page under the key")                                                      \
-  X(misses_checksum, "misses: read, but the bytes did not verify (changed under the READ, or corrupt)")  \
-  X(misses_late, "misses: the READ could not start within the read window of its lookup")                \
-  X(get_failures, "gets failed: member unreachable, timeout, transfer error")                            \
-  X(get_unverified, "hits read into GPU memory, where no checksum is taken (the read window keeps them whole)") \
-  X(exists_keys, "keys it asked about")                                                                   \
-  X(exists_hits, "keys found")                                                                            \
-  X(control_calls, "control messages it sent to members")                                                \
-  X(control_failures, "control messages that failed (unreachable, timeout)")                             \
-  /* This node's pool (zero for a client). */                                                             \
-  X(pool_bytes, "bytes of the pool")                                                                      \
-  X(used_bytes, "bytes of the pool holding pages")                                                        \
-  X(quarantined_bytes, "bytes freed but not reusable yet (a GET may still read them)")                    \
-  X(pages, "pages held")                                                                                  \
-  X(pinned_pages, "pages pinned")                                                                         \
-  X(evictions, "pages evicted to make room")                                                              \
-  X(removals, "pages removed")                                                                            \
-  X(overwrites, "pages replaced by a put of the same key")                                                \
-  X(refusals, "puts refused: the pool was full of pages in use")                                          \
-  /* Members now in placement (reachable, with a pool). */                                                \
-  X(members, "members in placement now")
-
+// A field per row of KVF_STORE_STATS (kvfabric/store_stats.h).
 struct StoreStats {
 #define KVF_STORE_STAT_FIELD_(name, meaning) uint64_t name = 0;
   KVF_STORE_STATS(KVF_STORE_STAT_FIELD_)
@@ -107,7 +76,8 @@ class Store {
   // Stores each page (replacing an older page of the key). The buffers must
   // not change until the call returns. Per key: OK; InvalidArgument (empty
   // key, no bytes, larger than KVF_STORE_MAX_PAGE_BYTES, unregistered
-  // memory); Busy (the member's pool is full of pages in use: pinned, or
+  // memory, GPU memory no rail exposes larger than KVF_STORE_BOUNCE_BYTES,
+  // which such pages are copied through); Busy (the member's pool is full of pages in use: pinned, or
   // read moments ago); Unavailable (no member has a pool); NetworkError,
   // Timeout.
   Status BatchPut(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
@@ -117,7 +87,9 @@ class Store {
   // (*lengths)[i] the page's length; NotFound, a miss (absent, evicted, or
   // read but not verified: the message says which); InvalidArgument
   // (buffers too small or unregistered); NetworkError, Timeout. The bytes
-  // of a key that is not OK are unspecified.
+  // of a key that is not OK are unspecified. Pages read into host memory
+  // are checksummed; into GPU memory they are not (counted in
+  // get_unverified): the read window alone keeps them whole.
   Status BatchGet(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
                   std::vector<Status>* results, std::vector<uint64_t>* lengths);
   // Whether each key has a page, and the number of keys from the first

@@ -212,32 +212,11 @@ int KeyBatch(kvf_store* s, KeyCall call, const char* const* keys, size_t count, 
 }
 
 kvf_store_stats ToC(const kvfabric::StoreStats& s) {
-  static_assert(sizeof(kvf_store_stats) == sizeof(kvfabric::StoreStats),
-                "kvf_store_stats mirrors kvfabric::StoreStats: add the new counter to both");
-  return {.put_keys = s.put_keys,
-          .put_bytes = s.put_bytes,
-          .put_failures = s.put_failures,
-          .get_keys = s.get_keys,
-          .get_hits = s.get_hits,
-          .get_bytes = s.get_bytes,
-          .misses_absent = s.misses_absent,
-          .misses_checksum = s.misses_checksum,
-          .misses_late = s.misses_late,
-          .get_failures = s.get_failures,
-          .exists_keys = s.exists_keys,
-          .exists_hits = s.exists_hits,
-          .control_calls = s.control_calls,
-          .control_failures = s.control_failures,
-          .pool_bytes = s.pool_bytes,
-          .used_bytes = s.used_bytes,
-          .quarantined_bytes = s.quarantined_bytes,
-          .pages = s.pages,
-          .pinned_pages = s.pinned_pages,
-          .evictions = s.evictions,
-          .removals = s.removals,
-          .overwrites = s.overwrites,
-          .refusals = s.refusals,
-          .members = s.members};
+  kvf_store_stats out{};
+#define KVF_STORE_STAT_COPY_(name, meaning) out.name = s.name;
+  KVF_STORE_STATS(KVF_STORE_STAT_COPY_)
+#undef KVF_STORE_STAT_COPY_
+  return out;
 }
 
 }  // namespace

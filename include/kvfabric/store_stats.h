@@ -1,0 +1,38 @@
+/* The store's counters, one row each: X(name, meaning). C++ StoreStats
+ * (kvfabric/store.h), C kvf_store_stats (kvfabric.h) and Python's
+ * Store.stats() have a field per row, in this order. Plain C. */
+#ifndef KVFABRIC_STORE_STATS_H_
+#define KVFABRIC_STORE_STATS_H_
+
+#define KVF_STORE_STATS(X)                                                                                  \
+  /* This process's calls. */                                                                             \
+  X(put_keys, "keys this process asked to put")                                                           \
+  X(put_bytes, "bytes of the pages it put")                                                               \
+  X(put_failures, "keys whose put failed")                                                                \
+  X(put_bounced, "pages put from GPU memory no rail exposes, copied through host memory first")          \
+  X(get_keys, "keys it asked to get")                                                                     \
+  X(get_hits, "keys whose page it got")                                                                   \
+  X(get_bytes, "bytes of the pages it got")                                                               \
+  X(misses_absent, "misses: no page under the key")                                                      \
+  X(misses_checksum, "misses: read, but the bytes did not verify (changed under the READ, or corrupt)")  \
+  X(misses_late, "misses: the READ could not start within the read window of its lookup")                \
+  X(get_failures, "gets failed: member unreachable, timeout, transfer error")                            \
+  X(get_unverified, "hits read into GPU memory, where no checksum is taken (the read window keeps them whole)") \
+  X(exists_keys, "keys it asked about")                                                                   \
+  X(exists_hits, "keys found")                                                                            \
+  X(control_calls, "control messages it sent to members")                                                \
+  X(control_failures, "control messages that failed (unreachable, timeout)")                             \
+  /* This node's pool (zero for a client). */                                                             \
+  X(pool_bytes, "bytes of the pool")                                                                      \
+  X(used_bytes, "bytes of the pool holding pages")                                                        \
+  X(quarantined_bytes, "bytes freed but not reusable yet (a GET may still read them)")                    \
+  X(pages, "pages held")                                                                                  \
+  X(pinned_pages, "pages pinned")                                                                         \
+  X(evictions, "pages evicted to make room")                                                              \
+  X(removals, "pages removed")                                                                            \
+  X(overwrites, "pages replaced by a put of the same key")                                                \
+  X(refusals, "puts refused: the pool was full of pages in use")                                          \
+  /* Members now in placement (reachable, with a pool). */                                                \
+  X(members, "members in placement now")
+
+#endif  /* KVFABRIC_STORE_STATS_H_ */
