@@ -206,23 +206,29 @@ std::vector<Status> NodeService::ExecutePut(const PutRequest& put, net::Deadline
       reserved[i] = results[i].ok();
     }
   }
+  // Every page's READs start at once (an engine batch each); each page is
+  // checksummed as soon as its READs are done, while the next are read.
+  std::vector<Status> outcomes(n);
+  std::vector<BatchId> batches(n);
+  std::vector<size_t> counts(n, 0);
   std::vector<TransferRequest> requests;
-  std::vector<std::pair<size_t, size_t>> groups(n);
   for (size_t i = 0; i < n; ++i) {
-    groups[i].first = requests.size();
+    if (!reserved[i]) continue;
+    requests.clear();
     uint64_t at = offsets[i];
     for (const Extent& e : put.items[i].sources) {
-      if (!reserved[i]) break;
       requests.push_back({OpCode::kRead, pool_ + at, writer, e.addr, static_cast<size_t>(e.length)});
       at += e.length;
     }
-    groups[i].second = requests.size();
+    outcomes[i] = runner_.Start(requests, &batches[i]);
+    if (outcomes[i].ok()) counts[i] = requests.size();
   }
-  std::vector<Status> outcomes;
-  runner_.Run(requests, groups, deadline, &outcomes);
   std::vector<Checksum> sums(n);
-  for (size_t i = 0; i < n; ++i)
-    if (reserved[i] && outcomes[i].ok()) sums[i] = ChecksumOfBytes(pool_ + offsets[i], lengths[i]);
+  for (size_t i = 0; i < n; ++i) {
+    if (counts[i] == 0) continue;
+    outcomes[i] = runner_.Finish(batches[i], counts[i], deadline);
+    if (outcomes[i].ok()) sums[i] = ChecksumOfBytes(pool_ + offsets[i], lengths[i]);
+  }
   const auto now = Clock::now();
   std::lock_guard<std::mutex> g(table_mu_);
   for (size_t i = 0; i < n; ++i) {
