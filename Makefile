@@ -7,7 +7,7 @@ CMAKE_FLAGS ?=
 # Tests run this many at once (the lab test alone: RUN_SERIAL).
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build python run test check fuzz stress soak bench lab-bench docs clean
+.PHONY: all deps build python run test check fuzz stress soak bench store-compare lab-bench docs clean
 
 all: build
 
@@ -79,6 +79,12 @@ bench: build python
 	python3 tools/bench/compare.py --build $(BUILD) --reps 5 --duration 4 --verify --json_out $(BUILD)/bench.json
 	$(PY) tools/bench/python_vs_cpp.py --build $(BUILD) --reps 5 --duration 3 --ops write,read \
 	    --shapes 65536x128,128x128,128x1048576 --json_out $(BUILD)/bench-python.json
+
+# kvfabric's store beside Mooncake Store on this host, alternating, with the
+# bare READ ceiling (docs/benchmarks.md). Installs the pinned Mooncake wheel
+# into $(BUILD)/mooncake-venv (network the first time), never into $(VENV).
+store-compare: build
+	python3 tools/bench/store_compare.py --build $(BUILD) --json_out $(BUILD)/store-compare.json
 
 # The multi-rail figures of docs/benchmarks.md on the emulated fabric (root:
 # tests/lab/lab.sh builds 2 namespaces x 4 rails at 2 Gbit/s), then the plots.

@@ -7,16 +7,22 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <map>
 #include <random>
 #include <sstream>
 #include <thread>
 
+#include "net/socket.h"
+#include "store/control_client.h"
+#include "store/messages.h"
 #include "store/node_service.h"
+#include "store/placement.h"
 #include "tests/support/process.h"
 #include "tests/support/servers.h"
 #include "tools/common/pattern.h"
@@ -102,7 +108,8 @@ class StoreTest : public ::testing::TestWithParam<std::string> {
   // The transport of the nodes and the client.
   virtual std::string Protocol() const { return GetParam(); }
 
-  // `extra`: settings NAME=VALUE for the nodes.
+  // `extra`: settings NAME=VALUE for the nodes. Nodes are added to nodes_;
+  // those of one call list each other (the static members of p2p).
   void StartNodes(size_t n, const std::vector<std::string>& extra = {}, const std::string& metadata = "p2p") {
     std::vector<std::string> names;
     for (size_t i = 0; i < n; ++i) names.push_back("127.0.0.1:" + std::to_string(test::FreePort()));
@@ -117,7 +124,7 @@ class StoreTest : public ::testing::TestWithParam<std::string> {
       ASSERT_TRUE(node.Start(&error)) << error;
       nodes_.push_back(std::move(node));
     }
-    member_names_ = names;
+    member_names_.insert(member_names_.end(), names.begin(), names.end());
   }
 
   void StartClient(const std::string& metadata = "p2p", const std::vector<std::string>& extra = {}) {
@@ -206,6 +213,25 @@ class StoreTest : public ::testing::TestWithParam<std::string> {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     return store_->Members().size() == n;
+  }
+
+  // What node `name` says of itself: its pages and the requests it served.
+  store::NodeStats StatsOf(const std::string& name) {
+    store::ControlClient control(engine_->settings());
+    std::string reply;
+    store::NodeStats stats;
+    Status s = control.CallSync(name, store::EncodeBare(store::Op::kStats), net::DeadlineIn(2000), &reply);
+    if (s.ok()) s = store::DecodeNodeStats(reply, &stats);
+    EXPECT_TRUE(s.ok()) << name << ": " << s.ToString();
+    return stats;
+  }
+
+  // Where keys live among the nodes named, all with pools of kPool (the
+  // placement every client computes): Home(key) indexes `names`.
+  static store::Placement PlacementOf(const std::vector<std::string>& names) {
+    std::vector<store::Member> members;
+    for (const std::string& n : names) members.push_back({n, static_cast<uint64_t>(kPool)});
+    return store::Placement(std::move(members));
   }
 
   void TearDown() override {
@@ -377,8 +403,24 @@ TEST_P(StoreTest, AKilledNodeFailsOnlyItsKeysWithinTheDeadline) {
     if (after[i].ok()) EXPECT_TRUE(exact[i]);
     else { EXPECT_EQ(after[i].code(), Status::Code::kNotFound) << after[i].ToString(); ++moved; }
   }
-  EXPECT_GT(moved, 0u) << "keys homed on the restarted node are misses: it started empty";
-  EXPECT_LT(moved, again.size());
+  const store::Placement placement = PlacementOf(member_names_);
+  size_t homed_there = 0;
+  for (const Page& p : again) homed_there += placement.Home(p.key) == 1 ? 1 : 0;
+  EXPECT_EQ(moved, homed_there) << "exactly the keys homed on the restarted node are misses: it started empty";
+  EXPECT_GT(moved, 0u);
+  // Not flooded: nobody copied pages to it, it was asked once for each of
+  // its keys (nothing retried), and new pages give it its share, no more.
+  store::NodeStats restarted = StatsOf(nodes_[1].name);
+  EXPECT_EQ(restarted.puts, 0u) << "pages were put to the restarted node before anyone asked";
+  EXPECT_EQ(restarted.lookups, moved) << "lookups beyond one per key it is home of";
+  const auto fresh = MakePages(90, 23, "fresh-");
+  ASSERT_EQ(CountOk(Put(fresh)), fresh.size());
+  size_t its_share = 0;
+  for (const Page& p : fresh) its_share += placement.Home(p.key) == 1 ? 1 : 0;
+  restarted = StatsOf(nodes_[1].name);
+  EXPECT_EQ(restarted.puts, its_share) << "puts to the restarted node beyond the keys homed there";
+  EXPECT_EQ(restarted.pages, its_share);
+  EXPECT_GT(its_share, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, StoreTest, ::testing::Values("tcp", "shm"),
@@ -390,16 +432,31 @@ INSTANTIATE_TEST_SUITE_P(Transports, StoreTest, ::testing::Values("tcp", "shm"),
 class StoreMembershipTest : public StoreTest {
  protected:
   std::string Protocol() const override { return "tcp"; }
+
+  // Two nodes and a client over the backend GetParam() names, in a cluster
+  // of their own (the servers are shared by the binary), members refreshed
+  // every 200 ms, leases of 2 s (uri_: the backend's). Skips the test when
+  // the backend cannot start.
+  void StartTwoNodes() {
+    std::string error;
+    uri_ = test::SharedMetadataUri(GetParam() == "etcd" ? "etcd" : "http", &error);
+    if (uri_.empty()) GTEST_SKIP() << error;
+    cluster_ = "store_cluster=t" + std::to_string(::getpid()) + "-" + std::to_string(++clusters_);
+    StartNodes(2, NodeSettings(), uri_);
+    StartClient(uri_, {cluster_, "store_membership_refresh_ms=200"});
+    ASSERT_TRUE(WaitForMembers(2, 5000));
+  }
+  std::vector<std::string> NodeSettings() const {
+    return {cluster_, "store_member_ttl_s=2", "store_membership_refresh_ms=200"};
+  }
+
+  std::string uri_, cluster_;
+  static inline int clusters_ = 0;
 };
 
 TEST_P(StoreMembershipTest, AKilledNodeLeavesWhenItsLeaseEnds) {
-  std::string error;
-  const std::string& uri = test::SharedMetadataUri(GetParam() == "etcd" ? "etcd" : "http", &error);
-  if (uri.empty()) GTEST_SKIP() << error;
-  const std::string cluster = "store_cluster=t" + std::to_string(::getpid()) + std::to_string(Clock::now().time_since_epoch().count() % 100000);
-  StartNodes(2, {cluster, "store_member_ttl_s=2", "store_membership_refresh_ms=200"}, uri);
-  StartClient(uri, {cluster, "store_membership_refresh_ms=200"});
-  ASSERT_TRUE(WaitForMembers(2, 5000));
+  StartTwoNodes();
+  if (IsSkipped() || HasFatalFailure()) return;
   nodes_[0].Kill();
   const auto t0 = Clock::now();
   ASSERT_TRUE(WaitForMembers(1, 8000)) << "the lease of 2 s should have ended";
@@ -409,6 +466,193 @@ TEST_P(StoreMembershipTest, AKilledNodeLeavesWhenItsLeaseEnds) {
   std::vector<bool> exact;
   Get(pages, &exact);
   for (bool e : exact) EXPECT_TRUE(e);
+}
+
+// A third node joins two that serve while a client puts and gets without a
+// pause, every page checked byte for byte: no call fails but with a miss, and
+// only for keys whose home moved to the new node; new pages go to the new
+// node in its share; pages whose home stayed are hits throughout.
+TEST_P(StoreMembershipTest, ANodeJoiningTakesItsShareWithoutStoppingAnyone) {
+  StartTwoNodes();
+  if (IsSkipped() || HasFatalFailure()) return;
+  // At most one round (a put of 8 pages, a get of 32) per 10 ms: an
+  // overwritten page's slot waits out the read window (5 s) if it was read,
+  // so 16 KiB pages keep even a fast host's pools far from eviction.
+  constexpr size_t kPage = 16 << 10, kStill = 96, kChurn = 96, kPutBatch = 8, kGetBatch = 32;
+  // Keys 0..kStill-1 are put once, before the join, and only read; the
+  // others are put again and again, each time with a new version's bytes.
+  auto key = [](size_t i) { return "ws-" + std::to_string(i); };
+  auto seed = [](size_t i, uint32_t version) { return static_cast<uint32_t>(i * 2654435761u + version * 40503u + 1); };
+  std::vector<uint32_t> version(kStill + kChurn, 0);
+  std::vector<bool> put_after_join(kStill + kChurn, false);  // last put with the new node in the client's view
+  auto put = [&](const std::vector<size_t>& which, std::vector<Status>* st) {
+    std::vector<std::string> keys;
+    std::vector<std::vector<StoreBuffer>> bufs;
+    for (size_t j = 0; j < which.size(); ++j) {
+      uint8_t* p = src_->bytes + j * kPage;
+      tools::FillPattern(p, kPage, 0, seed(which[j], version[which[j]] + 1));
+      keys.push_back(key(which[j]));
+      bufs.push_back({{p, kPage}});
+    }
+    return store_->BatchPut(keys, bufs, st);
+  };
+  std::vector<size_t> all(kStill + kChurn);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  for (size_t first = 0; first < all.size(); first += kGetBatch) {
+    std::vector<size_t> which(all.begin() + first, all.begin() + first + kGetBatch);
+    std::vector<Status> st;
+    ASSERT_TRUE(put(which, &st).ok());
+    for (size_t j = 0; j < which.size(); ++j) {
+      ASSERT_TRUE(st[j].ok()) << st[j].ToString();
+      ++version[which[j]];
+    }
+  }
+
+  // What the client saw, checked once it stopped. The new node is not known
+  // before it starts (its port): misses are recorded and judged at the end.
+  std::atomic<bool> stop{false}, joined{false};
+  std::vector<std::string> unexpected;  // failures other than a miss, and wrong bytes
+  std::vector<std::pair<size_t, bool>> misses;  // key, whether its last put had the new node in view
+  size_t gets = 0, hits = 0, puts = 0;
+  std::atomic<size_t> calls{0};
+  Clock::duration slowest{};
+  std::thread client([&] {
+    std::mt19937_64 rng(7);
+    for (auto next = Clock::now(); !stop; next += std::chrono::milliseconds(10)) {
+      std::this_thread::sleep_until(next);
+      const bool view3 = store_->Members().size() == 3;
+      if (view3) joined = true;
+      std::vector<size_t> which;
+      while (which.size() < kPutBatch) {
+        const size_t i = kStill + rng() % kChurn;
+        if (std::find(which.begin(), which.end(), i) == which.end()) which.push_back(i);
+      }
+      std::vector<Status> st;
+      auto t0 = Clock::now();
+      Status call = put(which, &st);
+      slowest = std::max(slowest, Clock::now() - t0);
+      if (!call.ok()) unexpected.push_back("BatchPut: " + call.ToString());
+      for (size_t j = 0; call.ok() && j < which.size(); ++j) {
+        if (!st[j].ok()) {
+          unexpected.push_back("put " + key(which[j]) + ": " + st[j].ToString());
+          continue;
+        }
+        ++version[which[j]];
+        put_after_join[which[j]] = view3;
+        ++puts;
+      }
+      which.clear();
+      std::vector<std::string> keys;
+      std::vector<std::vector<StoreBuffer>> bufs;
+      for (size_t j = 0; j < kGetBatch; ++j) {
+        which.push_back(rng() % (kStill + kChurn));
+        keys.push_back(key(which[j]));
+        bufs.push_back({{dst_->bytes + j * kPage, kPage}});
+      }
+      std::vector<uint64_t> len;
+      t0 = Clock::now();
+      call = store_->BatchGet(keys, bufs, &st, &len);
+      slowest = std::max(slowest, Clock::now() - t0);
+      ++calls;
+      if (!call.ok()) unexpected.push_back("BatchGet: " + call.ToString());
+      for (size_t j = 0; call.ok() && j < which.size(); ++j) {
+        const size_t i = which[j];
+        ++gets;
+        if (st[j].code() == Status::Code::kNotFound) {
+          misses.push_back({i, put_after_join[i]});
+        } else if (!st[j].ok()) {
+          unexpected.push_back("get " + key(i) + ": " + st[j].ToString());
+        } else if (len[j] != kPage || tools::CheckPattern(dst_->bytes + j * kPage, kPage, 0, seed(i, version[i])) != kPage) {
+          unexpected.push_back("get " + key(i) + ": wrong bytes (not version " + std::to_string(version[i]) + ")");
+        } else {
+          ++hits;
+        }
+      }
+    }
+  });
+
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  const size_t before = calls;
+  const auto t0 = Clock::now();
+  StartNodes(1, NodeSettings(), uri_);
+  const bool seen = WaitForMembers(3, 5000);
+  const auto join_took = Clock::now() - t0;
+  const size_t during = calls - before;
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  stop = true;
+  client.join();
+  ASSERT_TRUE(seen) << "the client never saw the third node";
+  ASSERT_TRUE(joined) << "the client's traffic did not outlast the join";
+  EXPECT_GT(before, 0u);
+  EXPECT_GT(during, 0u) << "no call completed while the node joined";
+  std::cerr << "join seen in " << std::chrono::duration_cast<std::chrono::milliseconds>(join_took).count()
+            << " ms; " << puts << " puts, " << gets << " gets, " << hits << " hits, " << misses.size()
+            << " misses; slowest call " << std::chrono::duration_cast<std::chrono::milliseconds>(slowest).count()
+            << " ms\n";
+
+  // (a) Nothing failed but misses, no wrong bytes, nobody stalled; a miss
+  // only for a key now homed on the new node and not put since the client
+  // saw it.
+  for (size_t i = 0; i < std::min<size_t>(unexpected.size(), 10); ++i) ADD_FAILURE() << unexpected[i];
+  EXPECT_EQ(unexpected.size(), 0u);
+  EXPECT_LT(slowest, std::chrono::milliseconds(1000)) << "a call took half the deadline: someone waited";
+  const std::string& added = member_names_.back();
+  const store::Placement placement = PlacementOf(member_names_);
+  for (auto [i, after] : misses) {
+    EXPECT_EQ(member_names_[placement.Home(key(i))], added) << key(i) << " missed, but its home did not move";
+    EXPECT_FALSE(after) << key(i) << " missed, though put with the new node in view";
+  }
+  EXPECT_GT(misses.size(), 0u) << "no read of a key whose home moved: the client never used the new node";
+  const StoreStats cs = store_->Stats();
+  EXPECT_EQ(cs.misses_checksum, 0u);
+  EXPECT_EQ(cs.control_failures, 0u) << "a call to a node failed";
+  for (const std::string& n : member_names_) EXPECT_EQ(StatsOf(n).evictions, 0u) << n << ": a page was evicted";
+
+  // (b) New pages: the new node takes its share, each page put once.
+  std::vector<store::NodeStats> was;
+  for (const std::string& n : member_names_) was.push_back(StatsOf(n));
+  const auto fresh = MakePages(300, 31, "fresh-");
+  ASSERT_EQ(CountOk(Put(fresh)), fresh.size());
+  size_t share = 0, received = 0;
+  for (const Page& p : fresh) share += member_names_[placement.Home(p.key)] == added ? 1 : 0;
+  for (size_t n = 0; n < member_names_.size(); ++n) {
+    const uint64_t got = StatsOf(member_names_[n]).puts - was[n].puts;
+    received += got;
+    if (member_names_[n] == added) {
+      EXPECT_EQ(got, share) << "the new node's puts are not the keys homed on it";
+    }
+  }
+  EXPECT_EQ(received, fresh.size()) << "a page was put more than once, or lost";
+  // A third of 300, within five standard deviations (one is 8.2 keys).
+  EXPECT_GT(share, 100u - 41) << "the new node took less than its share";
+  EXPECT_LT(share, 100u + 41) << "the new node took more than its share";
+
+  // (c) Every page whose home stayed is still a hit, byte-exact; one homed
+  // on the new node is a hit if put since the join, else a miss.
+  std::vector<std::string> keys;
+  std::vector<std::vector<StoreBuffer>> bufs;
+  for (size_t i = 0; i < all.size(); ++i) {
+    keys.push_back(key(i));
+    bufs.push_back({{dst_->bytes + i * kPage, kPage}});
+  }
+  std::vector<Status> st;
+  std::vector<uint64_t> len;
+  ASSERT_TRUE(store_->BatchGet(keys, bufs, &st, &len).ok());
+  size_t stayed = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    const bool moved = member_names_[placement.Home(key(i))] == added;
+    if (!moved || put_after_join[i]) {
+      ASSERT_TRUE(st[i].ok()) << key(i) << (moved ? " (put since the join)" : " (home unchanged)") << ": "
+                              << st[i].ToString();
+    } else {
+      EXPECT_EQ(st[i].code(), Status::Code::kNotFound) << key(i) << ": " << st[i].ToString();
+    }
+    if (st[i].ok()) {
+      EXPECT_EQ(tools::CheckPattern(dst_->bytes + i * kPage, kPage, 0, seed(i, version[i])), kPage) << key(i);
+    }
+    stayed += !moved && i < kStill ? 1 : 0;
+  }
+  EXPECT_GT(stayed, 0u) << "no page put before the join kept its home: (c) checked nothing";
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, StoreMembershipTest, ::testing::Values("etcd", "http"),
