@@ -171,6 +171,7 @@ void StoreClient::Get(const std::vector<std::string>& keys, const std::vector<st
 
   // The READs: key i's are requests [groups[i].first, groups[i].second).
   std::vector<Location> where(keys.size());
+  std::vector<const NodeView*> home(keys.size(), nullptr);
   std::vector<TransferRequest> requests;
   std::vector<std::pair<size_t, size_t>> groups(keys.size());
   auto read_by = deadline;  // no READ starts after its lookup's read window
@@ -198,6 +199,7 @@ void StoreClient::Get(const std::vector<std::string>& keys, const std::vector<st
         continue;
       }
       where[i] = loc;
+      home[i] = call.node.get();
       groups[i].first = requests.size();
       uint64_t left = loc.length, remote = loc.addr;
       for (const StoreBuffer& b : buffers[i]) {
@@ -226,6 +228,12 @@ void StoreClient::Get(const std::vector<std::string>& keys, const std::vector<st
     if (!r.ok() || groups[i].first == groups[i].second) continue;
     if (!outcomes[i].ok()) {
       r = outcomes[i].Annotate("store: reading the page of '" + keys[i] + "'");
+      // The member's engine did not serve the READ: it died, or restarted (its
+      // lookup answered, but this view still holds the old engine's segment).
+      // Out of placement like a failed call, and greeted again later.
+      const auto code = outcomes[i].code();
+      if (code == Status::Code::kNetworkError || code == Status::Code::kTimeout || code == Status::Code::kFabricError)
+        members_->MarkDown(home[i]->name, r);
       continue;
     }
     if (settings_.store_verify) {
