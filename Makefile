@@ -63,8 +63,9 @@ stress: deps $(BUILD)/build.ninja
 	cmake --build $(BUILD) --target engine_stress
 	$(BUILD)/tests/engine_stress --seconds $(STRESS_SECONDS)
 
-# Randomized multi-process run with target restarts, every byte verified;
-# SOAK_SECONDS long (90 s in make test).
+# Randomized multi-process run, engines and the store side by side, with
+# target and store node restarts, every byte verified; SOAK_SECONDS long
+# (90 s in make test).
 SOAK_SECONDS ?= 90
 SOAK = $(PY) tools/soak/soak.py --duration $(SOAK_SECONDS) --json_out $(BUILD)/soak.json
 soak: python

@@ -9,8 +9,8 @@ converts its arguments with the GIL held, then runs in C++ with it released.
 Per-key results follow Mooncake's convention: ``batch_put`` and
 ``batch_remove`` give 0 for success, ``batch_get`` the page's length, and a
 failure is the negated status code (``-kvfabric.NotFoundError.code`` for a
-miss). ``last_errors`` holds the messages of the failed keys of the most
-recent call.
+miss). ``last_errors`` holds the messages of the failed keys of the calling
+thread's most recent call.
 
 >>> with kvfabric.Engine(protocol="tcp") as e:
 ...     store = kvfabric.Store(e, members="127.0.0.1:7400")
@@ -21,6 +21,7 @@ recent call.
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Mapping, Sequence
 
 from . import _core
@@ -91,7 +92,7 @@ class Store:
             sets["KVF_STORE_LISTEN"] = listen
         self._engine = engine  # kept alive with the store
         self._core = _core.Store(engine._core, sets)
-        self.last_errors: list[StoreError] = []
+        self._errors = threading.local()  # each thread's last_errors (calls run in threads at once)
 
     def close(self) -> None:
         """Leaves the store and stops serving (idempotent)."""
@@ -107,6 +108,11 @@ class Store:
     def name(self) -> str:
         """This node's control address ("host:port"); "" for a client."""
         return self._core.name
+
+    @property
+    def last_errors(self) -> list[StoreError]:
+        """The failed keys of this thread's most recent batch call, with their messages."""
+        return getattr(self._errors, "last", [])
 
     def members(self) -> list[str]:
         """The members now in placement (reachable, with a pool)."""
@@ -126,7 +132,7 @@ class Store:
 
     def _results(self, keys: list[str], got) -> list[int]:
         codes, failed = got
-        self.last_errors = [StoreError(i, keys[i], code, message) for i, code, message in failed]
+        self._errors.last = [StoreError(i, keys[i], code, message) for i, code, message in failed]
         return codes
 
     def batch_put(self, keys: Sequence[str], buffers: Sequence[Any]) -> list[int]:

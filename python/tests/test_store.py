@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -134,3 +135,32 @@ def test_a_killed_node_costs_only_its_keys(cluster):
     assert 0 < len(ok) < 60, "the dead node's keys fail, the others come back"
     assert all(g < 0 for g in got if g <= 0)
     assert all(e.code in (kvfabric.NetworkError.code, kvfabric.TransferTimeoutError.code) for e in store.last_errors)
+
+
+def test_last_errors_are_those_of_the_calling_thread(cluster):
+    """Threads share a store: each sees the failed keys of its own latest call, whatever the others called since."""
+    _, engine, store = cluster
+    page = np.zeros(4096, dtype=np.uint8)
+    engine.register(page)
+    first_called, second_called = threading.Event(), threading.Event()
+    seen = {}
+
+    def first():
+        seen["first code"] = store.batch_get(["absent-first"], [page])
+        first_called.set()
+        second_called.wait(10)
+        seen["first"] = [e.key for e in store.last_errors]
+
+    def second():
+        first_called.wait(10)
+        seen["second code"] = store.batch_get(["absent-second"], [page])
+        second_called.set()
+        seen["second"] = [e.key for e in store.last_errors]
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert seen == {"first code": [MISS], "second code": [MISS], "first": ["absent-first"], "second": ["absent-second"]}
+    assert store.last_errors == [], "this thread made no call"

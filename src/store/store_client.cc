@@ -369,13 +369,24 @@ void StoreClient::StartReads(const std::vector<std::string>& keys,
       left -= n;
     }
     // No checksum on GPU memory: its page is whole by the read window alone.
-    PageRead read{i, loc, 0, requests.size(), by, settings_.store_verify && memory[i] == Memory::kHost};
+    PageRead read{i, loc, 0, requests.size(), by, settings_.store_verify && memory[i] == Memory::kHost, call.node};
     if (Status st = runner_.Start(requests, &read.batch); !st.ok()) {
-      r = st.Annotate("store: reading the page of '" + keys[i] + "'");
+      r = ReadFailed(st, keys[i], *call.node);
       continue;
     }
     reads->push_back(read);
   }
+}
+
+Status StoreClient::ReadFailed(const Status& failure, const std::string& key, const NodeView& home) {
+  Status r = failure.Annotate("store: reading the page of '" + key + "'");
+  // The member's engine did not serve the READ: it died, or restarted (its
+  // lookup answered, but this view still holds the old engine's segment).
+  // Out of placement like a failed call, and greeted again later.
+  const auto code = failure.code();
+  if (code == Status::Code::kNetworkError || code == Status::Code::kTimeout || code == Status::Code::kFabricError)
+    members_->MarkDown(home.name, r);
+  return r;
 }
 
 void StoreClient::FinishRead(const std::vector<std::string>& keys,
@@ -384,7 +395,7 @@ void StoreClient::FinishRead(const std::vector<std::string>& keys,
   const size_t i = read.key;
   Status& r = (*results)[i];
   if (Status s = runner_.Finish(read.batch, read.count, read.by); !s.ok()) {
-    r = s.Annotate("store: reading the page of '" + keys[i] + "'");
+    r = ReadFailed(s, keys[i], *read.home);
     return;
   }
   if (!read.verify && settings_.store_verify) Add(counters_.get_unverified, 1);

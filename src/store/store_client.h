@@ -86,12 +86,16 @@ class StoreClient {
     size_t count = 0;
     net::Deadline by;
     bool verify = true;
+    std::shared_ptr<const NodeView> home;
   };
   // Starts the READs of the keys `call` answered for (one engine batch a
   // page), or sets their results (a miss, too small buffers, a refusal).
   void StartReads(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
                   const std::vector<Memory>& memory, const NodeCall& call, net::Deadline by,
                   std::vector<Status>* results, std::vector<PageRead>* reads);
+  // A page's READs failed (refused or ended in error): the key's status,
+  // and the home out of placement when its engine did not serve them.
+  Status ReadFailed(const Status& failure, const std::string& key, const NodeView& home);
   // Waits for a page's READs and verifies its bytes.
   void FinishRead(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
                   const PageRead& read, std::vector<Status>* results, std::vector<uint64_t>* lengths);

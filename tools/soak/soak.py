@@ -20,8 +20,20 @@ Targets and initiators share a secret (KVF_AUTH_TOKEN, random per run unless
 keeps asking random targets for their segment, a probe or a notification
 throughout the run: each attempt must be refused (PermissionDeniedError).
 
+Alongside, for the same DURATION, store traffic (store_soak.py): STORE_NODES
+kvfabric.Store nodes (tcp and shm mixed) with small pools, STORE_CLIENTS
+client processes of THREADS threads each doing random batch puts, gets,
+exists, removals and pins of pages derived from (key, version), more of them
+than the pools hold (so pages are evicted); the driver kills a random node
+every STORE_RESTART_EVERY seconds (SIGKILL) and restarts it under its name.
+Every GET's bytes must be exactly a version put for that key, and not one
+superseded before the GET began unless placement was moving (a node down or
+just back); per-key errors, stale pages and lost pins must fall around a
+node restart, refusals with pinned pages while pins are held.
+
 The run fails unless errors and data errors are both 0, no intruder attempt
-was admitted, and some were refused.
+was admitted, and some were refused; and, for the store, no wrong bytes, no
+unexplained issue, some hits and some evictions.
 
     python tools/soak/soak.py --duration 120 --json_out soak.json
 """
@@ -38,6 +50,8 @@ import socket
 import subprocess
 import sys
 import time
+
+import store_soak
 
 MiB = 1 << 20
 KVF_TIMEOUT_MS = 2000
@@ -204,6 +218,16 @@ def run_intruder(targets: list, duration: float, seed: int, out_path: str) -> No
 
 
 # -- driver ------------------------------------------------------------------
+def remove_shm_regions(pid: int) -> None:
+    """What a killed shm process left in /dev/shm."""
+    for f in os.listdir("/dev/shm"):
+        if f.startswith(f"{pid}:"):
+            try:
+                os.unlink(os.path.join("/dev/shm", f))
+            except OSError:
+                pass
+
+
 def start_target(protocol, size, name):
     p = subprocess.Popen([sys.executable, __file__, "--role", "target", "--protocol", protocol, "--size", str(size),
                           "--name", name], stdout=subprocess.PIPE, text=True)
@@ -222,6 +246,12 @@ def main() -> int:
     ap.add_argument("--size", type=int, default=64 * MiB, help="each target's buffer")
     ap.add_argument("--seed", type=int, default=int(time.time()))
     ap.add_argument("--json_out")
+    ap.add_argument("--store_nodes", type=int, default=3, help="store node processes (0: no store traffic)")
+    ap.add_argument("--store_clients", type=int, default=2)
+    ap.add_argument("--store_threads", type=int, default=2, help="threads of each store client")
+    ap.add_argument("--store_pool", type=int, default=16 * MiB, help="each store node's pool")
+    ap.add_argument("--store_keys", type=int, default=100, help="keys of each store client")
+    ap.add_argument("--store_restart_every", type=float, default=9)
     ap.add_argument("--auth_token", default="", help="KVF_AUTH_TOKEN of targets and initiators (default: random)")
     ap.add_argument("--role", default="driver", help=argparse.SUPPRESS)
     ap.add_argument("--protocol", help=argparse.SUPPRESS)
@@ -262,24 +292,25 @@ def main() -> int:
                                  "--duration", str(max(1.0, a.duration - 3)), "--seed", str(a.seed - 1),
                                  "--out", intruder_out],
                                 env={k: v for k, v in os.environ.items() if k != "KVF_AUTH_TOKEN"})
+    store = None
     kills = []  # (target name, kill time, back-up time)
     t_end = time.monotonic() + a.duration
     next_kill = time.monotonic() + a.restart_every
     try:
+        if a.store_nodes:  # the store's traffic ends with the rest: its start-up comes out of its share
+            store = store_soak.Traffic(a.store_nodes, a.store_clients, a.store_threads, a.store_pool, a.store_keys,
+                                       t_end, a.store_restart_every, a.seed, f"/tmp/kvf-soak-{os.getpid()}")
         while time.monotonic() < t_end:
             time.sleep(0.1)
+            if store:
+                store.tick(time.monotonic(), t_end - 3, remove_shm_regions)
             if time.monotonic() >= next_kill and time.monotonic() < t_end - 3:
                 name = rng.choice(list(procs))
                 p, proto = procs[name]
                 killed = time.monotonic()
                 p.kill()
                 p.wait()
-                for f in os.listdir("/dev/shm"):  # a killed shm process leaves its regions
-                    if f.startswith(f"{p.pid}:"):
-                        try:
-                            os.unlink(os.path.join("/dev/shm", f))
-                        except OSError:
-                            pass
+                remove_shm_regions(p.pid)
                 np_, info = start_target(proto, a.size, name)
                 procs[name] = (np_, proto)
                 kills.append((name, killed, time.monotonic()))
@@ -287,7 +318,11 @@ def main() -> int:
         for p in inits:
             p.wait(timeout=a.duration + 120)
         intruder.wait(timeout=120)
+        if store:
+            store.wait(timeout=120)
     finally:
+        if store:
+            store.stop()
         if intruder.poll() is None:
             intruder.kill()
             intruder.wait()
@@ -329,24 +364,31 @@ def main() -> int:
                   "intruder_admitted": len(intruder_stats["admitted"]),
                   "intruder_other_errors": len(intruder_stats["other_errors"]),
                   "intruder_exit_code": intruder.returncode})
+    store_figures, store_good = store.result() if store else ({}, True)
     print(f"soak: {total['ops']} verified operations, {total['bytes'] / 1e9:.2f} GB moved, {len(kills)} restarts, "
           f"{total['failures_injected']} injected failures, {total['errors']} unexplained errors, "
           f"{total['data_errors']} data errors (seed {a.seed}); with KVF_AUTH_TOKEN set, "
           f"{total['intruder_refused']} of {total['intruder_attempts']} intruder attempts refused, "
           f"{total['intruder_admitted']} admitted, {total['intruder_unreachable']} unreachable (target restarting), "
-          f"{total['intruder_other_errors']} other errors")
+          f"{total['intruder_other_errors']} other errors"
+          + (f"; {store_soak.summary_line(store_figures)}" if store else ""))
     for fail in unexplained[:10]:
         print(f"  unexplained: {fail}")
+    for issue in store_figures.get("unexplained", [])[:10]:
+        print(f"  store, unexplained: {issue}")
+    for wrong in store_figures.get("wrong_bytes", [])[:10]:
+        print(f"  store, wrong bytes: {wrong}")
     for x in (intruder_stats["admitted"] + intruder_stats["other_errors"])[:10]:
         print(f"  intruder: {x}")
     if a.json_out:
         with open(a.json_out, "w") as f:
             json.dump({**total, "unexplained": unexplained, "kills": kills,
                        "intruder_admitted_calls": intruder_stats["admitted"],
-                       "intruder_other_error_calls": intruder_stats["other_errors"]}, f, indent=1)
+                       "intruder_other_error_calls": intruder_stats["other_errors"], "store": store_figures}, f,
+                      indent=1)
     ok = total["data_errors"] == 0 and total["errors"] == 0 and all(c == 0 for c in total["initiator_exit_codes"]) \
         and total["ops"] > 0 and total["intruder_admitted"] == 0 and total["intruder_other_errors"] == 0 \
-        and total["intruder_refused"] > 0 and intruder.returncode == 0
+        and total["intruder_refused"] > 0 and intruder.returncode == 0 and store_good
     return 0 if ok else 1
 
 

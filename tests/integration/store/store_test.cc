@@ -423,6 +423,37 @@ TEST_P(StoreTest, AKilledNodeFailsOnlyItsKeysWithinTheDeadline) {
   EXPECT_GT(its_share, 0u);
 }
 
+// A node killed and restarted under its name between two calls of the
+// client: no call failed meanwhile, so the client still holds the old
+// engine's segment. Its pages must come back all the same (the first GET
+// may fail its keys): the soak found them failing with NetworkError for
+// ever, while PUTs to the node went on succeeding.
+TEST_P(StoreTest, ANodeRestartedBetweenTwoCallsIsReadAgain) {
+  StartNodes(3);
+  StartClient();
+  const auto pages = MakePages(90, 31);
+  ASSERT_EQ(CountOk(Put(pages)), pages.size());
+  nodes_[1].Kill();
+  std::string error;
+  ASSERT_TRUE(nodes_[1].Start(&error)) << error;
+  ASSERT_EQ(CountOk(Put(pages)), pages.size()) << "the client's view still has the three nodes";
+  const auto until = Clock::now() + std::chrono::seconds(5);
+  size_t exact_pages = 0;
+  std::vector<bool> exact;
+  std::string last_failure;
+  while (Clock::now() < until && exact_pages < pages.size()) {
+    const auto got = Get(pages, &exact);
+    exact_pages = 0;
+    for (size_t i = 0; i < pages.size(); ++i) {
+      exact_pages += exact[i] ? 1 : 0;
+      if (!got[i].ok()) last_failure = got[i].ToString();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(exact_pages, pages.size()) << "the restarted node's pages, put after its restart, stay unreadable: "
+                                       << last_failure;
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, StoreTest, ::testing::Values("tcp", "shm"),
                          [](const auto& info) { return info.param; });
 
