@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu_engine.h"
 #include "kvfabric/store.h"
 #include "memory/cuda.h"
 #include "tools/common/pattern.h"
@@ -19,25 +20,12 @@ namespace {
 
 constexpr size_t KiB = 1024;
 
-std::unique_ptr<Engine> StoreEngine(bool cuda) {
-  EngineConfig cfg;
-  cfg.protocol = "tcp";
-  cfg.apply_environment = false;
-  cfg.settings.cuda = cuda;
-  cfg.settings.cuda_library = KVF_FAKE_CUDA_PATH;
-  cfg.settings.log_level = "warn";
-  std::unique_ptr<Engine> e;
-  Status s = Engine::Create(cfg, &e);
-  EXPECT_TRUE(s.ok()) << s.ToString();
-  return e;
-}
-
 class GpuStoreTest : public ::testing::Test {
  protected:
   // A node with a 16 MiB pool and a client whose bounce buffer holds `bounce` bytes.
   void Start(int64_t bounce) {
-    client_engine_ = StoreEngine(true);  // loads the fake driver
-    node_engine_ = StoreEngine(false);
+    client_engine_ = NewGpuTestEngine(KVF_FAKE_CUDA_PATH, true);  // loads the fake driver
+    node_engine_ = NewGpuTestEngine(KVF_FAKE_CUDA_PATH, false);
     ASSERT_TRUE(node_engine_ && client_engine_);
     Settings s = node_engine_->settings();
     s.store_pool_bytes = 16 << 20;

@@ -13,6 +13,7 @@
 #include <map>
 #include <vector>
 
+#include "gpu_engine.h"
 #include "kvfabric/engine.h"
 #include "memory/cuda.h"
 #include "tools/common/pattern.h"
@@ -21,20 +22,6 @@ namespace kvfabric {
 namespace {
 
 constexpr size_t MiB = 1 << 20;
-
-std::unique_ptr<Engine> NewEngine(const std::string& cuda_library, bool cuda = true, int64_t staging_bytes = 0) {
-  EngineConfig cfg;
-  if (staging_bytes > 0) cfg.settings.staging_bytes = staging_bytes;
-  cfg.protocol = "tcp";
-  cfg.apply_environment = false;
-  cfg.settings.cuda = cuda;
-  cfg.settings.cuda_library = cuda_library;
-  cfg.settings.log_level = "warn";
-  std::unique_ptr<Engine> e;
-  Status s = Engine::Create(cfg, &e);
-  EXPECT_TRUE(s.ok()) << s.ToString();
-  return e;
-}
 
 // Host -> device -> device -> host through the engine's own segment, every
 // byte checked; returns the device copies the driver made (fake only).
@@ -69,7 +56,7 @@ void RoundTripThroughDevice(Engine& e, int device) {
 TEST(GpuTest, RealDriverSameProcessCopiesAreByteExact) {
   Status s = memory::cuda::Load();
   if (!s.ok()) GTEST_SKIP() << "no usable CUDA driver here: " << s.message();
-  auto e = NewEngine("");
+  auto e = NewGpuTestEngine("");
   ASSERT_NE(e, nullptr);
   for (int d = 0; d < memory::cuda::DeviceCount(); ++d) RoundTripThroughDevice(*e, d);
 }
@@ -77,14 +64,14 @@ TEST(GpuTest, RealDriverSameProcessCopiesAreByteExact) {
 TEST(GpuTest, RealDriverHostMemoryAsCudaIsRefused) {
   Status s = memory::cuda::Load();
   if (!s.ok()) GTEST_SKIP() << "no usable CUDA driver here: " << s.message();
-  auto e = NewEngine("");
+  auto e = NewGpuTestEngine("");
   std::vector<uint8_t> host(MiB);
   s = e->RegisterMemory(host.data(), host.size(), "cuda:0");
   EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << s.ToString();
 }
 
 TEST(GpuTest, FakeDriverSameProcessCopiesGoThroughTheDriver) {
-  auto e = NewEngine(KVF_FAKE_CUDA_PATH);
+  auto e = NewGpuTestEngine(KVF_FAKE_CUDA_PATH);
   ASSERT_NE(e, nullptr);
   ASSERT_EQ(memory::cuda::DeviceCount(), 2);
   void* lib = dlopen(KVF_FAKE_CUDA_PATH, RTLD_NOW | RTLD_NOLOAD);
@@ -100,7 +87,7 @@ TEST(GpuTest, FakeDriverSameProcessCopiesGoThroughTheDriver) {
 }
 
 TEST(GpuTest, FakeDriverRegistrationChecksTheDevice) {
-  auto e = NewEngine(KVF_FAKE_CUDA_PATH);
+  auto e = NewGpuTestEngine(KVF_FAKE_CUDA_PATH);
   void* d = nullptr;
   ASSERT_TRUE(memory::cuda::Alloc(1, MiB, &d).ok());
   std::vector<uint8_t> host(MiB);
@@ -129,7 +116,7 @@ TEST(GpuTest, FakeDriverRegistrationChecksTheDevice) {
 TEST(GpuTest, FakeDriverWildcardLocationFindsTheDevice) {
   // Frameworks register CUDA tensors by raw pointer with Mooncake's default
   // location "*": the driver says which device, and host memory stays host.
-  auto e = NewEngine(KVF_FAKE_CUDA_PATH);
+  auto e = NewGpuTestEngine(KVF_FAKE_CUDA_PATH);
   void* d0 = nullptr;
   void* d1 = nullptr;
   ASSERT_TRUE(memory::cuda::Alloc(0, MiB, &d0).ok());
@@ -160,8 +147,8 @@ TEST(GpuTest, FakeDriverGpuMemoryMovesOverTcpThroughStaging) {
   // more slices than slots. A peer's GPU memory stays out of reach and
   // says so.
   constexpr size_t kBytes = 24 * MiB;
-  auto a = NewEngine(KVF_FAKE_CUDA_PATH, true, 4 * MiB);  // 4 slots of 1 MiB
-  auto b = NewEngine(KVF_FAKE_CUDA_PATH);
+  auto a = NewGpuTestEngine(KVF_FAKE_CUDA_PATH, true, 4 * MiB);  // 4 slots of 1 MiB
+  auto b = NewGpuTestEngine(KVF_FAKE_CUDA_PATH);
   void* d = nullptr;
   ASSERT_TRUE(memory::cuda::Alloc(1, kBytes, &d).ok());
   auto* dev = static_cast<uint8_t*>(d);
@@ -203,7 +190,7 @@ TEST(GpuTest, FakeDriverGpuMemoryMovesOverTcpThroughStaging) {
 }
 
 TEST(GpuTest, NoDriverRefusesGpuMemoryAndKeepsHostMemoryWorking) {
-  auto e = NewEngine("/nonexistent/libcuda.so.1");
+  auto e = NewGpuTestEngine("/nonexistent/libcuda.so.1");
   ASSERT_NE(e, nullptr);
   std::vector<uint8_t> buf(2 * MiB);
   Status s = e->RegisterMemory(buf.data(), MiB, "cuda:0");
@@ -222,7 +209,7 @@ TEST(GpuTest, NoDriverRefusesGpuMemoryAndKeepsHostMemoryWorking) {
 }
 
 TEST(GpuTest, CudaOffRefusesGpuMemory) {
-  auto e = NewEngine(KVF_FAKE_CUDA_PATH, /*cuda=*/false);
+  auto e = NewGpuTestEngine(KVF_FAKE_CUDA_PATH, /*cuda=*/false);
   std::vector<uint8_t> buf(MiB);
   Status s = e->RegisterMemory(buf.data(), MiB, "cuda:0");
   EXPECT_EQ(s.code(), Status::Code::kUnavailable);
