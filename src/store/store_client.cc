@@ -138,9 +138,13 @@ void StoreClient::Settle(NodeCall* call, Status status, std::string reply) {
   if (call->status.ok()) return;
   Add(counters_.control_failures, 1);
   call->status = call->status.Annotate("store member " + call->node->name);
-  const auto code = call->status.code();
-  if (code == Status::Code::kNetworkError || code == Status::Code::kTimeout)
-    members_->MarkDown(call->node->name, call->status);
+  MarkDownIfUnreachable(call->node->name, call->status);
+}
+
+void StoreClient::MarkDownIfUnreachable(const std::string& member, const Status& failure) {
+  const auto code = failure.code();
+  if (code == Status::Code::kNetworkError || code == Status::Code::kTimeout || code == Status::Code::kFabricError)
+    members_->MarkDown(member, failure);
 }
 
 void StoreClient::CallNodes(std::vector<NodeCall>* calls, net::Deadline deadline) {
@@ -383,9 +387,7 @@ Status StoreClient::ReadFailed(const Status& failure, const std::string& key, co
   // The member's engine did not serve the READ: it died, or restarted (its
   // lookup answered, but this view still holds the old engine's segment).
   // Out of placement like a failed call, and greeted again later.
-  const auto code = failure.code();
-  if (code == Status::Code::kNetworkError || code == Status::Code::kTimeout || code == Status::Code::kFabricError)
-    members_->MarkDown(home.name, r);
+  MarkDownIfUnreachable(home.name, r);
   return r;
 }
 

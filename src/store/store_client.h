@@ -75,8 +75,13 @@ class StoreClient {
   bool Next(Fanout* fanout, std::vector<NodeCall>* calls, net::Deadline until, size_t* which,
             std::vector<size_t>* unanswered);
   // A call's end: its status named after the member, the counters, and the
-  // member marked down when the network or the deadline failed it.
+  // member marked down when it could not be reached.
   void Settle(NodeCall* call, Status status, std::string reply);
+  // Leaves `member` out of placement for KVF_STORE_DOWN_RETRY_MS when
+  // `failure` says it could not be reached: the network, a deadline, or the
+  // fabric (its engine did not serve a READ). A control call never fails
+  // with the fabric's error, so calls and READs share this one rule.
+  void MarkDownIfUnreachable(const std::string& member, const Status& failure);
 
   // A GET's READs of one page, started as soon as its home answered.
   struct PageRead {
