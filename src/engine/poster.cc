@@ -86,10 +86,11 @@ Status Poster::Post(Batch* batch, Task* task, const Plan& p, std::vector<fabric:
   const size_t piece = StripePieceBytes(r.length, ncand, options_.stripe_threshold);
   const Peer::PostGuard posting(p.peer.get());  // the slots resolved below stay until the slices are queued
   uint64_t planned[kMaxLocalRails] = {};
+  const size_t first = NextRotation();
   scratch->clear();
   for (size_t off = 0; off < r.length;) {
     const size_t n = std::min(piece, r.length - off);
-    const size_t ri = ncand == 1 ? cand[0] : PickRail({cand, ncand}, views, n, planned);
+    const size_t ri = ncand == 1 ? cand[0] : PickRail({cand, ncand}, views, n, planned, first);
     planned[ri] += n;
     KVF_RETURN_IF_ERROR(
         MakeSlices(*route, write, p.peer.get(), ri, l + off, r.remote_addr + off, n, 0, task, scratch));

@@ -10,8 +10,10 @@
 //                   the same peer (engine::Rerouter).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <random>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -71,8 +73,13 @@ class Poster final : public Rerouter {
   Status MakeSlices(const Route& route, bool write, Peer* peer, size_t rail, uintptr_t l, uint64_t ra, size_t len,
                     uint32_t attempts, Task* task, std::vector<fabric::Slice>* out) const;
 
+  // Where PickRail's ties start for the next request: rotating, from a
+  // random start in each process (rail_choice.h says why).
+  size_t NextRotation() { return rotation_.fetch_add(1, std::memory_order_relaxed); }
+
   const RailSet* rails_;
   const Options options_;
+  std::atomic<size_t> rotation_{static_cast<size_t>(std::random_device{}())};
   std::mutex staging_mu_;
   std::unique_ptr<memory::StagingPool> staging_;  // created on the first staged transfer
 };

@@ -19,7 +19,8 @@ size_t CandidateRails(std::span<const size_t> usable, const RailView* views, int
   return n;
 }
 
-size_t PickRail(std::span<const size_t> cand, const RailView* views, size_t len, const uint64_t* planned) {
+size_t PickRail(std::span<const size_t> cand, const RailView* views, size_t len, const uint64_t* planned,
+                size_t first) {
   double lo = 0, hi = 0;
   for (size_t i = 0; i < cand.size(); ++i) {
     const double s = views[cand[i]].speed;
@@ -27,13 +28,15 @@ size_t PickRail(std::span<const size_t> cand, const RailView* views, size_t len,
     hi = std::max(hi, s);
   }
   const bool by_speed = lo > 0 && hi >= 1.3 * lo;
-  size_t best = cand[0];
+  const size_t n = cand.size();
+  size_t best = cand[first % n];
   double best_cost = 0;
-  for (size_t i = 0; i < cand.size(); ++i) {
+  for (size_t k = 0; k < n; ++k) {
+    const size_t i = (first + k) % n;
     const size_t r = cand[i];
     double cost = static_cast<double>(views[r].load_bytes + planned[r] + len);
     if (by_speed) cost /= views[r].speed;
-    if (i == 0 || cost < best_cost) {
+    if (k == 0 || cost < best_cost) {
       best = r;
       best_cost = cost;
     }

@@ -62,6 +62,47 @@ TEST(PickRail, LeastLoadedOnEvenRails) {
   EXPECT_EQ(PickRail(cand, v, 4096, planned), 1u);
 }
 
+// Ties go to the first tied candidate from cand[first % n] on; the load
+// still decides before the order does.
+TEST(PickRail, TiesGoFromTheRotatingFirstCandidate) {
+  RailView v[4];
+  const size_t cand[] = {0, 1, 2, 3};
+  const uint64_t planned[4] = {};
+  for (size_t first = 0; first < 8; ++first) EXPECT_EQ(PickRail(cand, v, 4096, planned, first), first % 4);
+  v[2].load_bytes = 1;  // rail 2 is no longer tied: the order skips it
+  EXPECT_EQ(PickRail(cand, v, 4096, planned, 2), 3u);
+  v[0].load_bytes = v[1].load_bytes = v[3].load_bytes = 5;  // rail 2 is the least loaded now, wherever the order starts
+  for (size_t first = 0; first < 4; ++first) EXPECT_EQ(PickRail(cand, v, 4096, planned, first), 2u);
+}
+
+// The homes of a store PUT each read a few pages from the same writer at
+// once. With ties to the lowest rail, 11 pages over 4 even rails from each
+// of 3 readers made rail 3 carry 6 pages against 9 on the others (the
+// batch waits for the fullest); rotating the first candidate per request
+// from a different start in each reader spreads them.
+TEST(PickRail, IndependentReadersRotatingTheirFirstLoadTheRailsEvenly) {
+  const size_t cand[] = {0, 1, 2, 3};
+  const uint64_t none[4] = {};
+  uint64_t lowest_first[4] = {}, rotated[4] = {};
+  size_t rotation[3] = {0, 5, 10};  // each reader's counter: different starts
+  for (int batch = 0; batch < 12; ++batch) {
+    for (int reader = 0; reader < 3; ++reader) {
+      RailView a[4], b[4];  // a reader sees only its own load
+      for (int page = 0; page < 11; ++page) {
+        const size_t x = PickRail(cand, a, 1, none);
+        a[x].load_bytes += 1;
+        ++lowest_first[x];
+        const size_t y = PickRail(cand, b, 1, none, rotation[reader]++);
+        b[y].load_bytes += 1;
+        ++rotated[y];
+      }
+    }
+  }
+  EXPECT_EQ(lowest_first[3], 12u * 3 * 2) << "ties to the lowest rail leave rail 3 short";
+  EXPECT_EQ(lowest_first[0], 12u * 3 * 3);
+  for (int r = 0; r < 4; ++r) EXPECT_NEAR(static_cast<double>(rotated[r]), 12 * 33 / 4.0, 12 * 33 * 0.05) << "rail " << r;
+}
+
 TEST(PickRail, PlannedBytesOfThisRequestCount) {
   RailView v[2];
   const size_t cand[] = {0, 1};

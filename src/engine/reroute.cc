@@ -28,7 +28,7 @@ uint32_t Poster::Reroute(Task* task, const fabric::Slice& s, bool failed) {
   const size_t ncand = CandidateRails(*usable, views, static_cast<int>(s.rail), /*fallback=*/false, cand);
   if (ncand == 0) return 0;
   const uint64_t planned[kMaxLocalRails] = {};
-  const size_t ri = PickRail({cand, ncand}, views, s.length, planned);
+  const size_t ri = PickRail({cand, ncand}, views, s.length, planned, NextRotation());
   const Peer::PostGuard posting(peer.get());  // the slot stays until the slices are queued
   fi_addr_t unused;
   if (!peer->Lookup(ri, &unused)) return 0;  // reconnecting after a restart: let the task fail

@@ -56,8 +56,9 @@ Status Poster::PostStaged(Batch* batch, Task* task, const Plan& p, std::shared_p
   StartTask(batch, task, p, route, cuts.size());
   const Peer::PostGuard posting(p.peer.get());  // the slots resolved below stay until the slices are queued
   uint64_t planned[kMaxLocalRails] = {};
+  const size_t first = NextRotation();
   for (const Cut& c : cuts) {
-    const size_t ri = ncand == 1 ? cand[0] : PickRail({cand, ncand}, views, c.length, planned);
+    const size_t ri = ncand == 1 ? cand[0] : PickRail({cand, ncand}, views, c.length, planned, first);
     planned[ri] += c.length;
     fabric::Slice s;
     s.owner = task;

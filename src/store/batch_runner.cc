@@ -2,13 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
-#include <limits>
 #include <thread>
 
 namespace kvfabric::store {
 namespace {
-
-constexpr size_t kNotSubmitted = std::numeric_limits<size_t>::max();
 
 // The outcome of one task as a Status.
 Status TaskOutcome(const TransferStatus& t) {
@@ -23,68 +20,24 @@ Status TaskOutcome(const TransferStatus& t) {
 
 BatchRunner::~BatchRunner() { FreeEnded(); }
 
-void BatchRunner::Run(const std::vector<TransferRequest>& requests,
-                      const std::vector<std::pair<size_t, size_t>>& groups, net::Deadline deadline,
-                      std::vector<Status>* outcomes) {
+void BatchRunner::Start(const std::vector<TransferRequest>& requests,
+                        const std::vector<std::pair<size_t, size_t>>& groups, Flight* flight,
+                        std::vector<Status>* outcomes) {
   FreeEnded();
+  *flight = Flight{};
+  flight->first_task.assign(groups.size(), kNotSubmitted);
+  flight->tasks.resize(groups.size());
+  for (size_t g = 0; g < groups.size(); ++g) flight->tasks[g] = groups[g].second - groups[g].first;
   outcomes->assign(groups.size(), Status::OK());
   if (requests.empty()) return;
-  BatchId batch = 0;
-  if (Status s = engine_->AllocateBatch(requests.size(), &batch); !s.ok()) {
+  if (Status s = engine_->AllocateBatch(requests.size(), &flight->batch); !s.ok()) {
     outcomes->assign(groups.size(), s);
     return;
   }
-  std::vector<size_t> first_task;
-  SubmitGroups(batch, requests, groups, &first_task, outcomes);
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-  TransferStatus all;
-  (void)engine_->WaitBatch(batch, std::max<int64_t>(0, left.count()), &all);  // tasks are read one by one below
-  for (size_t g = 0; g < groups.size(); ++g) {
-    if (first_task[g] == kNotSubmitted) continue;
-    for (size_t t = 0; t < groups[g].second - groups[g].first; ++t) {
-      TransferStatus ts;
-      Status s = engine_->GetTaskStatus(batch, first_task[g] + t, &ts);
-      if (s.ok()) s = TaskOutcome(ts);
-      if (!s.ok()) {
-        (*outcomes)[g] = s;
-        break;
-      }
-    }
-  }
-  FreeOrKeep(batch);
-}
-
-Status BatchRunner::Start(const std::vector<TransferRequest>& requests, BatchId* batch) {
-  FreeEnded();
-  KVF_RETURN_IF_ERROR(engine_->AllocateBatch(requests.size(), batch));
-  Status s = engine_->Submit(*batch, requests);
-  if (!s.ok()) (void)engine_->FreeBatch(*batch);
-  return s;
-}
-
-Status BatchRunner::Finish(BatchId batch, size_t count, net::Deadline deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-  TransferStatus all;
-  Status out = engine_->WaitBatch(batch, std::max<int64_t>(0, left.count()), &all);
-  if (out.ok() && all.state != TaskState::kCompleted) {
-    for (size_t t = 0; t < count && out.ok(); ++t) {
-      TransferStatus ts;
-      out = engine_->GetTaskStatus(batch, t, &ts);
-      if (out.ok()) out = TaskOutcome(ts);
-    }
-    if (out.ok()) out = TaskOutcome(all);
-  }
-  FreeOrKeep(batch);
-  return out;
-}
-
-void BatchRunner::SubmitGroups(BatchId batch, const std::vector<TransferRequest>& requests,
-                               const std::vector<std::pair<size_t, size_t>>& groups,
-                               std::vector<size_t>* first_task, std::vector<Status>* outcomes) {
-  first_task->assign(groups.size(), kNotSubmitted);
-  Status whole = engine_->Submit(batch, requests);
+  flight->allocated = true;
+  Status whole = engine_->Submit(flight->batch, requests);
   if (whole.ok()) {
-    for (size_t g = 0; g < groups.size(); ++g) (*first_task)[g] = groups[g].first;
+    for (size_t g = 0; g < groups.size(); ++g) flight->first_task[g] = groups[g].first;
     return;
   }
   if (whole.code() == Status::Code::kClosed) {
@@ -97,14 +50,43 @@ void BatchRunner::SubmitGroups(BatchId batch, const std::vector<TransferRequest>
     const auto [begin, end] = groups[g];
     if (begin == end) continue;
     std::vector<TransferRequest> part(requests.begin() + begin, requests.begin() + end);
-    Status s = engine_->Submit(batch, part);
-    if (!s.ok()) {
+    if (Status s = engine_->Submit(flight->batch, part); !s.ok()) {
       (*outcomes)[g] = s;
       continue;
     }
-    (*first_task)[g] = next_task;
+    flight->first_task[g] = next_task;
     next_task += part.size();
   }
+}
+
+void BatchRunner::Finish(Flight* flight, net::Deadline deadline, std::vector<Status>* outcomes) {
+  if (!flight->allocated) return;
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+  TransferStatus all;
+  Status waited = engine_->WaitBatch(flight->batch, std::max<int64_t>(0, left.count()), &all);
+  const bool every_one_completed = waited.ok() && all.state == TaskState::kCompleted;
+  for (size_t g = 0; g < flight->first_task.size() && !every_one_completed; ++g) {
+    if (flight->first_task[g] == kNotSubmitted) continue;
+    for (size_t t = 0; t < flight->tasks[g]; ++t) {
+      TransferStatus ts;
+      Status s = engine_->GetTaskStatus(flight->batch, flight->first_task[g] + t, &ts);
+      if (s.ok()) s = TaskOutcome(ts);
+      if (!s.ok()) {
+        (*outcomes)[g] = s;
+        break;
+      }
+    }
+  }
+  FreeOrKeep(flight->batch);
+  flight->allocated = false;
+}
+
+void BatchRunner::Run(const std::vector<TransferRequest>& requests,
+                      const std::vector<std::pair<size_t, size_t>>& groups, net::Deadline deadline,
+                      std::vector<Status>* outcomes) {
+  Flight flight;
+  Start(requests, groups, &flight, outcomes);
+  Finish(&flight, deadline, outcomes);
 }
 
 bool BatchRunner::Drain(net::Deadline deadline) {

@@ -65,6 +65,8 @@ struct ControlClient::Loop {
         connect_timeout(settings.handshake_timeout_ms) {}
 
   void Post(Op op);
+  // Posts `ops` together: one lock, and at most one wake of the thread.
+  void PostAll(std::vector<Op> ops);
   void Run();
   // Starts what the inbox holds; true once the client is closing.
   bool TakeInbox();
@@ -130,6 +132,13 @@ void ControlClient::Call(const std::string& address, std::string payload, Deadli
   loop_->Post({address, std::move(payload), deadline, std::move(done)});
 }
 
+void ControlClient::CallAll(std::vector<Request> calls, Deadline deadline) {
+  std::vector<Loop::Op> ops;
+  ops.reserve(calls.size());
+  for (Request& r : calls) ops.push_back({std::move(r.address), std::move(r.payload), deadline, std::move(r.done)});
+  loop_->PostAll(std::move(ops));
+}
+
 Status ControlClient::CallSync(const std::string& address, std::string payload, Deadline deadline,
                                std::string* reply) {
   if (std::this_thread::get_id() == loop_->thread.get_id())
@@ -152,18 +161,28 @@ void ControlClient::Disconnect(const std::string& address) {
 }
 
 void ControlClient::Loop::Post(Op op) {
+  std::vector<Op> one;
+  one.push_back(std::move(op));
+  PostAll(std::move(one));
+}
+
+void ControlClient::Loop::PostAll(std::vector<Op> ops) {
+  if (ops.empty()) return;
   std::unique_lock<std::mutex> g(mu);
-  if (finished || !unusable.ok()) {  // a call racing the destructor, or no thread: end it here
+  if (finished || !unusable.ok()) {  // calls racing the destructor, or no thread: end them here
     g.unlock();
-    if (op.done) op.done(unusable.ok() ? Status::Closed("the store control client was destroyed") : unusable, {});
+    const Status why = unusable.ok() ? Status::Closed("the store control client was destroyed") : unusable;
+    for (Op& op : ops)
+      if (op.done) op.done(why, {});
     return;
   }
-  inbox.push_back(std::move(op));
+  const bool was_empty = inbox.empty();
+  for (Op& op : ops) inbox.push_back(std::move(op));
   // The thread takes the inbox after every wait; only another thread wakes
   // it, once the lock is free for the thread to take.
   const bool by_thread = std::this_thread::get_id() == thread.get_id();
   if (by_thread) posted_by_thread = true;
-  const bool wake = !by_thread && inbox.size() == 1;
+  const bool wake = !by_thread && was_empty;
   g.unlock();
   if (wake) Wake(wake_fd);
 }

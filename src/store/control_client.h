@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kvfabric/settings.h"
 #include "kvfabric/status.h"
@@ -53,6 +54,14 @@ class ControlClient {
   // while connecting wait for the connection. `done` must not block; it may
   // call Call or Disconnect.
   void Call(const std::string& address, std::string payload, net::Deadline deadline, Done done);
+  // Call for each of `calls`, all posted to the client's thread at once
+  // (one wake-up for the lot: a batch's messages to its homes).
+  struct Request {
+    std::string address;
+    std::string payload;
+    Done done;
+  };
+  void CallAll(std::vector<Request> calls, net::Deadline deadline);
   // Call, then waits for its end: the status, and the reply in `*reply`
   // when OK. Must not run on the client's thread (InvalidArgument).
   Status CallSync(const std::string& address, std::string payload, net::Deadline deadline, std::string* reply);

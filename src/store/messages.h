@@ -55,6 +55,7 @@ struct Location {
   uint64_t length = 0;
   uint64_t generation = 0;
   Checksum checksum;
+  bool operator==(const Location&) const = default;
 };
 
 // A piece of a page in the writer's registered memory.

@@ -82,7 +82,7 @@ void NodeService::Stop() {
   jobs_cv_.notify_all();
   for (std::thread& t : workers_) t.join();
   workers_.clear();
-  for (PutJob& job : jobs_) job.reply(Status::Closed("store node " + address_ + " stopped"), {});
+  for (PutJob& job : jobs_) DropPut(&job);
   jobs_.clear();
   if (pool_ != nullptr) {
     // A PUT's READ that outlived its deadline may still land in the pool:
@@ -104,6 +104,9 @@ void NodeService::Handle(std::string payload, ControlServer::Reply reply) {
     if (Status s = DecodePut(payload, &job.request); !s.ok()) return reply(s, {});
     job.reply = std::move(reply);
     job.deadline = net::DeadlineIn(std::min<int64_t>(job.request.budget_ms, settings_.store_deadline_ms));
+    // The bytes start moving now when the writer is known; a put thread
+    // opens a new writer's segment first (a handshake: never on this thread).
+    if (SegmentHandle writer; KnownWriter(job.request.writer, &writer)) StartPut(&job, Status::OK(), writer);
     {
       std::lock_guard<std::mutex> g(jobs_mu_);
       if (!stopping_) {
@@ -112,7 +115,7 @@ void NodeService::Handle(std::string payload, ControlServer::Reply reply) {
         return;
       }
     }
-    return job.reply(Status::Closed("store node " + address_ + " stopped"), {});
+    return DropPut(&job);
   }
   Status status;
   std::string answer = Answer(op, payload, &status);
@@ -166,11 +169,22 @@ void NodeService::PutLoop() {
       job = std::move(jobs_.front());
       jobs_.pop_front();
     }
-    if (Clock::now() >= job.deadline) {  // waited for a thread longer than the writer waits for the reply
-      job.reply(Status::Timeout("store node " + address_ + ": the put waited past its deadline for a thread (KVF_STORE_PUT_THREADS)"), {});
-      continue;
+    if (!job.started) {
+      if (Clock::now() >= job.deadline) {  // waited for a thread longer than the writer waits for the reply
+        job.reply(Status::Timeout("store node " + address_ +
+                                  ": the put waited past its deadline for a thread (KVF_STORE_PUT_THREADS)"),
+                  {});
+        continue;
+      }
+      SegmentHandle writer = -1;
+      const Status open = engine_->OpenSegment(job.request.writer, &writer);
+      if (open.ok()) {
+        std::lock_guard<std::mutex> g(writers_mu_);
+        writers_[job.request.writer] = writer;
+      }
+      StartPut(&job, open, writer);
     }
-    job.reply(Status::OK(), EncodeStatuses(ExecutePut(job.request, job.deadline)));
+    job.reply(Status::OK(), EncodeStatuses(FinishPut(&job)));
   }
 }
 
@@ -189,59 +203,77 @@ Status NodeService::CheckItem(const PutItem& item, uint64_t* length) const {
   return Status::OK();
 }
 
-std::vector<Status> NodeService::ExecutePut(const PutRequest& put, net::Deadline deadline) {
+void NodeService::DropPut(PutJob* job) {
+  // READs already started are not waited for: their batch is kept until
+  // they end, and Stop drains it before the pool goes.
+  if (job->started) runner_.Finish(&job->flight, Clock::now(), &job->outcomes);
+  job->reply(Status::Closed("store node " + address_ + " stopped"), {});
+}
+
+bool NodeService::KnownWriter(const std::string& name, SegmentHandle* out) {
+  std::lock_guard<std::mutex> g(writers_mu_);
+  auto it = writers_.find(name);
+  if (it == writers_.end()) return false;
+  *out = it->second;
+  return true;
+}
+
+void NodeService::StartPut(PutJob* job, const Status& open, SegmentHandle writer) {
+  const PutRequest& put = job->request;
   const size_t n = put.items.size();
-  std::vector<Status> results(n);
-  std::vector<uint64_t> offsets(n), lengths(n);
-  std::vector<bool> reserved(n, false);
-  SegmentHandle writer = -1;
-  Status open = engine_->OpenSegment(put.writer, &writer);
+  job->started = true;
+  job->results.assign(n, Status::OK());
+  job->offsets.assign(n, 0);
+  job->lengths.assign(n, 0);
+  job->reserved.assign(n, false);
   {
     const auto now = Clock::now();
     std::lock_guard<std::mutex> g(table_mu_);
     counters_.puts += n;
     for (size_t i = 0; i < n; ++i) {
-      results[i] = open.ok() ? CheckItem(put.items[i], &lengths[i]) : open.Annotate("store: the writer's segment");
-      if (results[i].ok()) results[i] = table_.Reserve(lengths[i], now, &offsets[i]);
-      reserved[i] = results[i].ok();
+      Status& r = job->results[i];
+      r = open.ok() ? CheckItem(put.items[i], &job->lengths[i]) : open.Annotate("store: the writer's segment");
+      if (r.ok()) r = table_.Reserve(job->lengths[i], now, &job->offsets[i]);
+      job->reserved[i] = r.ok();
     }
   }
-  // Every page's READs start at once (an engine batch each); each page is
-  // checksummed as soon as its READs are done, while the next are read.
-  std::vector<Status> outcomes(n);
-  std::vector<BatchId> batches(n);
-  std::vector<size_t> counts(n, 0);
+  // Every page's READs go in one engine batch (a group each).
   std::vector<TransferRequest> requests;
+  std::vector<std::pair<size_t, size_t>> groups(n, {0, 0});
   for (size_t i = 0; i < n; ++i) {
-    if (!reserved[i]) continue;
-    requests.clear();
-    uint64_t at = offsets[i];
+    if (!job->reserved[i]) continue;
+    groups[i].first = requests.size();
+    uint64_t at = job->offsets[i];
     for (const Extent& e : put.items[i].sources) {
       requests.push_back({OpCode::kRead, pool_ + at, writer, e.addr, static_cast<size_t>(e.length)});
       at += e.length;
     }
-    outcomes[i] = runner_.Start(requests, &batches[i]);
-    if (outcomes[i].ok()) counts[i] = requests.size();
+    groups[i].second = requests.size();
   }
+  runner_.Start(requests, groups, &job->flight, &job->outcomes);
+}
+
+std::vector<Status> NodeService::FinishPut(PutJob* job) {
+  const PutRequest& put = job->request;
+  const size_t n = put.items.size();
+  runner_.Finish(&job->flight, job->deadline, &job->outcomes);
   std::vector<Checksum> sums(n);
-  for (size_t i = 0; i < n; ++i) {
-    if (counts[i] == 0) continue;
-    outcomes[i] = runner_.Finish(batches[i], counts[i], deadline);
-    if (outcomes[i].ok()) sums[i] = ChecksumOfBytes(pool_ + offsets[i], lengths[i]);
-  }
+  for (size_t i = 0; i < n; ++i)
+    if (job->reserved[i] && job->outcomes[i].ok()) sums[i] = ChecksumOfBytes(pool_ + job->offsets[i], job->lengths[i]);
   const auto now = Clock::now();
   std::lock_guard<std::mutex> g(table_mu_);
   for (size_t i = 0; i < n; ++i) {
-    if (!reserved[i]) continue;
-    if (outcomes[i].ok()) {
-      table_.Commit(put.items[i].key, offsets[i], lengths[i], sums[i], now);
+    if (!job->reserved[i]) continue;
+    if (job->outcomes[i].ok()) {
+      table_.Commit(put.items[i].key, job->offsets[i], job->lengths[i], sums[i], now);
     } else {
-      table_.Abandon(offsets[i], now);
-      results[i] = outcomes[i].Annotate("store: reading the page of '" + put.items[i].key + "' from " + put.writer);
+      table_.Abandon(job->offsets[i], now);
+      job->results[i] =
+          job->outcomes[i].Annotate("store: reading the page of '" + put.items[i].key + "' from " + put.writer);
     }
   }
-  for (const Status& s : results) counters_.put_failures += s.ok() ? 0 : 1;
-  return results;
+  for (const Status& s : job->results) counters_.put_failures += s.ok() ? 0 : 1;
+  return std::move(job->results);
 }
 
 NodeStats NodeService::Stats() {

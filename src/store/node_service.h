@@ -5,9 +5,13 @@
 //   hello, lookup, exists, remove, remove all, pin, unpin, stats
 //       answered on the control server's thread, under the table's lock;
 //   put
-//       handed to one of KVF_STORE_PUT_THREADS threads, which reserve
-//       slots, READ the pages from the writer's registered buffers, take
-//       their checksums and commit them, then reply with a status per key.
+//       slots reserved and the READs of the pages from the writer's
+//       registered buffers started on the control server's thread (when the
+//       writer's segment is open already: no handshake ever blocks that
+//       thread), then handed to one of KVF_STORE_PUT_THREADS threads, which
+//       wait for the READs, take the checksums, commit the pages and reply
+//       with a status per key. The hand-over costs no time on the way of
+//       the bytes: they move while the put thread wakes up.
 #pragma once
 
 #include <condition_variable>
@@ -17,6 +21,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "kvfabric/engine.h"
@@ -54,11 +59,27 @@ class NodeService {
     PutRequest request;
     net::Deadline deadline;  // from its arrival: the writer's budget, at most KVF_STORE_DEADLINE_MS
     ControlServer::Reply reply;
+    // Set by StartPut:
+    bool started = false;
+    std::vector<Status> results;  // per item: OK, or why it was refused
+    std::vector<uint64_t> offsets, lengths;
+    std::vector<bool> reserved;
+    BatchRunner::Flight flight;
+    std::vector<Status> outcomes;  // per item: its READs' refusal, then (FinishPut) their end
   };
   NodeService(Engine* engine, const Settings& settings);
   std::string Answer(Op op, std::string_view payload, Status* status);
   void PutLoop();
-  std::vector<Status> ExecutePut(const PutRequest& put, net::Deadline deadline);
+  // Reserves the items' slots and starts their READs from `writer`'s
+  // buffers (one engine batch; `open` is OpenSegment's outcome for it).
+  void StartPut(PutJob* job, const Status& open, SegmentHandle writer);
+  // Waits for the READs, checksums and commits the pages read whole,
+  // gives back the slots of the others; the per-item statuses.
+  std::vector<Status> FinishPut(PutJob* job);
+  // Replies Closed to a put the node will not finish (it stops).
+  void DropPut(PutJob* job);
+  // The writer's segment if this node opened it before (no handshake).
+  bool KnownWriter(const std::string& name, SegmentHandle* out);
   // The page's length, or why the item is refused (nothing reserved).
   Status CheckItem(const PutItem& item, uint64_t* length) const;
 
@@ -74,6 +95,9 @@ class NodeService {
   NodeStats counters_;  // the request counters (under table_mu_); the table's own come from table_.stats()
 
   std::unique_ptr<ControlServer> server_;
+
+  std::mutex writers_mu_;
+  std::unordered_map<std::string, SegmentHandle> writers_;  // opened by a put thread
 
   std::mutex jobs_mu_;
   std::condition_variable jobs_cv_;

@@ -51,7 +51,13 @@ struct StoreClient::Fanout {
 
 StoreClient::StoreClient(Engine* engine, const Settings& settings, ControlClient* control, MemberView* members,
                          NodeService* self)
-    : engine_(engine), settings_(settings), control_(control), members_(members), self_(self), runner_(engine) {}
+    : engine_(engine),
+      settings_(settings),
+      control_(control),
+      members_(members),
+      self_(self),
+      runner_(engine),
+      locations_(static_cast<size_t>(settings.store_location_cache)) {}
 
 StoreClient::~StoreClient() {
   if (bounce_) (void)engine_->UnregisterMemory(bounce_.get());
@@ -91,6 +97,8 @@ std::shared_ptr<StoreClient::Fanout> StoreClient::Send(std::vector<NodeCall>* ca
   auto fanout = std::make_shared<Fanout>();
   fanout->got.resize(calls->size());
   fanout->taken.resize(calls->size(), false);
+  std::vector<ControlClient::Request> remote;
+  remote.reserve(calls->size());
   for (size_t c = 0; c < calls->size(); ++c) {
     NodeCall& call = (*calls)[c];
     auto done = [fanout, c](Status s, std::string reply) {
@@ -103,8 +111,9 @@ std::shared_ptr<StoreClient::Fanout> StoreClient::Send(std::vector<NodeCall>* ca
     if (self_ != nullptr && call.node->name == self_->address())
       self_->Handle(std::move(call.request), std::move(done));
     else
-      control_->Call(call.node->name, std::move(call.request), deadline, std::move(done));
+      remote.push_back({call.node->name, std::move(call.request), std::move(done)});
   }
+  control_->CallAll(std::move(remote), deadline);
   return fanout;
 }
 
@@ -303,23 +312,64 @@ void StoreClient::Get(const std::vector<std::string>& keys, const std::vector<st
   for (NodeCall& call : calls) call.request = EncodeKeys(Op::kLookup, KeysOf(keys, call.keys));
   const auto asked = Clock::now();
   const auto deadline = asked + std::chrono::milliseconds(settings_.store_deadline_ms);
+  // No READ starts after its lookup's read window: the slots may be reused from then on.
+  auto read_by = [&](const NodeCall& call) {
+    return std::min(deadline, asked + std::chrono::milliseconds(call.node->info.read_window_ms));
+  };
+  // The pages whose location this process remembers are read at once, and
+  // their lookups sent right after, to confirm them while the bytes move
+  // (the links are busy from the first moment); each home's other pages are
+  // read as soon as it answers (one engine batch per home and kind).
+  Reads reads;
+  reads.pages.reserve(keys.size());
+  std::vector<size_t> guessed(keys.size(), SIZE_MAX);
+  for (const NodeCall& call : calls) StartGuesses(keys, buffers, memory, call, read_by(call), &reads, &guessed);
   auto fanout = Send(&calls, deadline);
-  // Each home's pages are read as soon as it answers, while the others'
-  // answers are on their way; each page is verified as soon as its READs
-  // are done, while the next pages are read.
-  std::vector<PageRead> reads;
-  reads.reserve(keys.size());
   size_t c = 0;
   std::vector<size_t> unanswered;
   for (size_t n = 0; n < calls.size(); ++n) {
     if (!Next(fanout.get(), &calls, deadline + std::chrono::seconds(1), &c, &unanswered)) break;
-    // No READ starts after its lookup's read window: the slots may be reused from then on.
-    const auto by = std::min(deadline, asked + std::chrono::milliseconds(calls[c].node->info.read_window_ms));
-    StartReads(keys, buffers, memory, calls[c], by, results, &reads);
+    StartReads(keys, buffers, memory, calls[c], read_by(calls[c]), guessed, results, &reads);
   }
   for (size_t u : unanswered)
     for (size_t i : calls[u].keys) (*results)[i] = calls[u].status;
-  for (const PageRead& read : reads) FinishRead(keys, buffers, read, results, lengths);
+  // Pages are verified flight by flight as each lands. A guess its answer
+  // did not confirm is waited out all the same (no READ may write the
+  // caller's buffers once the call returns), and read again when the
+  // answer found the page elsewhere.
+  std::vector<PageRead> moved;
+  net::Deadline moved_by = deadline;
+  for (size_t p = 0; p < reads.pages.size(); ++p) {
+    const PageRead& read = reads.pages[p];
+    const Status& ended = Land(&reads, read);
+    const size_t i = read.key;
+    if (read.check == PageRead::Check::kConfirmed) {
+      FinishRead(keys, buffers, read, ended, results, lengths);
+      continue;
+    }
+    Add(counters_.get_cached_stale, 1);
+    if (read.check != PageRead::Check::kMoved) continue;  // results[i] says what the answer was
+    if (!ended.ok()) {  // its READs may still be writing the buffers: no second READ into them
+      (*results)[i] = ReadFailed(ended, keys[i], *read.home);
+      continue;
+    }
+    const net::Deadline by = reads.flights[read.flight].by;
+    if (Clock::now() >= by) {
+      (*results)[i] = Status::NotFound("store: key '" + keys[i] + "': its lookup is older than the read window");
+      Add(counters_.misses_late, 1);
+      continue;
+    }
+    moved.push_back(read);
+    moved.back().check = PageRead::Check::kConfirmed;
+    moved_by = std::min(moved_by, by);
+  }
+  if (!moved.empty()) {
+    Reads again;
+    std::vector<std::pair<PageRead, Status>> refused;
+    Launch(std::move(moved), moved_by, buffers, memory, &again, &refused);
+    for (const auto& [read, why] : refused) (*results)[read.key] = ReadFailed(why, keys[read.key], *read.home);
+    for (const PageRead& read : again.pages) FinishRead(keys, buffers, read, Land(&again, read), results, lengths);
+  }
   Add(counters_.get_keys, keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
     if ((*results)[i].ok()) {
@@ -331,18 +381,83 @@ void StoreClient::Get(const std::vector<std::string>& keys, const std::vector<st
   }
 }
 
+void StoreClient::Launch(std::vector<PageRead> pages, net::Deadline by,
+                         const std::vector<std::vector<StoreBuffer>>& buffers, const std::vector<Memory>& memory,
+                         Reads* reads, std::vector<std::pair<PageRead, Status>>* refused) {
+  if (pages.empty()) return;
+  std::vector<TransferRequest> requests;
+  std::vector<std::pair<size_t, size_t>> groups;
+  for (PageRead& page : pages) {
+    const size_t i = page.key;
+    groups.push_back({requests.size(), 0});
+    uint64_t left = page.where.length, remote = page.where.addr;
+    for (const StoreBuffer& b : buffers[i]) {
+      if (left == 0) break;
+      const uint64_t n = std::min<uint64_t>(left, b.length);
+      requests.push_back({OpCode::kRead, b.addr, page.home->segment, remote, static_cast<size_t>(n)});
+      remote += n;
+      left -= n;
+    }
+    groups.back().second = requests.size();
+    // No checksum on GPU memory: its page is whole by the read window alone.
+    page.verify = settings_.store_verify && memory[i] == Memory::kHost;
+  }
+  ReadFlight flight;
+  flight.by = by;
+  runner_.Start(requests, groups, &flight.flight, &flight.outcomes);
+  for (size_t g = 0; g < pages.size(); ++g) {
+    if (!flight.outcomes[g].ok()) {
+      refused->push_back({std::move(pages[g]), flight.outcomes[g]});
+      continue;
+    }
+    pages[g].flight = reads->flights.size();
+    pages[g].group = g;
+    reads->pages.push_back(std::move(pages[g]));
+  }
+  reads->flights.push_back(std::move(flight));
+}
+
+const Status& StoreClient::Land(Reads* reads, const PageRead& page) {
+  ReadFlight& f = reads->flights[page.flight];
+  if (!f.landed) {
+    runner_.Finish(&f.flight, f.by, &f.outcomes);
+    f.landed = true;
+  }
+  return f.outcomes[page.group];
+}
+
+void StoreClient::StartGuesses(const std::vector<std::string>& keys,
+                               const std::vector<std::vector<StoreBuffer>>& buffers, const std::vector<Memory>& memory,
+                               const NodeCall& call, net::Deadline by, Reads* reads, std::vector<size_t>* guessed) {
+  // A node's own pages are answered by a direct call, already done.
+  if (locations_.capacity() == 0 || (self_ != nullptr && call.node->name == self_->address())) return;
+  std::vector<PageRead> pages;
+  CachedLocation cached;
+  for (size_t i : call.keys) {
+    if (locations_.Find(keys[i], &cached) &&
+        CachedLocationUsable(cached, call.node->name, call.node->info.epoch, TotalBytes(buffers[i])))
+      pages.push_back(PageRead{i, cached.where, call.node, true, PageRead::Check::kUnconfirmed});
+  }
+  // A guess the engine refuses is no guess: the answer decides as for any key.
+  std::vector<std::pair<PageRead, Status>> refused;
+  const size_t first = reads->pages.size();
+  Launch(std::move(pages), by, buffers, memory, reads, &refused);
+  for (size_t p = first; p < reads->pages.size(); ++p) (*guessed)[reads->pages[p].key] = p;
+}
+
 void StoreClient::StartReads(const std::vector<std::string>& keys,
                              const std::vector<std::vector<StoreBuffer>>& buffers, const std::vector<Memory>& memory,
-                             const NodeCall& call, net::Deadline by, std::vector<Status>* results,
-                             std::vector<PageRead>* reads) {
+                             const NodeCall& call, net::Deadline by, const std::vector<size_t>& guessed,
+                             std::vector<Status>* results, Reads* reads) {
   std::vector<Location> found;
   Status s = call.status;
   if (s.ok()) s = DecodeLocations(call.reply, call.keys.size(), &found);
   const bool late = Clock::now() >= by;
-  std::vector<TransferRequest> requests;
+  std::vector<PageRead> pages;
   for (size_t j = 0; j < call.keys.size(); ++j) {
     const size_t i = call.keys[j];
     Status& r = (*results)[i];
+    PageRead* guess = guessed[i] == SIZE_MAX ? nullptr : &reads->pages[guessed[i]];
     if (!s.ok()) {
       r = s;
       continue;
@@ -351,6 +466,13 @@ void StoreClient::StartReads(const std::vector<std::string>& keys,
     if (!loc.found) {
       r = Status::NotFound("store: no page under key '" + keys[i] + "'");
       Add(counters_.misses_absent, 1);
+      locations_.Erase(keys[i]);
+      continue;
+    }
+    locations_.Put(keys[i], CachedLocation{call.node->name, call.node->info.epoch, loc});
+    if (guess != nullptr && guess->where == loc) {
+      guess->check = PageRead::Check::kConfirmed;
+      Add(counters_.get_cached, 1);
       continue;
     }
     if (TotalBytes(buffers[i]) < loc.length) {
@@ -363,23 +485,16 @@ void StoreClient::StartReads(const std::vector<std::string>& keys,
       Add(counters_.misses_late, 1);
       continue;
     }
-    requests.clear();
-    uint64_t left = loc.length, remote = loc.addr;
-    for (const StoreBuffer& b : buffers[i]) {
-      if (left == 0) break;
-      const uint64_t n = std::min<uint64_t>(left, b.length);
-      requests.push_back({OpCode::kRead, b.addr, call.node->segment, remote, static_cast<size_t>(n)});
-      remote += n;
-      left -= n;
-    }
-    // No checksum on GPU memory: its page is whole by the read window alone.
-    PageRead read{i, loc, 0, requests.size(), by, settings_.store_verify && memory[i] == Memory::kHost, call.node};
-    if (Status st = runner_.Start(requests, &read.batch); !st.ok()) {
-      r = ReadFailed(st, keys[i], *call.node);
+    if (guess != nullptr) {  // read again from `loc` once the guess has ended
+      guess->where = loc;
+      guess->check = PageRead::Check::kMoved;
       continue;
     }
-    reads->push_back(read);
+    pages.push_back(PageRead{i, loc, call.node});
   }
+  std::vector<std::pair<PageRead, Status>> refused;
+  Launch(std::move(pages), by, buffers, memory, reads, &refused);
+  for (const auto& [read, why] : refused) (*results)[read.key] = ReadFailed(why, keys[read.key], *call.node);
 }
 
 Status StoreClient::ReadFailed(const Status& failure, const std::string& key, const NodeView& home) {
@@ -393,11 +508,11 @@ Status StoreClient::ReadFailed(const Status& failure, const std::string& key, co
 
 void StoreClient::FinishRead(const std::vector<std::string>& keys,
                              const std::vector<std::vector<StoreBuffer>>& buffers, const PageRead& read,
-                             std::vector<Status>* results, std::vector<uint64_t>* lengths) {
+                             const Status& ended, std::vector<Status>* results, std::vector<uint64_t>* lengths) {
   const size_t i = read.key;
   Status& r = (*results)[i];
-  if (Status s = runner_.Finish(read.batch, read.count, read.by); !s.ok()) {
-    r = ReadFailed(s, keys[i], *read.home);
+  if (!ended.ok()) {
+    r = ReadFailed(ended, keys[i], *read.home);
     return;
   }
   if (!read.verify && settings_.store_verify) Add(counters_.get_unverified, 1);
@@ -435,6 +550,8 @@ void StoreClient::Exists(const std::vector<std::string>& keys, std::vector<bool>
 
 void StoreClient::KeyOp(Op op, const std::vector<std::string>& keys, std::vector<Status>* results) {
   *results = CheckKeys(keys);
+  if (op == Op::kRemove)
+    for (const std::string& k : keys) locations_.Erase(k);
   std::vector<NodeCall> calls = GroupByHome(keys, results);
   for (NodeCall& call : calls) call.request = EncodeKeys(op, KeysOf(keys, call.keys));
   CallNodes(&calls, net::DeadlineIn(settings_.store_deadline_ms));
@@ -453,6 +570,7 @@ void StoreClient::KeyOp(Op op, const std::vector<std::string>& keys, std::vector
 
 Status StoreClient::RemoveAll(uint64_t* removed) {
   *removed = 0;
+  locations_.Clear();
   const auto snap = members_->Current();
   std::vector<NodeCall> calls(snap->nodes.size());
   for (size_t n = 0; n < calls.size(); ++n) {
@@ -485,6 +603,8 @@ void StoreClient::AddStats(StoreStats* out) const {
   out->misses_late = get(counters_.misses_late);
   out->get_failures = get(counters_.get_failures);
   out->get_unverified = get(counters_.get_unverified);
+  out->get_cached = get(counters_.get_cached);
+  out->get_cached_stale = get(counters_.get_cached_stale);
   out->put_bounced = get(counters_.put_bounced);
   out->exists_keys = get(counters_.exists_keys);
   out->exists_hits = get(counters_.exists_hits);

@@ -16,6 +16,7 @@
 #include "kvfabric/store.h"
 #include "store/batch_runner.h"
 #include "store/control_client.h"
+#include "store/location_cache.h"
 #include "store/member_view.h"
 #include "store/node_service.h"
 
@@ -83,27 +84,62 @@ class StoreClient {
   // with the fabric's error, so calls and READs share this one rule.
   void MarkDownIfUnreachable(const std::string& member, const Status& failure);
 
-  // A GET's READs of one page, started as soon as its home answered.
+  // A GET's READs of one page: started as soon as its home answered, or
+  // before, from the location this process remembers (a guess, kept only
+  // when the home's answer names the same page).
   struct PageRead {
+    enum class Check : uint8_t {
+      kConfirmed,    // the home's answer names this page: its bytes are the key's (once verified)
+      kUnconfirmed,  // a guess with no answer yet, or whose answer was a miss or a failure (in results)
+      kMoved,        // a guess whose answer names another page (`where` now): read again once it ends
+    };
     size_t key = 0;
     Location where;
-    BatchId batch = 0;
-    size_t count = 0;
-    net::Deadline by;
-    bool verify = true;
     std::shared_ptr<const NodeView> home;
+    bool verify = true;
+    Check check = Check::kConfirmed;
+    size_t flight = 0;  // its READs: group `group` of flights[flight]
+    size_t group = 0;
   };
-  // Starts the READs of the keys `call` answered for (one engine batch a
-  // page), or sets their results (a miss, too small buffers, a refusal).
+  // The pages of one home started together: one engine batch.
+  struct ReadFlight {
+    BatchRunner::Flight flight;
+    net::Deadline by;               // no later than the read window of the lookup
+    std::vector<Status> outcomes;   // per page (group), once landed
+    bool landed = false;
+  };
+  struct Reads {
+    std::vector<PageRead> pages;
+    std::vector<ReadFlight> flights;
+  };
+  // Starts the READs of `pages` (key, where, home, check set) into their
+  // keys' buffers as one flight that must end by `by`, appending them to
+  // reads->pages. A page the engine refuses is left out and listed in
+  // `refused` with the refusal.
+  void Launch(std::vector<PageRead> pages, net::Deadline by, const std::vector<std::vector<StoreBuffer>>& buffers,
+              const std::vector<Memory>& memory, Reads* reads, std::vector<std::pair<PageRead, Status>>* refused);
+  // The outcome of `page`'s READs, waiting for its flight the first time.
+  const Status& Land(Reads* reads, const PageRead& page);
+  // Starts reading the keys of `call` whose location this process
+  // remembers from the same member, before it answers; guessed[i] is then
+  // the index of key i's read in reads->pages.
+  void StartGuesses(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
+                    const std::vector<Memory>& memory, const NodeCall& call, net::Deadline by, Reads* reads,
+                    std::vector<size_t>* guessed);
+  // Takes the answer of `call`: starts the READs of the keys it found (one
+  // flight), confirms or moves the guesses, remembers the locations, or sets
+  // the keys' results (a miss, too small buffers, a refusal).
   void StartReads(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
                   const std::vector<Memory>& memory, const NodeCall& call, net::Deadline by,
-                  std::vector<Status>* results, std::vector<PageRead>* reads);
+                  const std::vector<size_t>& guessed, std::vector<Status>* results, Reads* reads);
   // A page's READs failed (refused or ended in error): the key's status,
   // and the home out of placement when its engine did not serve them.
   Status ReadFailed(const Status& failure, const std::string& key, const NodeView& home);
-  // Waits for a page's READs and verifies its bytes.
+  // A confirmed page whose READs ended with `ended`: its key's result, its
+  // bytes verified.
   void FinishRead(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
-                  const PageRead& read, std::vector<Status>* results, std::vector<uint64_t>* lengths);
+                  const PageRead& read, const Status& ended, std::vector<Status>* results,
+                  std::vector<uint64_t>* lengths);
   // The batch's shape, and each key's buffers (unregistered memory
   // included): InvalidArgument in results; `memory` says where each key's are.
   void CheckBuffers(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
@@ -124,6 +160,7 @@ class StoreClient {
   MemberView* const members_;
   NodeService* const self_;
   BatchRunner runner_;
+  LocationCache locations_;  // KVF_STORE_LOCATION_CACHE
 
   // Host memory GPU pages go through on their way to a home that cannot
   // READ them where they are (KVF_STORE_BOUNCE_BYTES); one PUT at a time uses it.
@@ -135,7 +172,7 @@ class StoreClient {
     std::atomic<uint64_t> put_keys{0}, put_bytes{0}, put_failures{0};
     std::atomic<uint64_t> get_keys{0}, get_hits{0}, get_bytes{0};
     std::atomic<uint64_t> misses_absent{0}, misses_checksum{0}, misses_late{0}, get_failures{0};
-    std::atomic<uint64_t> get_unverified{0}, put_bounced{0};
+    std::atomic<uint64_t> get_unverified{0}, get_cached{0}, get_cached_stale{0}, put_bounced{0};
     std::atomic<uint64_t> exists_keys{0}, exists_hits{0};
     std::atomic<uint64_t> control_calls{0}, control_failures{0};
   };

@@ -57,6 +57,8 @@ struct Options {
   std::string protocol = "tcp";
   std::string metadata = "p2p";
   std::string members;
+  std::string engine_address = "127.0.0.1:0";
+  std::string nics;
   std::vector<std::string> set;
   // serve
   uint64_t pool = 512ull << 20;
@@ -89,6 +91,8 @@ Status NewEngine(const Options& o, std::unique_ptr<Engine>* out) {
   EngineConfig cfg;
   cfg.protocol = o.protocol;
   cfg.metadata = o.metadata;
+  cfg.local_server_name = o.engine_address;
+  cfg.nic_filter = o.nics;
   cfg.settings.log_level = "warn";
   for (const auto& kv : o.set) KVF_RETURN_IF_ERROR(cfg.settings.Assign(kv));
   if (!o.members.empty()) cfg.settings.store_members = o.members;
@@ -469,6 +473,16 @@ int Drive(const Options& o) {
   }
   std::printf("; %llu wrong pages, %llu failed keys\n", static_cast<unsigned long long>(wrong),
               static_cast<unsigned long long>(failures));
+  if (o.op == "get" || o.op == "lone" || o.op == "mixed") {
+    const StoreStats st = d.store()->Stats();
+    out["get_keys"] = st.get_keys;
+    out["get_cached"] = st.get_cached;
+    out["get_cached_stale"] = st.get_cached_stale;
+    std::printf("location cache (KVF_STORE_LOCATION_CACHE): %llu of %llu pages read before their lookup answered, "
+                "%llu guesses not confirmed\n",
+                static_cast<unsigned long long>(st.get_cached), static_cast<unsigned long long>(st.get_keys),
+                static_cast<unsigned long long>(st.get_cached_stale));
+  }
   if (o.json) std::printf("%s\n", out.dump().c_str());
   return wrong == 0 ? 0 : 3;
 }
@@ -575,6 +589,8 @@ int main(int argc, char** argv) {
     c->add_option("--metadata", o.metadata, "p2p (members from --members), etcd://host:port or http://host:port/path");
     c->add_option("--members", o.members, "static member list: control addresses host:port, comma-separated");
     c->add_option("--set", o.set, "a setting NAME=VALUE (repeatable), e.g. --set store_deadline_ms=2000");
+    c->add_option("--engine_address", o.engine_address, "host:port of the engine's handshake server (port 0: any)");
+    c->add_option("--nics", o.nics, "libfabric domains (rails) to use, comma-separated, e.g. b0,b1,b2,b3; empty: all");
   };
   auto drive = [&](CLI::App* c) {
     c->add_option("--op", o.op, "get, put, exists, mixed or lone")

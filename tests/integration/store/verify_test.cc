@@ -141,5 +141,69 @@ TEST_F(StoreVerifyTest, GetsRacingOverwritesEvictionAndReuseAreWholeOrMisses) {
   EXPECT_GT(n.evictions, 0u) << "the pool was meant to churn";
 }
 
+// A client reads the pages whose location it remembers at once, before
+// its lookup answers (KVF_STORE_LOCATION_CACHE). Another client overwrites
+// and removes the key meanwhile; the old page stays intact in its slot (a
+// long read window), so the guessed READ gets whole bytes of the old PUT,
+// which verify against the old checksum: only the lookup's answer can tell
+// them apart. Every GET must still be the latest PUT, or a miss after the
+// removal, with verification on and off (off: nothing but the answer
+// stands between the reader and the older page).
+TEST_F(StoreVerifyTest, RememberedLocationsNeverReturnAnOlderPage) {
+  Start(16 << 20, 2000, 5000);
+  for (bool verify : {true, false}) {
+    SCOPED_TRACE(verify ? "verified" : "unverified");
+    Settings reader_settings = settings_;
+    reader_settings.store_verify = verify;
+    auto reader = OpenClient(reader_settings);
+    auto writer = OpenClient(settings_);
+    constexpr size_t kPage = 256 << 10;
+    uint8_t* src = buf_;
+    uint8_t* dst = buf_ + (8 << 20);
+    const std::string key = verify ? "remembered-v" : "remembered-u";
+    std::vector<Status> st;
+    std::vector<uint64_t> len;
+    auto put = [&](int fill, size_t bytes) {
+      std::memset(src, fill, bytes);
+      ASSERT_TRUE(writer->BatchPut({key}, {{{src, bytes}}}, &st).ok());
+      ASSERT_TRUE(st[0].ok()) << st[0].ToString();
+    };
+    // The whole page must be `fill`, `bytes` long.
+    auto get_is = [&](int fill, size_t bytes) {
+      std::memset(dst, 0, kPage);
+      ASSERT_TRUE(reader->BatchGet({key}, {{{dst, kPage}}}, &st, &len).ok());
+      ASSERT_TRUE(st[0].ok()) << st[0].ToString();
+      ASSERT_EQ(len[0], bytes);
+      for (size_t i = 0; i < bytes; ++i) ASSERT_EQ(dst[i], fill) << "byte " << i << " is of another PUT";
+    };
+    put(0x11, kPage);
+    get_is(0x11, kPage);  // looked up: the location is remembered
+    EXPECT_EQ(reader->Stats().get_cached, 0u);
+    get_is(0x11, kPage);  // read at once, confirmed by the answer
+    EXPECT_EQ(reader->Stats().get_cached, 1u);
+    EXPECT_EQ(reader->Stats().get_cached_stale, 0u);
+
+    put(0x22, kPage);  // the reader still remembers the first page's slot
+    get_is(0x22, kPage);
+    EXPECT_EQ(reader->Stats().get_cached_stale, 1u) << "the guess was the older page";
+    get_is(0x22, kPage);
+    EXPECT_EQ(reader->Stats().get_cached, 2u);
+
+    put(0x33, kPage / 2);  // shorter: the guess reads more bytes than the new page has
+    get_is(0x33, kPage / 2);
+    EXPECT_EQ(reader->Stats().get_cached_stale, 2u);
+
+    std::vector<Status> removed;
+    ASSERT_TRUE(writer->BatchRemove({key}, &removed).ok());
+    ASSERT_TRUE(removed[0].ok()) << removed[0].ToString();
+    ASSERT_TRUE(reader->BatchGet({key}, {{{dst, kPage}}}, &st, &len).ok());
+    EXPECT_EQ(st[0].code(), Status::Code::kNotFound) << "removed, yet read: " << st[0].ToString();
+    EXPECT_EQ(reader->Stats().get_cached_stale, 3u);
+    const StoreStats r = reader->Stats();
+    EXPECT_EQ(r.get_hits, 5u);
+    EXPECT_EQ(r.misses_checksum, 0u) << "an intact older page verifies: the answer alone must refuse it";
+  }
+}
+
 }  // namespace
 }  // namespace kvfabric
