@@ -18,7 +18,7 @@ TEST(SettingsTest, DefaultsComeFromTheDeclaration) {
   EXPECT_EQ(s.progress_threads, 1);
   EXPECT_EQ(s.write_completion, "delivery");
   EXPECT_TRUE(s.same_host_shm);
-  EXPECT_EQ(Settings::Table().size(), 44u);
+  EXPECT_EQ(Settings::Table().size(), 45u);
   for (const auto& i : Settings::Table()) {
     EXPECT_EQ(i.env.rfind("KVF_", 0), 0u) << i.env;
     EXPECT_FALSE(i.meaning.empty()) << i.env;
@@ -203,7 +203,7 @@ TEST(SettingsTest, EveryNumericSettingHoldsItsDeclaredRange) {
     EXPECT_NE(Refusal(&s, i.env, "-1"), "") << i.env << ": no numeric setting takes a negative value";
     EXPECT_TRUE(s.Validate().ok()) << i.env;
   }
-  EXPECT_EQ(numeric, 30);
+  EXPECT_EQ(numeric, 31);
 }
 
 TEST(SettingsTest, ByteSizesTakeBinarySuffixes) {

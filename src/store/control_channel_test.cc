@@ -312,6 +312,32 @@ TEST_F(ControlChannelTest, DeadlineTimesOutAndTheLateReplyIsDropped) {
   EXPECT_EQ(server_->connection_count(), 1u);
 }
 
+// On a connection already open the calling thread sends the request
+// itself while the client's thread waits (at most 50 ms at a time): a
+// deadline shorter than that wait wakes it, a longer one is seen in time;
+// both end on time.
+TEST_F(ControlChannelTest, CallsSentByTheCallerTimeOutOnTime) {
+  Holder holder;
+  Start(TestSettings(), holder.Handler("slow"));
+  ControlClient client(TestSettings());
+  std::string reply;
+  ASSERT_TRUE(client.CallSync(address_, "open", DeadlineIn(2000), &reply).ok());
+  for (int deadline_ms : {5, 120, 5, 5, 5, 5}) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));  // the client's thread is waiting again
+    Result slow;
+    const auto t0 = Clock::now();
+    client.Call(address_, "slow", DeadlineIn(deadline_ms), slow.Callback());
+    ASSERT_TRUE(slow.Wait());
+    EXPECT_EQ(slow.status.code(), Status::Code::kTimeout) << slow.status.ToString();
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(slow.at - t0).count();
+    EXPECT_GE(waited, deadline_ms - 2);
+    EXPECT_LT(waited, deadline_ms + 20) << "a " << deadline_ms << " ms deadline";
+  }
+  ASSERT_TRUE(client.CallSync(address_, "still", DeadlineIn(2000), &reply).ok());
+  EXPECT_EQ(reply, "echo:still");
+  EXPECT_EQ(server_->connection_count(), 1u);
+}
+
 // Calls pending when the server goes fail at once, not at their deadline;
 // a server started again on the same port is reached by the next call.
 TEST_F(ControlChannelTest, ServerStopFailsPendingCallsAtOnceAndARestartIsReached) {

@@ -30,8 +30,12 @@ namespace kvfabric::store {
 using namespace control;  // NOLINT: the wire's names, in this file only
 using net::Deadline;
 
-// The thread's state. Call and Disconnect hand it operations through
-// `inbox` (under `mu`); everything else is the thread's alone.
+// The loop's state. Call and Disconnect hand it operations through `inbox`
+// (under `mu`); everything else belongs to whichever thread holds `run_mu`:
+// the client's thread, between its waits, or a caller that found it
+// waiting and sends its own requests on connections already open (the fast
+// path: no wake-up of the client's thread on the way of a request, a tenth
+// of an exists batch's time on this 2-vCPU host).
 struct ControlClient::Loop {
   struct Connection {
     enum class State { kIdle, kConnecting, kAwaitChallenge, kAwaitWelcome, kReady };
@@ -65,11 +69,20 @@ struct ControlClient::Loop {
         connect_timeout(settings.handshake_timeout_ms) {}
 
   void Post(Op op);
-  // Posts `ops` together: one lock, and at most one wake of the thread.
+  // Posts `ops` together: sent at once by the calling thread when the loop
+  // is free and their connections are ready, else handed to the client's
+  // thread with at most one wake.
   void PostAll(std::vector<Op> ops);
   void Run();
   // Starts what the inbox holds; true once the client is closing.
   bool TakeInbox();
+  // The fast path, run_mu held by a caller: starts and sends the inbox's
+  // operations when each goes to a ready connection (a caller never
+  // resolves, connects or blocks). Returns whether the client's thread must
+  // wake: operations left to it, or a call's deadline before its wait ends.
+  bool SendFromCaller();
+  // Sends the output the started operations queued.
+  void FlushTouched();
   void Start(Op& op);
   void Connect(Connection* c);
   void OnConnected(Connection* c);
@@ -97,7 +110,10 @@ struct ControlClient::Loop {
   std::vector<Op> inbox;
   bool closing = false;   // the destructor runs
   bool finished = false;  // the thread took its last operation
-  bool posted_by_thread = false;  // a Done called Call or Disconnect: take the inbox without waiting
+
+  std::mutex run_mu;
+  bool posted_by_thread = false;  // a Done called Call or Disconnect: take the inbox again at once
+  Deadline armed_until = Deadline::max();  // when the client thread's current wait ends
 
   std::unordered_map<std::string, std::unique_ptr<Connection>> connections;
   // Call deadlines (id > 0) and connect deadlines (id 0), earliest first.
@@ -105,6 +121,15 @@ struct ControlClient::Loop {
   uint64_t next_id = 1;
   std::vector<Connection*> touched;
 };
+
+namespace {
+// The loop whose state the current thread holds (run_mu), if any: a Done
+// that calls Call or Disconnect queues it for the end of the round.
+thread_local const void* running_loop = nullptr;
+// The client's thread waits at most this long, so a caller's call with a
+// later deadline need not wake it (its timer is seen in time).
+constexpr auto kLongestWait = std::chrono::milliseconds(50);
+}  // namespace
 
 ControlClient::ControlClient(const Settings& settings) : loop_(std::make_unique<Loop>(settings)) {
   loop_->unusable = OpenEpoll(&loop_->epoll_fd, &loop_->wake_fd, 0).Annotate("store control client");
@@ -141,7 +166,7 @@ void ControlClient::CallAll(std::vector<Request> calls, Deadline deadline) {
 
 Status ControlClient::CallSync(const std::string& address, std::string payload, Deadline deadline,
                                std::string* reply) {
-  if (std::this_thread::get_id() == loop_->thread.get_id())
+  if (std::this_thread::get_id() == loop_->thread.get_id() || running_loop == loop_.get())
     return Status::InvalidArgument("ControlClient::CallSync from a Done callback would wait for itself; use Call");
   std::promise<std::pair<Status, std::string>> result;
   auto ended = result.get_future();
@@ -178,34 +203,77 @@ void ControlClient::Loop::PostAll(std::vector<Op> ops) {
   }
   const bool was_empty = inbox.empty();
   for (Op& op : ops) inbox.push_back(std::move(op));
-  // The thread takes the inbox after every wait; only another thread wakes
-  // it, once the lock is free for the thread to take.
-  const bool by_thread = std::this_thread::get_id() == thread.get_id();
-  if (by_thread) posted_by_thread = true;
-  const bool wake = !by_thread && was_empty;
   g.unlock();
-  if (wake) Wake(wake_fd);
+  if (running_loop == this) {  // a Done, on the thread running the loop: taken at the end of its round
+    posted_by_thread = true;
+    return;
+  }
+  if (run_mu.try_lock()) {
+    running_loop = this;
+    const bool wake = SendFromCaller();
+    running_loop = nullptr;
+    run_mu.unlock();
+    if (wake) Wake(wake_fd);
+    return;
+  }
+  // The client's thread is running: it takes the inbox after its round;
+  // it is woken only when it might be waiting already.
+  if (was_empty) Wake(wake_fd);
+}
+
+bool ControlClient::Loop::SendFromCaller() {
+  std::vector<Op> ops;
+  {
+    std::lock_guard<std::mutex> g(mu);
+    if (closing) return true;
+    for (const Op& op : inbox) {
+      auto it = connections.find(op.address);
+      if (op.disconnect || it == connections.end() || it->second->state != Connection::State::kReady)
+        return true;
+    }
+    ops.swap(inbox);
+  }
+  const Deadline before = timers.empty() ? Deadline::max() : std::get<0>(*timers.begin());
+  for (Op& op : ops) Start(op);
+  FlushTouched();
+  const Deadline earliest = timers.empty() ? Deadline::max() : std::get<0>(*timers.begin());
+  // A Done that ran here (a call failed at once) and posted more; or a
+  // deadline the client's thread would notice too late.
+  return posted_by_thread || (earliest < before && earliest < armed_until);
+}
+
+void ControlClient::Loop::FlushTouched() {
+  for (Connection* c : touched) {
+    c->touched = false;
+    Flush(c);
+  }
+  touched.clear();
 }
 
 void ControlClient::Loop::Run() {
   epoll_event events[64];
   bool closed = false;
+  std::unique_lock<std::mutex> run(run_mu);
+  running_loop = this;
   while (!closed) {
-    const Deadline next = timers.empty() ? Deadline::max() : std::get<0>(*timers.begin());
-    const int n = epoll_wait(epoll_fd, events, static_cast<int>(std::size(events)),
-                             posted_by_thread ? 0 : TimeoutMs(next));
+    const Deadline timer = timers.empty() ? Deadline::max() : std::get<0>(*timers.begin());
+    const Deadline next = posted_by_thread ? std::chrono::steady_clock::now()
+                                           : std::min(timer, std::chrono::steady_clock::now() + kLongestWait);
+    armed_until = next;
     posted_by_thread = false;
+    running_loop = nullptr;
+    run.unlock();
+    const int n = epoll_wait(epoll_fd, events, static_cast<int>(std::size(events)), TimeoutMs(next));
+    run.lock();
+    running_loop = this;
+    armed_until = Deadline::max();
     for (int i = 0; i < n; ++i) {
       auto* c = static_cast<Connection*>(events[i].data.ptr);
       if (c == nullptr) DrainWake(wake_fd);
       else OnEvent(c, events[i].events);
     }
     closed = TakeInbox();
-    for (Connection* c : touched) {
-      c->touched = false;
-      Flush(c);
-    }
-    touched.clear();
+    FlushTouched();
     ExpireTimers();
   }
   const Status gone = Status::Closed("the store control client was destroyed");

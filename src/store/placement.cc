@@ -23,16 +23,25 @@ double UnitInterval(uint64_t key_hash, uint64_t seed) {
 
 Placement::Placement(std::vector<Member> members) {
   std::unordered_set<std::string> seen;
+  uint64_t weight = 0;
   for (auto& m : members) {
     if (!seen.insert(m.name).second) continue;
     seeds_.push_back(XXH3_64bits(m.name.data(), m.name.size()));
+    if (m.pool_bytes > 0) {
+      equal_weights_ = equal_weights_ && (weight == 0 || m.pool_bytes == weight);
+      weight = m.pool_bytes;
+    }
     members_.push_back(std::move(m));
   }
 }
 
 double Placement::Score(uint64_t key_hash, size_t member) const {
+  const double u = UnitInterval(key_hash, seeds_[member]);
+  // -w / ln(u) grows with u: with one weight for all, u alone ranks the
+  // members the same way, without a logarithm per member and key.
+  if (equal_weights_) return u;
   const double weight = static_cast<double>(members_[member].pool_bytes);
-  return -weight / std::log(UnitInterval(key_hash, seeds_[member]));
+  return -weight / std::log(u);
 }
 
 bool Placement::Ranks(double score_a, size_t a, double score_b, size_t b) const {

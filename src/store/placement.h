@@ -42,6 +42,8 @@ class Placement {
   const std::vector<Member>& members() const { return members_; }
 
  private:
+  // The member's score for the key, or a value that ranks the members the
+  // same way (u itself when every member with a pool has the same weight).
   double Score(uint64_t key_hash, size_t member) const;
   // Whether member `a` with `score_a` ranks before `b` with `score_b`: the
   // higher score, and on a tie the smaller name, so member order never matters.
@@ -49,6 +51,7 @@ class Placement {
 
   std::vector<Member> members_;
   std::vector<uint64_t> seeds_;  // a hash of each member's name
+  bool equal_weights_ = true;    // every member with a pool has the same pool_bytes
 };
 
 }  // namespace kvfabric::store

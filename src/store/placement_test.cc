@@ -112,5 +112,20 @@ TEST(PlacementTest, DuplicateNamesCountOnce) {
   EXPECT_EQ(p.members()[0].pool_bytes, kGiB);
 }
 
+// Equal pools rank members by the hash alone (no logarithm); pools one byte
+// apart take the weighted formula. Both must place every key alike: the
+// shortcut is the same order, not another placement.
+TEST(PlacementTest, EqualPoolsShortcutPlacesKeysAsTheWeightedFormula) {
+  std::vector<Member> equal = Equal(5), almost = Equal(5);
+  almost[2].pool_bytes += 1;
+  equal.push_back({"client:1", 0});
+  Placement a(equal), b(almost);
+  for (int i = 0; i < 100000; ++i) {
+    ASSERT_EQ(a.members()[a.Home(Key(i))].name, b.members()[b.Home(Key(i))].name) << Key(i);
+    const auto pa = a.Place(Key(i), 3), pb = b.Place(Key(i), 3);
+    for (size_t r = 0; r < 3; ++r) ASSERT_EQ(a.members()[pa[r]].name, b.members()[pb[r]].name) << Key(i);
+  }
+}
+
 }  // namespace
 }  // namespace kvfabric::store

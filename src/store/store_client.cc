@@ -14,6 +14,15 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// A pause in a polling loop: lets the sibling hyperthread run.
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
 void Add(std::atomic<uint64_t>& c, uint64_t n) { c.fetch_add(n, std::memory_order_relaxed); }
 
 std::vector<std::string_view> KeysOf(const std::vector<std::string>& keys, const std::vector<size_t>& which) {
@@ -117,9 +126,17 @@ std::shared_ptr<StoreClient::Fanout> StoreClient::Send(std::vector<NodeCall>* ca
   return fanout;
 }
 
-bool StoreClient::Next(Fanout* fanout, std::vector<NodeCall>* calls, net::Deadline until, size_t* which,
+bool StoreClient::Next(Fanout* fanout, std::vector<NodeCall>* calls, net::Deadline until, Wait wait, size_t* which,
                        std::vector<size_t>* unanswered) {
   std::unique_lock<std::mutex> g(fanout->mu);
+  if (fanout->arrived.empty()) {
+    const auto stop = std::min(until, Clock::now() + PollTime(wait));
+    while (fanout->arrived.empty() && Clock::now() < stop) {
+      g.unlock();
+      for (int i = 0; i < 64; ++i) CpuRelax();
+      g.lock();
+    }
+  }
   if (fanout->cv.wait_until(g, until, [&] { return !fanout->arrived.empty(); })) {
     *which = fanout->arrived.front();
     fanout->arrived.pop_front();
@@ -150,13 +167,19 @@ void StoreClient::Settle(NodeCall* call, Status status, std::string reply) {
   MarkDownIfUnreachable(call->node->name, call->status);
 }
 
+std::chrono::microseconds StoreClient::PollTime(Wait wait) const {
+  // Polling pays only when no other call of this process needs the core.
+  if (wait == Wait::kSleep || active_calls_.load(std::memory_order_relaxed) != 1) return std::chrono::microseconds(0);
+  return std::chrono::microseconds(settings_.store_spin_us);
+}
+
 void StoreClient::MarkDownIfUnreachable(const std::string& member, const Status& failure) {
   const auto code = failure.code();
   if (code == Status::Code::kNetworkError || code == Status::Code::kTimeout || code == Status::Code::kFabricError)
     members_->MarkDown(member, failure);
 }
 
-void StoreClient::CallNodes(std::vector<NodeCall>* calls, net::Deadline deadline) {
+void StoreClient::CallNodes(std::vector<NodeCall>* calls, net::Deadline deadline, Wait wait) {
   auto fanout = Send(calls, deadline);
   // The control client ends every call by its deadline; this node's own
   // puts may run a little past it.
@@ -164,7 +187,7 @@ void StoreClient::CallNodes(std::vector<NodeCall>* calls, net::Deadline deadline
   size_t which = 0;
   std::vector<size_t> unanswered;
   for (size_t n = 0; n < calls->size(); ++n)
-    if (!Next(fanout.get(), calls, until, &which, &unanswered)) break;
+    if (!Next(fanout.get(), calls, until, wait, &which, &unanswered)) break;
 }
 
 void StoreClient::CheckBuffers(const std::vector<std::string>& keys,
@@ -196,6 +219,7 @@ void StoreClient::CheckBuffers(const std::vector<std::string>& keys,
 
 void StoreClient::Put(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
                       std::vector<Status>* results) {
+  const CallScope scope(&active_calls_);
   std::vector<Memory> memory;
   CheckBuffers(keys, buffers, results, &memory);
   std::vector<size_t> direct, bounced;
@@ -230,7 +254,7 @@ void StoreClient::PutFrom(const std::vector<std::string>& keys, const std::vecto
     }
     call.request = EncodePut(put);
   }
-  CallNodes(&calls, net::DeadlineIn(deadline_ms));
+  CallNodes(&calls, net::DeadlineIn(deadline_ms), Wait::kSleep);
   for (NodeCall& call : calls) {
     std::vector<Status> per_key;
     Status s = call.status;
@@ -305,6 +329,7 @@ void StoreClient::PutBounced(const std::vector<std::string>& keys,
 
 void StoreClient::Get(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
                       std::vector<Status>* results, std::vector<uint64_t>* lengths) {
+  const CallScope scope(&active_calls_);
   std::vector<Memory> memory;
   CheckBuffers(keys, buffers, results, &memory);
   lengths->assign(keys.size(), 0);
@@ -328,7 +353,8 @@ void StoreClient::Get(const std::vector<std::string>& keys, const std::vector<st
   size_t c = 0;
   std::vector<size_t> unanswered;
   for (size_t n = 0; n < calls.size(); ++n) {
-    if (!Next(fanout.get(), &calls, deadline + std::chrono::seconds(1), &c, &unanswered)) break;
+    const Wait wait = reads.pages.empty() ? Wait::kPollFirst : Wait::kSleep;
+    if (!Next(fanout.get(), &calls, deadline + std::chrono::seconds(1), wait, &c, &unanswered)) break;
     StartReads(keys, buffers, memory, calls[c], read_by(calls[c]), guessed, results, &reads);
   }
   for (size_t u : unanswered)
@@ -530,11 +556,12 @@ void StoreClient::FinishRead(const std::vector<std::string>& keys,
 }
 
 void StoreClient::Exists(const std::vector<std::string>& keys, std::vector<bool>* found) {
+  const CallScope scope(&active_calls_);
   found->assign(keys.size(), false);
   std::vector<Status> results = CheckKeys(keys);
   std::vector<NodeCall> calls = GroupByHome(keys, &results);
   for (NodeCall& call : calls) call.request = EncodeKeys(Op::kExists, KeysOf(keys, call.keys));
-  CallNodes(&calls, net::DeadlineIn(settings_.store_deadline_ms));
+  CallNodes(&calls, net::DeadlineIn(settings_.store_deadline_ms), Wait::kPollFirst);
   uint64_t hits = 0;
   for (NodeCall& call : calls) {
     std::vector<bool> bits;
@@ -549,12 +576,13 @@ void StoreClient::Exists(const std::vector<std::string>& keys, std::vector<bool>
 }
 
 void StoreClient::KeyOp(Op op, const std::vector<std::string>& keys, std::vector<Status>* results) {
+  const CallScope scope(&active_calls_);
   *results = CheckKeys(keys);
   if (op == Op::kRemove)
     for (const std::string& k : keys) locations_.Erase(k);
   std::vector<NodeCall> calls = GroupByHome(keys, results);
   for (NodeCall& call : calls) call.request = EncodeKeys(op, KeysOf(keys, call.keys));
-  CallNodes(&calls, net::DeadlineIn(settings_.store_deadline_ms));
+  CallNodes(&calls, net::DeadlineIn(settings_.store_deadline_ms), Wait::kPollFirst);
   const char* what = op == Op::kUnpin ? "no pinned page" : "no page";
   for (NodeCall& call : calls) {
     std::vector<bool> bits;
@@ -569,6 +597,7 @@ void StoreClient::KeyOp(Op op, const std::vector<std::string>& keys, std::vector
 }
 
 Status StoreClient::RemoveAll(uint64_t* removed) {
+  const CallScope scope(&active_calls_);
   *removed = 0;
   locations_.Clear();
   const auto snap = members_->Current();
@@ -577,7 +606,7 @@ Status StoreClient::RemoveAll(uint64_t* removed) {
     calls[n].node = snap->nodes[n];
     calls[n].request = EncodeBare(Op::kRemoveAll);
   }
-  CallNodes(&calls, net::DeadlineIn(settings_.store_deadline_ms));
+  CallNodes(&calls, net::DeadlineIn(settings_.store_deadline_ms), Wait::kPollFirst);
   std::string failed;
   for (NodeCall& call : calls) {
     uint64_t n = 0;
