@@ -62,6 +62,12 @@ class Store {
   // Leaves the membership, stops serving (peers' calls to this node fail
   // from then on, their keys placed elsewhere once the membership drops it)
   // and unregisters the pool. Calls under way finish first. Idempotent.
+  //
+  // After fork(), the child's copy of a store is inert, like its engine's:
+  // every call returns Closed ("create a new Engine and Store in the
+  // child"), Stats and Members are empty, and Close and the destructor
+  // leave the parent's threads, connections, membership record and pool
+  // alone (the copy's memory is leaked on purpose).
   void Close();
 
   // Batch calls. keys[i] goes with buffers[i]: a page is its buffers' bytes

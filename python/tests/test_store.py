@@ -137,6 +137,43 @@ def test_a_killed_node_costs_only_its_keys(cluster):
     assert all(e.code in (kvfabric.NetworkError.code, kvfabric.TransferTimeoutError.code) for e in store.last_errors)
 
 
+def test_a_forked_childs_store_is_inert_and_the_parents_still_serves(cluster):
+    """os.fork() with a live Store (multiprocessing's default on Linux): the
+    child's copy refuses every call with ClosedError and closes without
+    touching the parent's connections or membership; the parent's store
+    serves on, byte-exact."""
+    _, engine, store = cluster
+    src = pages(engine, 16, 4)
+    keys = [k for k, _, _ in src]
+    assert store.batch_put(keys, [[a, b] for _, a, b in src]) == [0] * 16
+    assert store.batch_exists(keys) == [True] * 16  # its control connections are open
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            for call in (lambda: store.batch_exists(keys), lambda: store.batch_remove(keys[:1]),
+                         lambda: store.batch_put(["from-child"], [src[0][1]]), lambda: store.remove_all()):
+                try:
+                    call()
+                    code |= 1
+                except kvfabric.ClosedError:
+                    pass
+            store.close()
+        except BaseException:
+            code |= 2
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    dst = [(np.zeros_like(a), np.zeros_like(b)) for _, a, b in src]
+    for a, b in dst:
+        engine.register(a)
+        engine.register(b)
+    assert store.batch_get(keys, [[a, b] for a, b in dst]) == [a.nbytes + b.nbytes for _, a, b in src]
+    for (_, a, b), (c, d) in zip(src, dst):
+        assert np.array_equal(a, c) and np.array_equal(b, d)
+    assert store.batch_exists(["from-child"]) == [False]
+
+
 def test_last_errors_are_those_of_the_calling_thread(cluster):
     """Threads share a store: each sees the failed keys of its own latest call, whatever the others called since."""
     _, engine, store = cluster

@@ -1,7 +1,10 @@
 // kvfabric::Store: the parts of a store node, built and torn down in order.
 #include "kvfabric/store.h"
 
+#include <unistd.h>
+
 #include <shared_mutex>
+#include <string>
 #include <utility>
 
 #include "common/log.h"
@@ -24,6 +27,18 @@ struct Store::Impl {
   std::unique_ptr<store::StoreClient> client;
   std::shared_mutex gate;  // calls hold it shared; Close exclusive
   bool closed = false;
+  const pid_t owner = ::getpid();
+
+  // A forked child's copy: the threads, connections, membership record and
+  // pool are the parent's. The child must use none of them (its requests
+  // would go down the parent's connections) and tear none of them down (a
+  // Leave would drop the parent from the store).
+  bool forked() const { return ::getpid() != owner; }
+  Status ForkedRefusal() const {
+    return Status::Closed("this store belongs to process " + std::to_string(owner) + " and this process (" +
+                          std::to_string(::getpid()) +
+                          ") is a fork of it; create a new Engine and Store in the child");
+  }
 
   ~Impl() { Shutdown(); }
   // Idempotent; also of a half-built store.
@@ -41,6 +56,7 @@ struct Store::Impl {
   // Runs `call` unless the store is closed, with Close kept out until it returns.
   template <typename F>
   Status Guarded(F&& call) {
+    if (forked()) return ForkedRefusal();
     std::shared_lock<std::shared_mutex> g(gate);
     if (closed) return Status::Closed("the store is closed");
     return call();
@@ -77,9 +93,14 @@ Status Store::Create(Engine* engine, const Settings& settings, std::unique_ptr<S
 }
 
 Store::Store(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Store::~Store() { Close(); }
+Store::~Store() {
+  // A forked child's copy is leaked on purpose, its parts untouched.
+  if (impl_ && impl_->forked()) (void)impl_.release();
+  else Close();
+}
 
 void Store::Close() {
+  if (impl_->forked()) return;
   std::unique_lock<std::shared_mutex> g(impl_->gate);
   if (impl_->closed) return;
   impl_->closed = true;
@@ -149,8 +170,9 @@ Status Store::RemoveAll(uint64_t* removed) {
 }
 
 StoreStats Store::Stats() const {
-  std::shared_lock<std::shared_mutex> g(impl_->gate);
   StoreStats out;
+  if (impl_->forked()) return out;
+  std::shared_lock<std::shared_mutex> g(impl_->gate);
   if (impl_->closed) return out;
   impl_->client->AddStats(&out);
   if (impl_->node) {
@@ -172,8 +194,9 @@ StoreStats Store::Stats() const {
 const std::string& Store::name() const { return impl_->name; }
 
 std::vector<std::string> Store::Members() const {
-  std::shared_lock<std::shared_mutex> g(impl_->gate);
   std::vector<std::string> out;
+  if (impl_->forked()) return out;
+  std::shared_lock<std::shared_mutex> g(impl_->gate);
   if (impl_->closed) return out;
   for (const auto& n : impl_->members->Current()->nodes) out.push_back(n->name);
   return out;

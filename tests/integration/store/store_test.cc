@@ -454,6 +454,55 @@ TEST_P(StoreTest, ANodeRestartedBetweenTwoCallsIsReadAgain) {
                                        << last_failure;
 }
 
+// A child forked from a process with a store finds its copy inert: every
+// call refused with Closed, nothing sent down the parent's connections, and
+// destroying it leaves the parent's store whole. The parent keeps putting
+// and getting byte-exact, before and after the child ends.
+TEST_P(StoreTest, AForkedChildsCopyIsInertAndLeavesTheParentsStoreAlone) {
+  StartNodes(3);
+  StartClient();
+  const auto pages = MakePages(24, 21);
+  ASSERT_EQ(CountOk(Put(pages)), pages.size());
+  std::vector<bool> exact;
+  Get(pages, &exact);  // the control connections are open: the caller writes to them itself
+  for (bool e : exact) ASSERT_TRUE(e);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    alarm(20);  // a hang ends the child with SIGALRM, which the parent reports
+    int bad = 0;
+    std::vector<Status> st;
+    std::vector<uint64_t> len;
+    std::vector<bool> found;
+    size_t leading = 0;
+    uint64_t removed = 0;
+    bad += store_->BatchPut({"from-child"}, {{{src_->bytes, 4096}}}, &st).code() != Status::Code::kClosed;
+    bad += store_->BatchGet({pages[0].key}, {Buffers(*dst_, pages[0])}, &st, &len).code() != Status::Code::kClosed;
+    bad += store_->BatchExists({pages[0].key}, &found, &leading).code() != Status::Code::kClosed;
+    bad += store_->BatchRemove({pages[0].key}, &st).code() != Status::Code::kClosed;
+    bad += store_->RemoveAll(&removed).code() != Status::Code::kClosed;
+    bad += !store_->Members().empty();
+    bad += store_->Stats().get_keys != 0;
+    store_->Close();
+    store_.reset();
+    _exit(bad);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child hung or crashed (signal " << WTERMSIG(status) << ")";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "calls in the child were not all refused with Closed";
+  Get(pages, &exact);
+  for (bool e : exact) EXPECT_TRUE(e) << "the parent's store after the child";
+  std::vector<bool> found;
+  size_t leading = 0;
+  ASSERT_TRUE(store_->BatchExists({"from-child", pages[0].key}, &found, &leading).ok());
+  EXPECT_FALSE(found[0]) << "the child's put reached a node";
+  EXPECT_TRUE(found[1]) << "the child's remove reached a node";
+  EXPECT_EQ(store_->Members().size(), 3u);
+  const auto more = MakePages(24, 22, "after-");
+  EXPECT_EQ(CountOk(Put(more)), more.size());
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, StoreTest, ::testing::Values("tcp", "shm"),
                          [](const auto& info) { return info.param; });
 
