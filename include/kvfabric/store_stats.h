@@ -18,7 +18,8 @@
   X(misses_late, "misses: the READ could not start within the read window of its lookup")                \
   X(get_failures, "gets failed: member unreachable, timeout, transfer error")                            \
   X(get_unverified, "hits read into GPU memory, where no checksum is taken (the read window keeps them whole)") \
-  X(get_cached, "pages read from a remembered location at once, as their lookup then confirmed (KVF_STORE_LOCATION_CACHE)") \
+  X(get_cached, "pages read at once from a remembered location and confirmed, by their region's version or their lookup (KVF_STORE_LOCATION_CACHE)") \
+  X(get_no_lookup, "of those, pages confirmed by the version of their pool region alone: no message to their home") \
   X(get_cached_stale, "remembered locations their lookup did not confirm: read again from the new one, or a miss") \
   X(exists_keys, "keys it asked about")                                                                   \
   X(exists_hits, "keys found")                                                                            \

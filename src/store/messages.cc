@@ -8,7 +8,7 @@
 namespace kvfabric::store {
 namespace {
 
-constexpr uint8_t kLastOp = static_cast<uint8_t>(Op::kUnpin);
+constexpr uint8_t kLastOp = static_cast<uint8_t>(Op::kTouch);
 
 Status Malformed(std::string_view what) {
   return Status::ProtocolError("store: malformed " + std::string(what) +
@@ -120,7 +120,9 @@ Status DecodePut(std::string_view payload, PutRequest* out) {
 std::string EncodeNodeInfo(const NodeInfo& info) {
   WireWriter w;
   w.Bytes(info.segment);
-  for (uint64_t v : {info.pool_addr, info.pool_bytes, info.max_page_bytes, info.read_window_ms, info.epoch}) w.U64(v);
+  for (uint64_t v : {info.pool_addr, info.pool_bytes, info.max_page_bytes, info.read_window_ms, info.epoch,
+                     info.versions_addr, info.region_bytes})
+    w.U64(v);
   return w.Take();
 }
 
@@ -128,7 +130,8 @@ Status DecodeNodeInfo(std::string_view payload, NodeInfo* out) {
   WireReader r(payload);
   std::string_view segment;
   r.Bytes(&segment);
-  for (uint64_t* v : {&out->pool_addr, &out->pool_bytes, &out->max_page_bytes, &out->read_window_ms, &out->epoch})
+  for (uint64_t* v : {&out->pool_addr, &out->pool_bytes, &out->max_page_bytes, &out->read_window_ms, &out->epoch,
+                      &out->versions_addr, &out->region_bytes})
     r.U64(v);
   out->segment = segment;
   return r.done() ? Status::OK() : Malformed("hello reply");
@@ -140,7 +143,7 @@ std::string EncodeLocations(const std::vector<Location>& locations) {
   for (const Location& l : locations) {
     w.U8(l.found ? 1 : 0);
     if (!l.found) continue;
-    for (uint64_t v : {l.addr, l.length, l.generation, l.checksum.low, l.checksum.high}) w.U64(v);
+    for (uint64_t v : {l.addr, l.length, l.generation, l.checksum.low, l.checksum.high, l.version}) w.U64(v);
   }
   return w.Take();
 }
@@ -155,7 +158,7 @@ Status DecodeLocations(std::string_view payload, size_t expected, std::vector<Lo
     if (found > 1) return Malformed("lookup reply");
     l.found = found != 0;
     if (!l.found) continue;
-    for (uint64_t* v : {&l.addr, &l.length, &l.generation, &l.checksum.low, &l.checksum.high}) r.U64(v);
+    for (uint64_t* v : {&l.addr, &l.length, &l.generation, &l.checksum.low, &l.checksum.high, &l.version}) r.U64(v);
   }
   return r.done() ? Status::OK() : Malformed("lookup reply");
 }

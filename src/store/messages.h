@@ -31,6 +31,7 @@ enum class Op : uint8_t {
   kStats = 7,      // -> NodeStats
   kPin = 8,        // keys -> a bit per key (pinned)
   kUnpin = 9,      // keys -> a bit per key (was pinned)
+  kTouch = 10,     // keys -> nothing: pages read without a lookup become most recently used
 };
 
 // The operation of a request: its first byte. ProtocolError for an empty
@@ -45,6 +46,11 @@ struct NodeInfo {
   uint64_t max_page_bytes = 0;
   uint64_t read_window_ms = 0;  // a lookup's locations may be read this long after it
   uint64_t epoch = 0;           // differs at every start of the node
+  // The pool's region versions (RegionVersions): kRegions 64-bit words at
+  // versions_addr in the node's segment, region r covering the pool's
+  // bytes [r * region_bytes, (r + 1) * region_bytes).
+  uint64_t versions_addr = 0;
+  uint64_t region_bytes = 0;
 };
 
 // Where a key's page is: found, its bytes at [addr, addr + length) in the
@@ -55,6 +61,9 @@ struct Location {
   uint64_t length = 0;
   uint64_t generation = 0;
   Checksum checksum;
+  // The version of the page's region when the lookup answered: while the
+  // region's version is still this, the page is still the key's.
+  uint64_t version = 0;
   bool operator==(const Location&) const = default;
 };
 
@@ -85,7 +94,7 @@ struct NodeStats {
 };
 
 // Requests.
-std::string EncodeKeys(Op op, const std::vector<std::string_view>& keys);  // kLookup, kExists, kRemove, kPin, kUnpin
+std::string EncodeKeys(Op op, const std::vector<std::string_view>& keys);  // kLookup, kExists, kRemove, kPin, kUnpin, kTouch
 std::string EncodePut(const PutRequest& put);
 std::string EncodeBare(Op op);  // kRemoveAll, kStats, kHello
 // The keys of a keys request (views into `payload`).

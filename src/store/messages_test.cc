@@ -34,12 +34,14 @@ TEST(MessagesTest, PutRoundTrip) {
 }
 
 TEST(MessagesTest, RepliesRoundTrip) {
-  const std::vector<Location> locs = {{true, 1, 2, 3, {4, 5}}, {}, {true, 6, 7, 8, {9, 10}}};
+  const std::vector<Location> locs = {{true, 1, 2, 3, {4, 5}, 11}, {}, {true, 6, 7, 8, {9, 10}, 12}};
   std::vector<Location> locs_back;
   ASSERT_TRUE(DecodeLocations(EncodeLocations(locs), 3, &locs_back).ok());
+  EXPECT_EQ(locs_back, locs);
   EXPECT_EQ(locs_back[0].checksum, (Checksum{4, 5}));
   EXPECT_FALSE(locs_back[1].found);
   EXPECT_EQ(locs_back[2].generation, 8u);
+  EXPECT_EQ(locs_back[2].version, 12u);
   EXPECT_FALSE(DecodeLocations(EncodeLocations(locs), 2, &locs_back).ok()) << "a reply for other keys";
 
   const std::vector<Status> st = {Status::OK(), Status::Busy("pool full"), Status::InvalidArgument("big")};
@@ -50,11 +52,13 @@ TEST(MessagesTest, RepliesRoundTrip) {
   EXPECT_EQ(st_back[1].message(), "pool full");
   EXPECT_EQ(st_back[2].code(), Status::Code::kInvalidArgument);
 
-  NodeInfo info{"h:1", 4096, 1 << 20, 65536, 15000, 77};
+  NodeInfo info{"h:1", 4096, 1 << 20, 65536, 15000, 77, 8192, 4096};
   NodeInfo info_back;
   ASSERT_TRUE(DecodeNodeInfo(EncodeNodeInfo(info), &info_back).ok());
   EXPECT_EQ(info_back.segment, "h:1");
   EXPECT_EQ(info_back.epoch, 77u);
+  EXPECT_EQ(info_back.versions_addr, 8192u);
+  EXPECT_EQ(info_back.region_bytes, 4096u);
 
   NodeStats stats;
   stats.evictions = 5;

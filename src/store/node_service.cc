@@ -31,15 +31,27 @@ Status ListenAddress(const Engine& engine, const Settings& settings, std::string
 
 }  // namespace
 
-NodeService::NodeService(Engine* engine, const Settings& settings)
+NodeService::NodeService(Engine* engine, const Settings& settings, uint64_t* version_words)
     : engine_(engine),
       settings_(settings),
-      table_(static_cast<uint64_t>(settings.store_pool_bytes), std::chrono::milliseconds(settings.store_read_window_ms)),
+      versions_(version_words,
+                RegionVersions::RegionBytes(static_cast<uint64_t>(settings.store_pool_bytes), kPoolAlignment)),
+      table_(static_cast<uint64_t>(settings.store_pool_bytes), std::chrono::milliseconds(settings.store_read_window_ms),
+             kPoolAlignment, &versions_),
       runner_(engine) {}
 
 Status NodeService::Start(Engine* engine, const Settings& settings, std::unique_ptr<NodeService>* out) {
   if (settings.store_pool_bytes <= 0) return Status::InvalidArgument("store: a node's pool needs store_pool_bytes > 0");
-  std::unique_ptr<NodeService> node(new NodeService(engine, settings));
+  // The region versions peers READ: a page of their own, registered like the pool.
+  void* words = mmap(nullptr, kVersionsMapBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (words == MAP_FAILED) return Status::Unavailable("store: cannot map the pool's region versions");
+  std::unique_ptr<NodeService> node(new NodeService(engine, settings, static_cast<uint64_t*>(words)));
+  node->version_words_ = words;
+  if (Status s = engine->RegisterMemory(words, kVersionsMapBytes, "*"); !s.ok()) {
+    munmap(words, kVersionsMapBytes);
+    node->version_words_ = nullptr;
+    return s.Annotate("store: registering the pool's region versions");
+  }
   node->pool_bytes_ = static_cast<size_t>(settings.store_pool_bytes);
   void* pool = mmap(nullptr, node->pool_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (pool == MAP_FAILED)
@@ -58,6 +70,8 @@ Status NodeService::Start(Engine* engine, const Settings& settings, std::unique_
   info.max_page_bytes = static_cast<uint64_t>(settings.store_max_page_bytes);
   info.read_window_ms = static_cast<uint64_t>(settings.store_read_window_ms);
   info.epoch = crypto::RandomU64();
+  info.versions_addr = reinterpret_cast<uintptr_t>(node->version_words_);
+  info.region_bytes = node->versions_.region_bytes();
   std::string listen;
   KVF_RETURN_IF_ERROR(ListenAddress(*engine, settings, &listen));
   NodeService* self = node.get();
@@ -93,6 +107,13 @@ void NodeService::Stop() {
     else KVF_LOG_WARN("store node {}: transfers into the pool still pending at stop; its {} bytes stay mapped",
                       address_, pool_bytes_);
     pool_ = nullptr;
+  }
+  if (version_words_ != nullptr) {
+    // READs of the versions are a few words and end within the transfer
+    // timeout the pool's drain waited for above.
+    (void)engine_->UnregisterMemory(version_words_);
+    munmap(version_words_, kVersionsMapBytes);
+    version_words_ = nullptr;
   }
 }
 
@@ -140,7 +161,8 @@ std::string NodeService::Answer(Op op, std::string_view payload, Status* status)
     for (size_t i = 0; i < keys.size(); ++i) {
       PageEntry e;
       if (!table_.Lookup(keys[i], now, &e)) continue;
-      out[i] = Location{true, info_.pool_addr + e.offset, e.length, e.generation, e.checksum};
+      out[i] = Location{true, info_.pool_addr + e.offset, e.length, e.generation, e.checksum,
+                        versions_.VersionAt(e.offset)};
       ++counters_.lookup_hits;
     }
     return EncodeLocations(out);
@@ -152,6 +174,7 @@ std::string NodeService::Answer(Op op, std::string_view payload, Status* status)
       case Op::kRemove: bits[i] = table_.Remove(keys[i], now); break;
       case Op::kPin: bits[i] = table_.Pin(keys[i]); break;
       case Op::kUnpin: bits[i] = table_.Unpin(keys[i]); break;
+      case Op::kTouch: bits[i] = table_.Contains(keys[i], now); break;
       default: break;
     }
   }

@@ -2,7 +2,7 @@
 // (host memory registered with the engine), the index of the pages in it
 // (PageTable) and the control server that answers other processes:
 //
-//   hello, lookup, exists, remove, remove all, pin, unpin, stats
+//   hello, lookup, exists, remove, remove all, pin, unpin, touch, stats
 //       answered on the control server's thread, under the table's lock;
 //   put
 //       slots reserved and the READs of the pages from the writer's
@@ -30,6 +30,7 @@
 #include "store/control_server.h"
 #include "store/messages.h"
 #include "store/page_table.h"
+#include "store/region_versions.h"
 
 namespace kvfabric::store {
 
@@ -67,7 +68,13 @@ class NodeService {
     BatchRunner::Flight flight;
     std::vector<Status> outcomes;  // per item: its READs' refusal, then (FinishPut) their end
   };
-  NodeService(Engine* engine, const Settings& settings);
+  // The pool's alignment (its allocator's) and the mapping that holds the
+  // region versions.
+  static constexpr uint64_t kPoolAlignment = 4096;
+  static constexpr size_t kVersionsMapBytes = 4096;
+  static_assert(RegionVersions::kBytes <= kVersionsMapBytes);
+
+  NodeService(Engine* engine, const Settings& settings, uint64_t* version_words);
   std::string Answer(Op op, std::string_view payload, Status* status);
   void PutLoop();
   // Reserves the items' slots and starts their READs from `writer`'s
@@ -90,6 +97,8 @@ class NodeService {
   NodeInfo info_;
   std::string address_;
 
+  void* version_words_ = nullptr;  // kVersionsMapBytes, mapped and registered
+  RegionVersions versions_;        // over version_words_, bumped by table_ under table_mu_
   std::mutex table_mu_;
   PageTable table_;
   NodeStats counters_;  // the request counters (under table_mu_); the table's own come from table_.stats()

@@ -7,8 +7,15 @@
 
 namespace kvfabric::store {
 
-PageTable::PageTable(uint64_t pool_bytes, std::chrono::milliseconds read_window, uint64_t alignment)
-    : allocator_(pool_bytes, alignment), read_window_(std::max(read_window, std::chrono::milliseconds(0))) {}
+PageTable::PageTable(uint64_t pool_bytes, std::chrono::milliseconds read_window, uint64_t alignment,
+                     RegionVersions* versions)
+    : allocator_(pool_bytes, alignment),
+      read_window_(std::max(read_window, std::chrono::milliseconds(0))),
+      versions_(versions) {}
+
+void PageTable::Retire(const Page& p) {
+  if (versions_ != nullptr) versions_->Bump(p.entry.offset);
+}
 
 PageTable::Pages::iterator PageTable::Find(std::string_view key) {
   auto it = index_.find(key);
@@ -70,6 +77,7 @@ bool PageTable::EvictFor(uint64_t bytes, TimePoint now) {
   }
   for (; victims > 0; --victims) {
     const Page& oldest = unpinned_.back();
+    Retire(oldest);
     if (ReusableAt(oldest) > now) ReleaseSlot(oldest, now);  // else freed by the walk
     Forget(std::prev(unpinned_.end()));
     ++evictions_;
@@ -134,6 +142,7 @@ PageEntry PageTable::Commit(std::string_view key, uint64_t offset, uint64_t leng
     Count(unpinned_.front(), true);
     return entry;
   }
+  Retire(*page);
   ReleaseSlot(*page, now);
   Count(*page, false);
   page->entry = entry;
@@ -163,6 +172,7 @@ bool PageTable::Contains(std::string_view key, TimePoint now) {
 bool PageTable::Remove(std::string_view key, TimePoint now) {
   auto page = Find(key);
   if (page == unpinned_.end()) return false;
+  Retire(*page);
   ReleaseSlot(*page, now);
   Forget(page);
   ++removals_;
@@ -171,6 +181,7 @@ bool PageTable::Remove(std::string_view key, TimePoint now) {
 
 size_t PageTable::RemoveAll(TimePoint now) {
   const size_t n = index_.size();
+  if (versions_ != nullptr && n > 0) versions_->BumpAll();
   for (Pages* list : {&unpinned_, &pinned_}) {
     for (const Page& p : *list) ReleaseSlot(p, now);
     list->clear();

@@ -23,6 +23,7 @@
 #include "kvfabric/status.h"
 #include "store/checksum.h"
 #include "store/pool_allocator.h"
+#include "store/region_versions.h"
 
 namespace kvfabric::store {
 
@@ -59,7 +60,11 @@ class PageTable {
   // handed out again until `read_window` (>= 0) after the last Lookup that
   // returned its page; a slot whose page was never looked up is reusable at
   // once. An abandoned slot waits read_window from the Abandon.
-  PageTable(uint64_t pool_bytes, std::chrono::milliseconds read_window, uint64_t alignment = 4096);
+  // With `versions` (may be null; it outlives the table), every page that
+  // leaves its key (evicted, removed, overwritten, RemoveAll) bumps the
+  // version of its region first.
+  PageTable(uint64_t pool_bytes, std::chrono::milliseconds read_window, uint64_t alignment = 4096,
+            RegionVersions* versions = nullptr);
   // The index views keys stored in the pages: moved, never copied.
   PageTable(PageTable&&) = default;
   PageTable(const PageTable&) = delete;
@@ -149,6 +154,8 @@ class PageTable {
   // has, else through the quarantine.
   void Release(uint64_t offset, uint64_t bytes, TimePoint reusable_at, TimePoint now);
   void ReleaseSlot(const Page& p, TimePoint now) { Release(p.entry.offset, SlotBytes(p), ReusableAt(p), now); }
+  // The page leaves its key: its region's version goes up.
+  void Retire(const Page& p);
   // Takes the page out of the table (its slot: the caller's business).
   void Forget(Pages::iterator page);
   // Returns the quarantined slots whose wait is over to the allocator.
@@ -165,6 +172,7 @@ class PageTable {
   Pages pinned_;
   std::unordered_map<uint64_t, uint64_t> reserved_;  // offset -> slot bytes
   std::priority_queue<Quarantined, std::vector<Quarantined>, std::greater<>> quarantine_;  // soonest on top
+  RegionVersions* const versions_;
   uint64_t next_generation_ = 1;
   uint64_t used_bytes_ = 0, pinned_bytes_ = 0, reserved_bytes_ = 0, quarantined_bytes_ = 0;
   uint64_t evictions_ = 0, removals_ = 0, overwrites_ = 0, refusals_ = 0;

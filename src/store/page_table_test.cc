@@ -464,5 +464,74 @@ TEST(PageTableTest, RandomOperationsMatchAModel) {
   EXPECT_GT(counters.overwrites, 1000u);
 }
 
+TEST(RegionVersionsTest, RegionsCoverThePoolAndBumpsCountPerRegion) {
+  EXPECT_EQ(RegionVersions::RegionBytes(512 * MiB, 4096), 2 * MiB);
+  EXPECT_EQ(RegionVersions::RegionBytes(1 * MiB, 4096), 4096u);
+  EXPECT_EQ(RegionVersions::RegionBytes(100, 4096), 4096u) << "never below the alignment";
+  EXPECT_EQ(RegionVersions::RegionBytes(256 * 4096 + 1, 4096), 8192u) << "rounded up: every byte has a region";
+  std::vector<uint64_t> words(RegionVersions::kRegions, 0);
+  RegionVersions v(words.data(), 64 * KiB);
+  EXPECT_EQ(v.RegionOf(0), 0u);
+  EXPECT_EQ(v.RegionOf(64 * KiB - 1), 0u);
+  EXPECT_EQ(v.RegionOf(64 * KiB), 1u);
+  EXPECT_EQ(v.RegionOf(1ull << 40), RegionVersions::kRegions - 1) << "past the end: the last region";
+  v.Bump(70 * KiB);
+  v.Bump(100 * KiB);
+  EXPECT_EQ(v.VersionAt(64 * KiB), 2u);
+  EXPECT_EQ(v.VersionAt(0), 0u);
+  EXPECT_EQ(words[1], 2u) << "the words peers READ";
+  v.BumpAll();
+  EXPECT_EQ(v.VersionAt(0), 1u);
+  EXPECT_EQ(v.VersionAt(64 * KiB), 3u);
+}
+
+// A page's region version goes up exactly when the page leaves its key:
+// evicted, removed, overwritten, or all removed; never on a lookup, a pin,
+// a new key's commit or an abandoned put. So a client that remembers a
+// page with its region's version knows, by reading the same version, that
+// the page is still its key's.
+TEST(RegionVersionsTest, APageLeavingItsKeyBumpsItsRegionAndNothingElseDoes) {
+  std::vector<uint64_t> words(RegionVersions::kRegions, 0);
+  RegionVersions v(words.data(), 64 * KiB);  // one 64 KiB slot per region
+  PageTable t(4 * 64 * KiB, 100ms, 4096, &v);
+  auto all = [&] { return std::vector<uint64_t>(words.begin(), words.begin() + 4); };
+  const PageEntry a = Put(t, "a", 64 * KiB, t0), b = Put(t, "b", 64 * KiB, t0);
+  Put(t, "c", 64 * KiB, t0);
+  Put(t, "d", 64 * KiB, t0);
+  EXPECT_EQ(all(), (std::vector<uint64_t>{0, 0, 0, 0})) << "new keys change nothing";
+  PageEntry e;
+  ASSERT_TRUE(t.Lookup("a", t0, &e));
+  ASSERT_TRUE(t.Contains("b", t0));
+  ASSERT_TRUE(t.Pin("c"));
+  ASSERT_TRUE(t.Unpin("c"));
+  EXPECT_EQ(all(), (std::vector<uint64_t>{0, 0, 0, 0})) << "reading and pinning change nothing";
+  // An overwrite of b in a full pool: the least recently used page (d: c's
+  // unpin made it recent) is evicted for the new slot, and b's old page
+  // leaves its key.
+  const PageEntry d = [&] { PageEntry x; EXPECT_TRUE(t.Lookup("d", t0, &x)); return x; }();
+  ASSERT_TRUE(t.Lookup("a", t0, &e));
+  ASSERT_TRUE(t.Lookup("b", t0, &e));
+  ASSERT_TRUE(t.Lookup("c", t0, &e));  // d is the oldest now
+  Put(t, "b", 64 * KiB, t0 + 1s);
+  EXPECT_EQ(words[v.RegionOf(b.offset)], 1u) << "b's old page";
+  EXPECT_EQ(words[v.RegionOf(d.offset)], 1u) << "d, evicted";
+  uint64_t bumps = 0;
+  for (uint64_t w : all()) bumps += w;
+  EXPECT_EQ(bumps, 2u);
+  EXPECT_TRUE(t.Remove("a", t0 + 2s));
+  EXPECT_EQ(words[v.RegionOf(a.offset)], 1u) << "a, removed";
+  uint64_t after_remove = 0;
+  for (uint64_t w : all()) after_remove += w;
+  EXPECT_EQ(after_remove, 3u);
+  uint64_t at = 0;
+  ASSERT_TRUE(t.Reserve(4096, t0 + 3s, &at).ok());
+  t.Abandon(at, t0 + 3s);
+  uint64_t after_abandon = 0;
+  for (uint64_t w : all()) after_abandon += w;
+  EXPECT_EQ(after_abandon, 3u) << "an abandoned put held no key";
+  t.RemoveAll(t0 + 4s);
+  for (size_t r = 0; r < RegionVersions::kRegions; ++r) EXPECT_GE(words[r], 1u) << "region " << r;
+}
+
 }  // namespace
 }  // namespace kvfabric::store

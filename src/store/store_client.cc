@@ -1,13 +1,17 @@
 #include "store/store_client.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
+#include <cstring>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <utility>
 
 #include "store/checksum.h"
+#include "store/region_versions.h"
 
 namespace kvfabric::store {
 namespace {
@@ -66,7 +70,8 @@ StoreClient::StoreClient(Engine* engine, const Settings& settings, ControlClient
       members_(members),
       self_(self),
       runner_(engine),
-      locations_(static_cast<size_t>(settings.store_location_cache)) {}
+      locations_(static_cast<size_t>(settings.store_location_cache)),
+      scratch_(engine, RegionVersions::kBytes, kScratchSlots) {}
 
 StoreClient::~StoreClient() {
   if (bounce_) (void)engine_->UnregisterMemory(bounce_.get());
@@ -334,31 +339,39 @@ void StoreClient::Get(const std::vector<std::string>& keys, const std::vector<st
   CheckBuffers(keys, buffers, results, &memory);
   lengths->assign(keys.size(), 0);
   std::vector<NodeCall> calls = GroupByHome(keys, results);
-  for (NodeCall& call : calls) call.request = EncodeKeys(Op::kLookup, KeysOf(keys, call.keys));
   const auto asked = Clock::now();
   const auto deadline = asked + std::chrono::milliseconds(settings_.store_deadline_ms);
   // No READ starts after its lookup's read window: the slots may be reused from then on.
   auto read_by = [&](const NodeCall& call) {
     return std::min(deadline, asked + std::chrono::milliseconds(call.node->info.read_window_ms));
   };
-  // The pages whose location this process remembers are read at once, and
-  // their lookups sent right after, to confirm them while the bytes move
-  // (the links are busy from the first moment); each home's other pages are
-  // read as soon as it answers (one engine batch per home and kind).
+  // The pages whose location this process remembers are read at once, in
+  // one engine batch with their homes' region versions: a page whose
+  // region has not changed since its location was answered is still its
+  // key's, and needs no message to its home at all. The keys with no such
+  // guess are looked up meanwhile, each home's pages read as soon as it
+  // answers; then the guesses whose version changed are looked up, and
+  // their answers confirm them or send them elsewhere.
   Reads reads;
   reads.pages.reserve(keys.size());
   std::vector<size_t> guessed(keys.size(), SIZE_MAX);
-  for (const NodeCall& call : calls) StartGuesses(keys, buffers, memory, call, read_by(call), &reads, &guessed);
-  auto fanout = Send(&calls, deadline);
-  size_t c = 0;
-  std::vector<size_t> unanswered;
-  for (size_t n = 0; n < calls.size(); ++n) {
-    const Wait wait = reads.pages.empty() ? Wait::kPollFirst : Wait::kSleep;
-    if (!Next(fanout.get(), &calls, deadline + std::chrono::seconds(1), wait, &c, &unanswered)) break;
-    StartReads(keys, buffers, memory, calls[c], read_by(calls[c]), guessed, results, &reads);
+  Probe probe;
+  StartGuesses(keys, buffers, memory, calls, deadline, read_by, &reads, &guessed, &probe);
+  std::vector<NodeCall> later;  // the calls' keys that the versions may confirm
+  for (NodeCall& call : calls) {
+    NodeCall rest;
+    rest.node = call.node;
+    std::erase_if(call.keys, [&](size_t i) {
+      const bool wait = probe.Covers(call.node->name) && guessed[i] != SIZE_MAX && memory[i] == Memory::kHost;
+      if (wait) rest.keys.push_back(i);
+      return wait;
+    });
+    if (!rest.keys.empty()) later.push_back(std::move(rest));
   }
-  for (size_t u : unanswered)
-    for (size_t i : calls[u].keys) (*results)[i] = calls[u].status;
+  Ask(keys, buffers, memory, &calls, deadline, read_by, guessed, results, &reads);
+  std::vector<std::pair<std::string, std::vector<size_t>>> unasked;  // per home: keys confirmed by their versions
+  if (!probe.homes.empty()) ConfirmByVersions(probe, guessed, &later, &reads, &unasked);
+  Ask(keys, buffers, memory, &later, deadline, read_by, guessed, results, &reads);
   // Pages are verified flight by flight as each lands. A guess its answer
   // did not confirm is waited out all the same (no READ may write the
   // caller's buffers once the call returns), and read again when the
@@ -396,6 +409,7 @@ void StoreClient::Get(const std::vector<std::string>& keys, const std::vector<st
     for (const auto& [read, why] : refused) (*results)[read.key] = ReadFailed(why, keys[read.key], *read.home);
     for (const PageRead& read : again.pages) FinishRead(keys, buffers, read, Land(&again, read), results, lengths);
   }
+  for (const auto& [home, read] : unasked) QueueTouches(home, keys, read);
   Add(counters_.get_keys, keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
     if ((*results)[i].ok()) {
@@ -409,8 +423,9 @@ void StoreClient::Get(const std::vector<std::string>& keys, const std::vector<st
 
 void StoreClient::Launch(std::vector<PageRead> pages, net::Deadline by,
                          const std::vector<std::vector<StoreBuffer>>& buffers, const std::vector<Memory>& memory,
-                         Reads* reads, std::vector<std::pair<PageRead, Status>>* refused) {
-  if (pages.empty()) return;
+                         Reads* reads, std::vector<std::pair<PageRead, Status>>* refused,
+                         const std::vector<TransferRequest>& extra) {
+  if (pages.empty() && extra.empty()) return;
   std::vector<TransferRequest> requests;
   std::vector<std::pair<size_t, size_t>> groups;
   for (PageRead& page : pages) {
@@ -427,6 +442,10 @@ void StoreClient::Launch(std::vector<PageRead> pages, net::Deadline by,
     groups.back().second = requests.size();
     // No checksum on GPU memory: its page is whole by the read window alone.
     page.verify = settings_.store_verify && memory[i] == Memory::kHost;
+  }
+  for (const TransferRequest& r : extra) {
+    groups.push_back({requests.size(), requests.size() + 1});
+    requests.push_back(r);
   }
   ReadFlight flight;
   flight.by = by;
@@ -452,23 +471,137 @@ const Status& StoreClient::Land(Reads* reads, const PageRead& page) {
   return f.outcomes[page.group];
 }
 
+bool StoreClient::Probe::Covers(const std::string& home) const {
+  for (const Home& h : homes)
+    if (h.name == home) return true;
+  return false;
+}
+
 void StoreClient::StartGuesses(const std::vector<std::string>& keys,
                                const std::vector<std::vector<StoreBuffer>>& buffers, const std::vector<Memory>& memory,
-                               const NodeCall& call, net::Deadline by, Reads* reads, std::vector<size_t>* guessed) {
-  // A node's own pages are answered by a direct call, already done.
-  if (locations_.capacity() == 0 || (self_ != nullptr && call.node->name == self_->address())) return;
+                               const std::vector<NodeCall>& calls, net::Deadline deadline,
+                               const std::function<net::Deadline(const NodeCall&)>& read_by, Reads* reads,
+                               std::vector<size_t>* guessed, Probe* probe) {
+  if (locations_.capacity() == 0) return;
   std::vector<PageRead> pages;
+  std::vector<TransferRequest> extra;
+  net::Deadline by = deadline;
   CachedLocation cached;
-  for (size_t i : call.keys) {
-    if (locations_.Find(keys[i], &cached) &&
-        CachedLocationUsable(cached, call.node->name, call.node->info.epoch, TotalBytes(buffers[i])))
+  for (const NodeCall& call : calls) {
+    // A node's own pages are answered by a direct call, at once.
+    if (self_ != nullptr && call.node->name == self_->address()) continue;
+    bool host = false, any = false;
+    for (size_t i : call.keys) {
+      if (!locations_.Find(keys[i], &cached) ||
+          !CachedLocationUsable(cached, call.node->name, call.node->info.epoch, TotalBytes(buffers[i])))
+        continue;
       pages.push_back(PageRead{i, cached.where, call.node, true, PageRead::Check::kUnconfirmed});
+      any = true;
+      host = host || memory[i] == Memory::kHost;
+    }
+    if (any) by = std::min(by, read_by(call));
+    // The home's region versions, into a scratch slot, for its guesses
+    // into host memory. A slot reused while its page is read is caught by
+    // the checksum there; GPU destinations are not checksummed, so their
+    // guesses wait for lookups, whose read window keeps the page whole.
+    // (KVF_STORE_VERIFY=0, a measurement setting, gives up that catch.)
+    const NodeInfo& info = call.node->info;
+    if (!host || info.region_bytes == 0 || info.versions_addr == 0) continue;
+    uint8_t* slot = scratch_.Take();
+    if (slot == nullptr) continue;  // every slot in use: lookups confirm these guesses
+    probe->homes.push_back({call.node->name, slot, 0});
+    extra.push_back({OpCode::kRead, slot, call.node->segment, info.versions_addr, RegionVersions::kBytes});
   }
-  // A guess the engine refuses is no guess: the answer decides as for any key.
+  // A guess the engine refuses is no guess: its key is looked up as any.
   std::vector<std::pair<PageRead, Status>> refused;
   const size_t first = reads->pages.size();
-  Launch(std::move(pages), by, buffers, memory, reads, &refused);
+  probe->flight = reads->flights.size();
+  const size_t pages_launched = pages.size();
+  Launch(std::move(pages), by, buffers, memory, reads, &refused, extra);
   for (size_t p = first; p < reads->pages.size(); ++p) (*guessed)[reads->pages[p].key] = p;
+  for (size_t h = 0; h < probe->homes.size(); ++h) probe->homes[h].group = pages_launched + h;
+}
+
+void StoreClient::ConfirmByVersions(const Probe& probe, const std::vector<size_t>& guessed,
+                                    std::vector<NodeCall>* later, Reads* reads,
+                                    std::vector<std::pair<std::string, std::vector<size_t>>>* unasked) {
+  ReadFlight& f = reads->flights[probe.flight];
+  if (!f.landed) {
+    runner_.Finish(&f.flight, f.by, &f.outcomes);
+    f.landed = true;
+  }
+  // Each home's versions, and its slot back (a READ not ended by the
+  // deadline may still write its slot: that one is not given back).
+  std::vector<std::array<uint64_t, RegionVersions::kRegions>> versions(probe.homes.size());
+  std::vector<bool> have(probe.homes.size(), false);
+  for (size_t h = 0; h < probe.homes.size(); ++h) {
+    const Status& got = f.outcomes[probe.homes[h].group];
+    if (got.ok()) {
+      std::memcpy(versions[h].data(), probe.homes[h].slot, RegionVersions::kBytes);
+      have[h] = true;
+    }
+    if (got.code() != Status::Code::kTimeout) scratch_.Give(probe.homes[h].slot);
+  }
+  for (NodeCall& call : *later) {
+    size_t h = 0;
+    while (h < probe.homes.size() && probe.homes[h].name != call.node->name) ++h;
+    if (h == probe.homes.size() || !have[h]) continue;  // the lookups decide
+    const NodeInfo& info = call.node->info;
+    std::vector<size_t> confirmed;
+    std::erase_if(call.keys, [&](size_t i) {
+      PageRead& guess = reads->pages[guessed[i]];
+      const uint64_t offset = guess.where.addr - info.pool_addr;
+      const size_t region =
+          static_cast<size_t>(std::min<uint64_t>(offset / info.region_bytes, RegionVersions::kRegions - 1));
+      if (versions[h][region] != guess.where.version) return false;
+      guess.check = PageRead::Check::kConfirmed;
+      confirmed.push_back(i);
+      return true;
+    });
+    Add(counters_.get_cached, confirmed.size());
+    Add(counters_.get_no_lookup, confirmed.size());
+    if (!confirmed.empty()) unasked->push_back({call.node->name, std::move(confirmed)});
+  }
+}
+
+void StoreClient::Ask(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
+                      const std::vector<Memory>& memory, std::vector<NodeCall>* calls, net::Deadline deadline,
+                      const std::function<net::Deadline(const NodeCall&)>& read_by,
+                      const std::vector<size_t>& guessed, std::vector<Status>* results, Reads* reads) {
+  std::erase_if(*calls, [](const NodeCall& call) { return call.keys.empty(); });
+  if (calls->empty()) return;
+  for (NodeCall& call : *calls) call.request = EncodeKeys(Op::kLookup, KeysOf(keys, call.keys));
+  auto fanout = Send(calls, deadline);
+  size_t c = 0;
+  std::vector<size_t> unanswered;
+  for (size_t n = 0; n < calls->size(); ++n) {
+    const Wait wait = reads->pages.empty() ? Wait::kPollFirst : Wait::kSleep;
+    if (!Next(fanout.get(), calls, deadline + std::chrono::seconds(1), wait, &c, &unanswered)) break;
+    StartReads(keys, buffers, memory, (*calls)[c], read_by((*calls)[c]), guessed, results, reads);
+  }
+  for (size_t u : unanswered)
+    for (size_t i : (*calls)[u].keys) (*results)[i] = (*calls)[u].status;
+}
+
+void StoreClient::QueueTouches(const std::string& home, const std::vector<std::string>& keys,
+                               const std::vector<size_t>& which) {
+  std::vector<std::string> batch;
+  {
+    std::lock_guard<std::mutex> g(touch_mu_);
+    Touches& t = touches_[home];
+    for (size_t i : which)
+      if (t.keys.size() < kMaxTouches) t.keys.insert(keys[i]);
+    const auto now = Clock::now();
+    if (now - t.sent < kTouchEvery) return;
+    t.sent = now;
+    batch.assign(t.keys.begin(), t.keys.end());
+    t.keys.clear();
+  }
+  std::vector<std::string_view> views(batch.begin(), batch.end());
+  // Fire and forget: a lost touch only makes its pages look older.
+  Add(counters_.control_calls, 1);
+  control_->Call(home, EncodeKeys(Op::kTouch, views), net::DeadlineIn(settings_.store_deadline_ms),
+                 [](Status, std::string) {});
 }
 
 void StoreClient::StartReads(const std::vector<std::string>& keys,
@@ -634,6 +767,7 @@ void StoreClient::AddStats(StoreStats* out) const {
   out->get_unverified = get(counters_.get_unverified);
   out->get_cached = get(counters_.get_cached);
   out->get_cached_stale = get(counters_.get_cached_stale);
+  out->get_no_lookup = get(counters_.get_no_lookup);
   out->put_bounced = get(counters_.put_bounced);
   out->exists_keys = get(counters_.exists_keys);
   out->exists_hits = get(counters_.exists_hits);

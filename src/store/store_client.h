@@ -7,9 +7,12 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "kvfabric/engine.h"
@@ -17,6 +20,7 @@
 #include "store/batch_runner.h"
 #include "store/control_client.h"
 #include "store/location_cache.h"
+#include "store/scratch_slots.h"
 #include "store/member_view.h"
 #include "store/node_service.h"
 
@@ -123,12 +127,51 @@ class StoreClient {
   };
   // Starts the READs of `pages` (key, where, home, check set) into their
   // keys' buffers as one flight that must end by `by`, appending them to
-  // reads->pages. A page the engine refuses is left out and listed in
-  // `refused` with the refusal.
+  // reads->pages; `extra` requests go in the same flight, as groups after
+  // the pages' (pages.size() + k). A page the engine refuses is left out
+  // and listed in `refused` with the refusal.
   void Launch(std::vector<PageRead> pages, net::Deadline by, const std::vector<std::vector<StoreBuffer>>& buffers,
-              const std::vector<Memory>& memory, Reads* reads, std::vector<std::pair<PageRead, Status>>* refused);
+              const std::vector<Memory>& memory, Reads* reads, std::vector<std::pair<PageRead, Status>>* refused,
+              const std::vector<TransferRequest>& extra = {});
   // The outcome of `page`'s READs, waiting for its flight the first time.
   const Status& Land(Reads* reads, const PageRead& page);
+  // The region versions READ with the guesses: a scratch slot per home.
+  struct Probe {
+    struct Home {
+      std::string name;
+      uint8_t* slot = nullptr;
+      size_t group = 0;  // its READ in flights[flight]
+    };
+    std::vector<Home> homes;
+    size_t flight = 0;
+    bool Covers(const std::string& home) const;
+  };
+  // Starts reading every key of `calls` whose location this process
+  // remembers from the same member (guessed[i]: key i's read in
+  // reads->pages), in one flight with the region versions of the homes
+  // whose guesses go to host memory (`probe`).
+  void StartGuesses(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
+                    const std::vector<Memory>& memory, const std::vector<NodeCall>& calls, net::Deadline deadline,
+                    const std::function<net::Deadline(const NodeCall&)>& read_by, Reads* reads,
+                    std::vector<size_t>* guessed, Probe* probe);
+  // Waits for the guesses' flight and confirms each guess of `later` (a
+  // call per probed home, its keys guessed into host memory) whose
+  // region's version is the one its location was answered with: the key's
+  // latest page. Those keys leave `later` (no lookup) and are listed per
+  // home in `unasked`; the others stay, to be looked up.
+  void ConfirmByVersions(const Probe& probe, const std::vector<size_t>& guessed, std::vector<NodeCall>* later,
+                         Reads* reads, std::vector<std::pair<std::string, std::vector<size_t>>>* unasked);
+  // Looks up the keys of `calls` (one message per home, all at once) and
+  // takes each answer as it comes (StartReads); the keys of a home that
+  // does not answer get its failure.
+  void Ask(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
+           const std::vector<Memory>& memory, std::vector<NodeCall>* calls, net::Deadline deadline,
+           const std::function<net::Deadline(const NodeCall&)>& read_by, const std::vector<size_t>& guessed,
+           std::vector<Status>* results, Reads* reads);
+  // Pages read without a lookup are not seen by their home's LRU: their
+  // keys are sent to it in a touch message, at most every kTouchEvery per
+  // home (fire and forget).
+  void QueueTouches(const std::string& home, const std::vector<std::string>& keys, const std::vector<size_t>& which);
   // Starts reading the keys of `call` whose location this process
   // remembers from the same member, before it answers; guessed[i] is then
   // the index of key i's read in reads->pages.
@@ -170,6 +213,18 @@ class StoreClient {
   NodeService* const self_;
   BatchRunner runner_;
   LocationCache locations_;  // KVF_STORE_LOCATION_CACHE
+  // Where the region versions of a call's homes are READ to.
+  static constexpr size_t kScratchSlots = 64;
+  ScratchSlots scratch_;
+  // Keys read without a lookup, per home, until their touch message goes.
+  static constexpr auto kTouchEvery = std::chrono::milliseconds(200);
+  static constexpr size_t kMaxTouches = 8192;
+  struct Touches {
+    std::unordered_set<std::string> keys;
+    std::chrono::steady_clock::time_point sent{};
+  };
+  std::mutex touch_mu_;
+  std::unordered_map<std::string, Touches> touches_;
 
   // Host memory GPU pages go through on their way to a home that cannot
   // READ them where they are (KVF_STORE_BOUNCE_BYTES); one PUT at a time uses it.
@@ -181,7 +236,7 @@ class StoreClient {
     std::atomic<uint64_t> put_keys{0}, put_bytes{0}, put_failures{0};
     std::atomic<uint64_t> get_keys{0}, get_hits{0}, get_bytes{0};
     std::atomic<uint64_t> misses_absent{0}, misses_checksum{0}, misses_late{0}, get_failures{0};
-    std::atomic<uint64_t> get_unverified{0}, get_cached{0}, get_cached_stale{0}, put_bounced{0};
+    std::atomic<uint64_t> get_unverified{0}, get_cached{0}, get_cached_stale{0}, get_no_lookup{0}, put_bounced{0};
     std::atomic<uint64_t> exists_keys{0}, exists_hits{0};
     std::atomic<uint64_t> control_calls{0}, control_failures{0};
   };

@@ -179,15 +179,18 @@ TEST_F(StoreVerifyTest, RememberedLocationsNeverReturnAnOlderPage) {
     put(0x11, kPage);
     get_is(0x11, kPage);  // looked up: the location is remembered
     EXPECT_EQ(reader->Stats().get_cached, 0u);
-    get_is(0x11, kPage);  // read at once, confirmed by the answer
+    get_is(0x11, kPage);  // read at once, confirmed by its region's version: no lookup
     EXPECT_EQ(reader->Stats().get_cached, 1u);
+    EXPECT_EQ(reader->Stats().get_no_lookup, 1u);
     EXPECT_EQ(reader->Stats().get_cached_stale, 0u);
 
     put(0x22, kPage);  // the reader still remembers the first page's slot
     get_is(0x22, kPage);
     EXPECT_EQ(reader->Stats().get_cached_stale, 1u) << "the guess was the older page";
+    EXPECT_EQ(reader->Stats().get_no_lookup, 1u) << "the overwrite changed its region's version";
     get_is(0x22, kPage);
     EXPECT_EQ(reader->Stats().get_cached, 2u);
+    EXPECT_EQ(reader->Stats().get_no_lookup, 2u);
 
     put(0x33, kPage / 2);  // shorter: the guess reads more bytes than the new page has
     get_is(0x33, kPage / 2);
@@ -203,6 +206,40 @@ TEST_F(StoreVerifyTest, RememberedLocationsNeverReturnAnOlderPage) {
     EXPECT_EQ(r.get_hits, 5u);
     EXPECT_EQ(r.misses_checksum, 0u) << "an intact older page verifies: the answer alone must refuse it";
   }
+}
+
+// A page read from its remembered location with no lookup is not seen by
+// its node's LRU, so the client tells the node in a touch message (at most
+// every 200 ms per node). A hot page read that way while other pages churn
+// through a pool of 7 slots, one every 50 ms, stays in the pool; without the
+// touches it would be the least recently used page after 7 puts.
+TEST_F(StoreVerifyTest, HotPagesReadWithoutLookupsStayInThePool) {
+  Start(7 << 20, 2000, 2500);
+  constexpr size_t kPage = 1 << 20;
+  uint8_t* src = buf_;
+  uint8_t* dst = buf_ + (8 << 20);
+  std::vector<Status> st;
+  std::vector<uint64_t> len;
+  std::memset(src, 0x5a, kPage);
+  ASSERT_TRUE(client_->BatchPut({"hot"}, {{{src, kPage}}}, &st).ok());
+  ASSERT_TRUE(st[0].ok()) << st[0].ToString();
+  uint64_t misses = 0;
+  const auto until = Clock::now() + std::chrono::seconds(3);
+  for (int i = 0; Clock::now() < until; ++i) {
+    std::memset(src + kPage, i, kPage);
+    ASSERT_TRUE(client_->BatchPut({"churn-" + std::to_string(i % 20)}, {{{src + kPage, kPage}}}, &st).ok());
+    ASSERT_TRUE(client_->BatchGet({"hot"}, {{{dst, kPage}}}, &st, &len).ok());
+    if (!st[0].ok()) {
+      ++misses;
+      break;
+    }
+    ASSERT_EQ(dst[kPage - 1], 0x5a);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const StoreStats s = client_->Stats();
+  EXPECT_EQ(misses, 0u) << "the hot page was evicted";
+  EXPECT_GT(node_->Stats().evictions, 20u) << "the pool was meant to churn";
+  EXPECT_GT(s.get_no_lookup, s.get_hits / 2) << "most reads of the hot page should need no lookup";
 }
 
 }  // namespace
