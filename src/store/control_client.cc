@@ -209,9 +209,10 @@ void ControlClient::Loop::PostAll(std::vector<Op> ops) {
     return;
   }
   if (run_mu.try_lock()) {
+    const void* outer = running_loop;  // a Done of another client's loop may be calling
     running_loop = this;
     const bool wake = SendFromCaller();
-    running_loop = nullptr;
+    running_loop = outer;
     run_mu.unlock();
     if (wake) Wake(wake_fd);
     return;

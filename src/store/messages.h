@@ -48,7 +48,7 @@ struct NodeInfo {
   uint64_t epoch = 0;           // differs at every start of the node
   // The pool's region versions (RegionVersions): kRegions 64-bit words at
   // versions_addr in the node's segment, region r covering the pool's
-  // bytes [r * region_bytes, (r + 1) * region_bytes).
+  // bytes [r * region_bytes, (r + 1) * region_bytes), then the epoch.
   uint64_t versions_addr = 0;
   uint64_t region_bytes = 0;
 };

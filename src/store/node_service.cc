@@ -70,6 +70,8 @@ Status NodeService::Start(Engine* engine, const Settings& settings, std::unique_
   info.max_page_bytes = static_cast<uint64_t>(settings.store_max_page_bytes);
   info.read_window_ms = static_cast<uint64_t>(settings.store_read_window_ms);
   info.epoch = crypto::RandomU64();
+  // After the versions, the epoch: a client reading them knows they are this node's.
+  static_cast<uint64_t*>(node->version_words_)[RegionVersions::kRegions] = info.epoch;
   info.versions_addr = reinterpret_cast<uintptr_t>(node->version_words_);
   info.region_bytes = node->versions_.region_bytes();
   std::string listen;

@@ -72,7 +72,7 @@ class NodeService {
   // region versions.
   static constexpr uint64_t kPoolAlignment = 4096;
   static constexpr size_t kVersionsMapBytes = 4096;
-  static_assert(RegionVersions::kBytes <= kVersionsMapBytes);
+  static_assert(RegionVersions::kBytes + sizeof(uint64_t) <= kVersionsMapBytes);  // the versions, then the epoch
 
   NodeService(Engine* engine, const Settings& settings, uint64_t* version_words);
   std::string Answer(Op op, std::string_view payload, Status* status);

@@ -28,10 +28,29 @@ uint8_t* ScratchSlots::Take() {
     arena_ = std::move(arena);
     for (size_t i = count_; i > 0; --i) free_.push_back(arena_.get() + (i - 1) * slot_bytes_);
   }
+  if (free_.empty() && !later_.empty()) {
+    const auto now = std::chrono::steady_clock::now();
+    std::erase_if(later_, [&](const auto& w) {
+      if (w.first > now) return false;
+      free_.push_back(w.second);
+      return true;
+    });
+  }
   if (free_.empty()) return nullptr;
   uint8_t* slot = free_.back();
   free_.pop_back();
   return slot;
+}
+
+void ScratchSlots::GiveLater(uint8_t* slot, std::chrono::steady_clock::time_point when) {
+  if (slot == nullptr) return;
+  std::lock_guard<std::mutex> g(mu_);
+  later_.push_back({when, slot});
+}
+
+void ScratchSlots::Leak() {
+  std::lock_guard<std::mutex> g(mu_);
+  (void)arena_.release();
 }
 
 void ScratchSlots::Give(uint8_t* slot) {

@@ -5,10 +5,12 @@
 // the call does without (a lookup instead).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "kvfabric/engine.h"
@@ -27,6 +29,12 @@ class ScratchSlots {
   // registered (the first call registers it).
   uint8_t* Take();
   void Give(uint8_t* slot);
+  // Gives `slot` back at `when`: a READ into it that did not end may still
+  // write it until then (the engine ends every transfer by then).
+  void GiveLater(uint8_t* slot, std::chrono::steady_clock::time_point when);
+  // The arena stays allocated and registered for good (a READ may still
+  // write it at destruction).
+  void Leak();
   size_t slot_bytes() const { return slot_bytes_; }
 
  private:
@@ -37,6 +45,7 @@ class ScratchSlots {
   std::unique_ptr<uint8_t[]> arena_;  // null until registered
   bool failed_ = false;               // registering failed: no slots, ever
   std::vector<uint8_t*> free_;
+  std::vector<std::pair<std::chrono::steady_clock::time_point, uint8_t*>> later_;
 };
 
 }  // namespace kvfabric::store

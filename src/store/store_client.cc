@@ -10,6 +10,7 @@
 #include <mutex>
 #include <utility>
 
+#include "common/log.h"
 #include "store/checksum.h"
 #include "store/region_versions.h"
 
@@ -50,6 +51,13 @@ uint64_t TotalBytes(const std::vector<StoreBuffer>& buffers) {
   return n;
 }
 
+// Whether two answers name the same page: its place, length, generation
+// and bytes (not its region's version, which other pages move).
+bool SamePage(const Location& a, const Location& b) {
+  return a.found == b.found && a.addr == b.addr && a.length == b.length && a.generation == b.generation &&
+         a.checksum == b.checksum;
+}
+
 }  // namespace
 
 // Shared with the callbacks: a reply that comes after the caller stopped
@@ -71,9 +79,17 @@ StoreClient::StoreClient(Engine* engine, const Settings& settings, ControlClient
       self_(self),
       runner_(engine),
       locations_(static_cast<size_t>(settings.store_location_cache)),
-      scratch_(engine, RegionVersions::kBytes, kScratchSlots) {}
+      scratch_(engine, kVersionsReadBytes, kScratchSlots) {}
 
 StoreClient::~StoreClient() {
+  // READs that outlived their call may still write the bounce buffer or a
+  // scratch slot: both are leaked rather than freed under them.
+  if (!runner_.Drain(net::DeadlineIn(settings_.transfer_timeout_ms + 1000))) {
+    KVF_LOG_WARN("store client: transfers still pending at close; their scratch and bounce memory stays allocated");
+    scratch_.Leak();
+    (void)bounce_.release();
+    return;
+  }
   if (bounce_) (void)engine_->UnregisterMemory(bounce_.get());
 }
 
@@ -345,13 +361,14 @@ void StoreClient::Get(const std::vector<std::string>& keys, const std::vector<st
   auto read_by = [&](const NodeCall& call) {
     return std::min(deadline, asked + std::chrono::milliseconds(call.node->info.read_window_ms));
   };
-  // The pages whose location this process remembers are read at once, in
-  // one engine batch with their homes' region versions: a page whose
-  // region has not changed since its location was answered is still its
-  // key's, and needs no message to its home at all. The keys with no such
-  // guess are looked up meanwhile, each home's pages read as soon as it
-  // answers; then the guesses whose version changed are looked up, and
-  // their answers confirm them or send them elsewhere.
+  // The pages whose location this process remembers are read at once, and
+  // just before them their homes' region versions (a small READ each, in
+  // a batch of their own): a page whose region has not changed since its
+  // location was answered is still its key's, and needs no message to its
+  // home at all. The keys with no such guess are looked up at once, each
+  // home's pages read as soon as it answers; the guesses whose version
+  // changed are looked up as soon as the versions are in, and their
+  // answers confirm them or send them elsewhere.
   Reads reads;
   reads.pages.reserve(keys.size());
   std::vector<size_t> guessed(keys.size(), SIZE_MAX);
@@ -362,16 +379,18 @@ void StoreClient::Get(const std::vector<std::string>& keys, const std::vector<st
     NodeCall rest;
     rest.node = call.node;
     std::erase_if(call.keys, [&](size_t i) {
-      const bool wait = probe.Covers(call.node->name) && guessed[i] != SIZE_MAX && memory[i] == Memory::kHost;
+      const bool wait = guessed[i] != SIZE_MAX && reads.pages[guessed[i]].verify && probe.Covers(call.node->name);
       if (wait) rest.keys.push_back(i);
       return wait;
     });
     if (!rest.keys.empty()) later.push_back(std::move(rest));
   }
-  Ask(keys, buffers, memory, &calls, deadline, read_by, guessed, results, &reads);
+  Asked first = Ask(keys, &calls, deadline, results);
   std::vector<std::pair<std::string, std::vector<size_t>>> unasked;  // per home: keys confirmed by their versions
-  if (!probe.homes.empty()) ConfirmByVersions(probe, guessed, &later, &reads, &unasked);
-  Ask(keys, buffers, memory, &later, deadline, read_by, guessed, results, &reads);
+  if (!probe.homes.empty()) ConfirmByVersions(&probe, guessed, deadline, &later, &reads, &unasked);
+  Asked second = Ask(keys, &later, deadline, results);
+  Collect(keys, buffers, memory, &calls, &first, deadline, read_by, guessed, results, &reads);
+  Collect(keys, buffers, memory, &later, &second, deadline, read_by, guessed, results, &reads);
   // Pages are verified flight by flight as each lands. A guess its answer
   // did not confirm is waited out all the same (no READ may write the
   // caller's buffers once the call returns), and read again when the
@@ -393,7 +412,7 @@ void StoreClient::Get(const std::vector<std::string>& keys, const std::vector<st
       continue;
     }
     const net::Deadline by = reads.flights[read.flight].by;
-    if (Clock::now() >= by) {
+    if (Clock::now() + LateMargin() >= by) {  // no READ started that could not end in time
       (*results)[i] = Status::NotFound("store: key '" + keys[i] + "': its lookup is older than the read window");
       Add(counters_.misses_late, 1);
       continue;
@@ -409,6 +428,12 @@ void StoreClient::Get(const std::vector<std::string>& keys, const std::vector<st
     for (const auto& [read, why] : refused) (*results)[read.key] = ReadFailed(why, keys[read.key], *read.home);
     for (const PageRead& read : again.pages) FinishRead(keys, buffers, read, Land(&again, read), results, lengths);
   }
+  // Flights none of whose pages is read (every one refused) end here too.
+  for (ReadFlight& f : reads.flights)
+    if (!f.landed) {
+      runner_.Finish(&f.flight, f.by, &f.outcomes);
+      f.landed = true;
+    }
   for (const auto& [home, read] : unasked) QueueTouches(home, keys, read);
   Add(counters_.get_keys, keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -423,9 +448,8 @@ void StoreClient::Get(const std::vector<std::string>& keys, const std::vector<st
 
 void StoreClient::Launch(std::vector<PageRead> pages, net::Deadline by,
                          const std::vector<std::vector<StoreBuffer>>& buffers, const std::vector<Memory>& memory,
-                         Reads* reads, std::vector<std::pair<PageRead, Status>>* refused,
-                         const std::vector<TransferRequest>& extra) {
-  if (pages.empty() && extra.empty()) return;
+                         Reads* reads, std::vector<std::pair<PageRead, Status>>* refused) {
+  if (pages.empty()) return;
   std::vector<TransferRequest> requests;
   std::vector<std::pair<size_t, size_t>> groups;
   for (PageRead& page : pages) {
@@ -443,13 +467,16 @@ void StoreClient::Launch(std::vector<PageRead> pages, net::Deadline by,
     // No checksum on GPU memory: its page is whole by the read window alone.
     page.verify = settings_.store_verify && memory[i] == Memory::kHost;
   }
-  for (const TransferRequest& r : extra) {
-    groups.push_back({requests.size(), requests.size() + 1});
-    requests.push_back(r);
-  }
   ReadFlight flight;
   flight.by = by;
   runner_.Start(requests, groups, &flight.flight, &flight.outcomes);
+  bool any = false;
+  for (size_t g = 0; g < pages.size(); ++g) any = any || flight.outcomes[g].ok();
+  if (!any) {  // nothing submitted that a page will land: nothing to keep
+    runner_.Finish(&flight.flight, Clock::now(), &flight.outcomes);
+    for (size_t g = 0; g < pages.size(); ++g) refused->push_back({std::move(pages[g]), flight.outcomes[g]});
+    return;
+  }
   for (size_t g = 0; g < pages.size(); ++g) {
     if (!flight.outcomes[g].ok()) {
       refused->push_back({std::move(pages[g]), flight.outcomes[g]});
@@ -484,76 +511,89 @@ void StoreClient::StartGuesses(const std::vector<std::string>& keys,
                                std::vector<size_t>* guessed, Probe* probe) {
   if (locations_.capacity() == 0) return;
   std::vector<PageRead> pages;
-  std::vector<TransferRequest> extra;
+  std::vector<TransferRequest> versions;
   net::Deadline by = deadline;
   CachedLocation cached;
   for (const NodeCall& call : calls) {
     // A node's own pages are answered by a direct call, at once.
     if (self_ != nullptr && call.node->name == self_->address()) continue;
-    bool host = false, any = false;
+    bool verified = false, any = false;
     for (size_t i : call.keys) {
       if (!locations_.Find(keys[i], &cached) ||
           !CachedLocationUsable(cached, call.node->name, call.node->info.epoch, TotalBytes(buffers[i])))
         continue;
       pages.push_back(PageRead{i, cached.where, call.node, true, PageRead::Check::kUnconfirmed});
       any = true;
-      host = host || memory[i] == Memory::kHost;
+      verified = verified || (settings_.store_verify && memory[i] == Memory::kHost);
     }
     if (any) by = std::min(by, read_by(call));
-    // The home's region versions, into a scratch slot, for its guesses
-    // into host memory. A slot reused while its page is read is caught by
-    // the checksum there; GPU destinations are not checksummed, so their
-    // guesses wait for lookups, whose read window keeps the page whole.
-    // (KVF_STORE_VERIFY=0, a measurement setting, gives up that catch.)
+    // The home's region versions (and epoch), into a scratch slot, for its
+    // guesses that will be checksummed: a slot reused while its page is
+    // read is caught there. Pages not checksummed (GPU memory, or
+    // KVF_STORE_VERIFY=0) wait for their lookups, whose read window keeps
+    // the page whole.
     const NodeInfo& info = call.node->info;
-    if (!host || info.region_bytes == 0 || info.versions_addr == 0) continue;
+    if (!verified || info.region_bytes == 0 || info.versions_addr == 0) continue;
     uint8_t* slot = scratch_.Take();
     if (slot == nullptr) continue;  // every slot in use: lookups confirm these guesses
-    probe->homes.push_back({call.node->name, slot, 0});
-    extra.push_back({OpCode::kRead, slot, call.node->segment, info.versions_addr, RegionVersions::kBytes});
+    probe->homes.push_back({call.node->name, slot, versions.size()});
+    versions.push_back({OpCode::kRead, slot, call.node->segment, info.versions_addr, kVersionsReadBytes});
+  }
+  if (!versions.empty()) {
+    // Posted before the pages: on a rail that queues the pages' bytes, the
+    // versions come first.
+    ReadFlight f;
+    f.by = deadline;
+    std::vector<std::pair<size_t, size_t>> groups;
+    for (size_t v = 0; v < versions.size(); ++v) groups.push_back({v, v + 1});
+    runner_.Start(versions, groups, &f.flight, &f.outcomes);
+    probe->flight = reads->flights.size();
+    reads->flights.push_back(std::move(f));
   }
   // A guess the engine refuses is no guess: its key is looked up as any.
   std::vector<std::pair<PageRead, Status>> refused;
   const size_t first = reads->pages.size();
-  probe->flight = reads->flights.size();
-  const size_t pages_launched = pages.size();
-  Launch(std::move(pages), by, buffers, memory, reads, &refused, extra);
+  Launch(std::move(pages), by, buffers, memory, reads, &refused);
   for (size_t p = first; p < reads->pages.size(); ++p) (*guessed)[reads->pages[p].key] = p;
-  for (size_t h = 0; h < probe->homes.size(); ++h) probe->homes[h].group = pages_launched + h;
 }
 
-void StoreClient::ConfirmByVersions(const Probe& probe, const std::vector<size_t>& guessed,
+void StoreClient::ConfirmByVersions(Probe* probe, const std::vector<size_t>& guessed, net::Deadline deadline,
                                     std::vector<NodeCall>* later, Reads* reads,
                                     std::vector<std::pair<std::string, std::vector<size_t>>>* unasked) {
-  ReadFlight& f = reads->flights[probe.flight];
-  if (!f.landed) {
-    runner_.Finish(&f.flight, f.by, &f.outcomes);
-    f.landed = true;
-  }
-  // Each home's versions, and its slot back (a READ not ended by the
-  // deadline may still write its slot: that one is not given back).
-  std::vector<std::array<uint64_t, RegionVersions::kRegions>> versions(probe.homes.size());
-  std::vector<bool> have(probe.homes.size(), false);
-  for (size_t h = 0; h < probe.homes.size(); ++h) {
-    const Status& got = f.outcomes[probe.homes[h].group];
+  // The versions come within a round trip; a home slower than kVersionsWait
+  // (or hung) has its guesses looked up instead, without holding the others.
+  ReadFlight& f = reads->flights[probe->flight];
+  runner_.Finish(&f.flight, std::min(deadline, Clock::now() + kVersionsWait), &f.outcomes);
+  f.landed = true;
+  std::vector<std::array<uint64_t, RegionVersions::kRegions + 1>> words(probe->homes.size());
+  std::vector<bool> have(probe->homes.size(), false);
+  for (size_t h = 0; h < probe->homes.size(); ++h) {
+    const Status& got = f.outcomes[probe->homes[h].group];
     if (got.ok()) {
-      std::memcpy(versions[h].data(), probe.homes[h].slot, RegionVersions::kBytes);
+      std::memcpy(words[h].data(), probe->homes[h].slot, kVersionsReadBytes);
       have[h] = true;
+      scratch_.Give(probe->homes[h].slot);
+    } else {
+      // A READ not ended may still write its slot: it waits out the transfer timeout.
+      scratch_.GiveLater(probe->homes[h].slot, Clock::now() + std::chrono::milliseconds(settings_.transfer_timeout_ms) +
+                                                   std::chrono::seconds(1));
     }
-    if (got.code() != Status::Code::kTimeout) scratch_.Give(probe.homes[h].slot);
   }
   for (NodeCall& call : *later) {
     size_t h = 0;
-    while (h < probe.homes.size() && probe.homes[h].name != call.node->name) ++h;
-    if (h == probe.homes.size() || !have[h]) continue;  // the lookups decide
+    while (h < probe->homes.size() && probe->homes[h].name != call.node->name) ++h;
     const NodeInfo& info = call.node->info;
+    // The page the versions came from must be the node this view knows (a
+    // restarted node at the same address starts its versions again at 0).
+    if (h == probe->homes.size() || !have[h] || words[h][RegionVersions::kRegions] != info.epoch) continue;
     std::vector<size_t> confirmed;
     std::erase_if(call.keys, [&](size_t i) {
       PageRead& guess = reads->pages[guessed[i]];
+      if (!guess.verify) return false;  // not checksummed: its lookup confirms it
       const uint64_t offset = guess.where.addr - info.pool_addr;
       const size_t region =
           static_cast<size_t>(std::min<uint64_t>(offset / info.region_bytes, RegionVersions::kRegions - 1));
-      if (versions[h][region] != guess.where.version) return false;
+      if (words[h][region] != guess.where.version) return false;
       guess.check = PageRead::Check::kConfirmed;
       confirmed.push_back(i);
       return true;
@@ -562,25 +602,45 @@ void StoreClient::ConfirmByVersions(const Probe& probe, const std::vector<size_t
     Add(counters_.get_no_lookup, confirmed.size());
     if (!confirmed.empty()) unasked->push_back({call.node->name, std::move(confirmed)});
   }
+  probe->homes.clear();
 }
 
-void StoreClient::Ask(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
-                      const std::vector<Memory>& memory, std::vector<NodeCall>* calls, net::Deadline deadline,
-                      const std::function<net::Deadline(const NodeCall&)>& read_by,
-                      const std::vector<size_t>& guessed, std::vector<Status>* results, Reads* reads) {
+StoreClient::Asked StoreClient::Ask(const std::vector<std::string>& keys, std::vector<NodeCall>* calls,
+                                     net::Deadline deadline, std::vector<Status>* results) {
   std::erase_if(*calls, [](const NodeCall& call) { return call.keys.empty(); });
-  if (calls->empty()) return;
+  if (calls->empty()) return nullptr;
+  // Too late for a round trip: the keys are misses, and no home is blamed.
+  if (Clock::now() + LateMargin() >= deadline) {
+    for (const NodeCall& call : *calls)
+      for (size_t i : call.keys) {
+        (*results)[i] = Status::NotFound("store: key '" + keys[i] + "': no time was left to look it up");
+        Add(counters_.misses_late, 1);
+      }
+    calls->clear();
+    return nullptr;
+  }
   for (NodeCall& call : *calls) call.request = EncodeKeys(Op::kLookup, KeysOf(keys, call.keys));
-  auto fanout = Send(calls, deadline);
+  return Send(calls, deadline);
+}
+
+void StoreClient::Collect(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
+                          const std::vector<Memory>& memory, std::vector<NodeCall>* calls, Asked* asked,
+                          net::Deadline deadline, const std::function<net::Deadline(const NodeCall&)>& read_by,
+                          const std::vector<size_t>& guessed, std::vector<Status>* results, Reads* reads) {
+  if (*asked == nullptr) return;
   size_t c = 0;
   std::vector<size_t> unanswered;
   for (size_t n = 0; n < calls->size(); ++n) {
     const Wait wait = reads->pages.empty() ? Wait::kPollFirst : Wait::kSleep;
-    if (!Next(fanout.get(), calls, deadline + std::chrono::seconds(1), wait, &c, &unanswered)) break;
+    if (!Next(asked->get(), calls, deadline + std::chrono::seconds(1), wait, &c, &unanswered)) break;
     StartReads(keys, buffers, memory, (*calls)[c], read_by((*calls)[c]), guessed, results, reads);
   }
   for (size_t u : unanswered)
     for (size_t i : (*calls)[u].keys) (*results)[i] = (*calls)[u].status;
+}
+
+net::Deadline::duration StoreClient::LateMargin() const {
+  return std::chrono::milliseconds(std::max<int64_t>(1, settings_.store_deadline_ms / 20));
 }
 
 void StoreClient::QueueTouches(const std::string& home, const std::vector<std::string>& keys,
@@ -590,12 +650,14 @@ void StoreClient::QueueTouches(const std::string& home, const std::vector<std::s
     std::lock_guard<std::mutex> g(touch_mu_);
     Touches& t = touches_[home];
     for (size_t i : which)
-      if (t.keys.size() < kMaxTouches) t.keys.insert(keys[i]);
+      if (t.keys.size() < kMaxTouches && t.bytes + keys[i].size() <= kMaxTouchBytes && t.keys.insert(keys[i]).second)
+        t.bytes += keys[i].size();
     const auto now = Clock::now();
     if (now - t.sent < kTouchEvery) return;
     t.sent = now;
     batch.assign(t.keys.begin(), t.keys.end());
     t.keys.clear();
+    t.bytes = 0;
   }
   std::vector<std::string_view> views(batch.begin(), batch.end());
   // Fire and forget: a lost touch only makes its pages look older.
@@ -611,7 +673,7 @@ void StoreClient::StartReads(const std::vector<std::string>& keys,
   std::vector<Location> found;
   Status s = call.status;
   if (s.ok()) s = DecodeLocations(call.reply, call.keys.size(), &found);
-  const bool late = Clock::now() >= by;
+  const bool late = Clock::now() + LateMargin() >= by;
   std::vector<PageRead> pages;
   for (size_t j = 0; j < call.keys.size(); ++j) {
     const size_t i = call.keys[j];
@@ -629,7 +691,7 @@ void StoreClient::StartReads(const std::vector<std::string>& keys,
       continue;
     }
     locations_.Put(keys[i], CachedLocation{call.node->name, call.node->info.epoch, loc});
-    if (guess != nullptr && guess->where == loc) {
+    if (guess != nullptr && SamePage(guess->where, loc)) {
       guess->check = PageRead::Check::kConfirmed;
       Add(counters_.get_cached, 1);
       continue;

@@ -22,6 +22,7 @@
 #include "store/location_cache.h"
 #include "store/scratch_slots.h"
 #include "store/member_view.h"
+#include "store/region_versions.h"
 #include "store/node_service.h"
 
 namespace kvfabric::store {
@@ -127,57 +128,68 @@ class StoreClient {
   };
   // Starts the READs of `pages` (key, where, home, check set) into their
   // keys' buffers as one flight that must end by `by`, appending them to
-  // reads->pages; `extra` requests go in the same flight, as groups after
-  // the pages' (pages.size() + k). A page the engine refuses is left out
-  // and listed in `refused` with the refusal.
+  // reads->pages. A page the engine refuses is left out and listed in
+  // `refused` with the refusal (a flight of refusals only is not kept).
   void Launch(std::vector<PageRead> pages, net::Deadline by, const std::vector<std::vector<StoreBuffer>>& buffers,
-              const std::vector<Memory>& memory, Reads* reads, std::vector<std::pair<PageRead, Status>>* refused,
-              const std::vector<TransferRequest>& extra = {});
+              const std::vector<Memory>& memory, Reads* reads, std::vector<std::pair<PageRead, Status>>* refused);
   // The outcome of `page`'s READs, waiting for its flight the first time.
   const Status& Land(Reads* reads, const PageRead& page);
-  // The region versions READ with the guesses: a scratch slot per home.
+  // The region versions READ for the guesses: a scratch slot per home,
+  // in flights[flight] (group: its READ there).
   struct Probe {
     struct Home {
       std::string name;
       uint8_t* slot = nullptr;
-      size_t group = 0;  // its READ in flights[flight]
+      size_t group = 0;
     };
     std::vector<Home> homes;
     size_t flight = 0;
     bool Covers(const std::string& home) const;
   };
+  // What a node's region versions READ takes: the kRegions versions, then
+  // the node's epoch (NodeService writes it after them).
+  static constexpr size_t kVersionsReadBytes = RegionVersions::kBytes + sizeof(uint64_t);
+  // How long a GET waits for its homes' versions before it looks up the
+  // guesses of the homes whose versions have not come.
+  static constexpr auto kVersionsWait = std::chrono::milliseconds(2);
   // Starts reading every key of `calls` whose location this process
   // remembers from the same member (guessed[i]: key i's read in
-  // reads->pages), in one flight with the region versions of the homes
-  // whose guesses go to host memory (`probe`).
+  // reads->pages, one flight), and first, in a flight of their own, the
+  // region versions of the homes whose guesses will be checksummed
+  // (`probe`).
   void StartGuesses(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
                     const std::vector<Memory>& memory, const std::vector<NodeCall>& calls, net::Deadline deadline,
                     const std::function<net::Deadline(const NodeCall&)>& read_by, Reads* reads,
                     std::vector<size_t>* guessed, Probe* probe);
-  // Waits for the guesses' flight and confirms each guess of `later` (a
-  // call per probed home, its keys guessed into host memory) whose
-  // region's version is the one its location was answered with: the key's
-  // latest page. Those keys leave `later` (no lookup) and are listed per
-  // home in `unasked`; the others stay, to be looked up.
-  void ConfirmByVersions(const Probe& probe, const std::vector<size_t>& guessed, std::vector<NodeCall>* later,
-                         Reads* reads, std::vector<std::pair<std::string, std::vector<size_t>>>* unasked);
-  // Looks up the keys of `calls` (one message per home, all at once) and
-  // takes each answer as it comes (StartReads); the keys of a home that
-  // does not answer get its failure.
-  void Ask(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
-           const std::vector<Memory>& memory, std::vector<NodeCall>* calls, net::Deadline deadline,
-           const std::function<net::Deadline(const NodeCall&)>& read_by, const std::vector<size_t>& guessed,
-           std::vector<Status>* results, Reads* reads);
+  // Waits for the versions (at most kVersionsWait) and confirms each
+  // checksummed guess of `later` (a call per probed home) whose region's
+  // version is the one its location was answered with, on the node of the
+  // epoch this view knows: the key's latest page. Those keys leave `later`
+  // (no lookup) and are listed per home in `unasked`; the others stay, to
+  // be looked up. Gives the scratch slots back.
+  void ConfirmByVersions(Probe* probe, const std::vector<size_t>& guessed, net::Deadline deadline,
+                         std::vector<NodeCall>* later, Reads* reads,
+                         std::vector<std::pair<std::string, std::vector<size_t>>>* unasked);
+  // Sends the lookups of the keys of `calls` (one message per home, all at
+  // once); null when there are none. With less than LateMargin() left
+  // before `deadline`, sends nothing: the keys are misses, no home blamed.
+  using Asked = std::shared_ptr<Fanout>;
+  Asked Ask(const std::vector<std::string>& keys, std::vector<NodeCall>* calls, net::Deadline deadline,
+            std::vector<Status>* results);
+  // Takes the answers of `asked` as they come (StartReads); the keys of a
+  // home that does not answer get its failure.
+  void Collect(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
+               const std::vector<Memory>& memory, std::vector<NodeCall>* calls, Asked* asked, net::Deadline deadline,
+               const std::function<net::Deadline(const NodeCall&)>& read_by, const std::vector<size_t>& guessed,
+               std::vector<Status>* results, Reads* reads);
+  // Time a READ or a lookup needs left before its deadline to be started:
+  // a twentieth of KVF_STORE_DEADLINE_MS, at least 1 ms (later, it would
+  // time out and blame a home that is fine).
+  net::Deadline::duration LateMargin() const;
   // Pages read without a lookup are not seen by their home's LRU: their
   // keys are sent to it in a touch message, at most every kTouchEvery per
   // home (fire and forget).
   void QueueTouches(const std::string& home, const std::vector<std::string>& keys, const std::vector<size_t>& which);
-  // Starts reading the keys of `call` whose location this process
-  // remembers from the same member, before it answers; guessed[i] is then
-  // the index of key i's read in reads->pages.
-  void StartGuesses(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
-                    const std::vector<Memory>& memory, const NodeCall& call, net::Deadline by, Reads* reads,
-                    std::vector<size_t>* guessed);
   // Takes the answer of `call`: starts the READs of the keys it found (one
   // flight), confirms or moves the guesses, remembers the locations, or sets
   // the keys' results (a miss, too small buffers, a refusal).
@@ -219,8 +231,10 @@ class StoreClient {
   // Keys read without a lookup, per home, until their touch message goes.
   static constexpr auto kTouchEvery = std::chrono::milliseconds(200);
   static constexpr size_t kMaxTouches = 8192;
+  static constexpr size_t kMaxTouchBytes = 1 << 20;  // well under a control frame
   struct Touches {
     std::unordered_set<std::string> keys;
+    size_t bytes = 0;
     std::chrono::steady_clock::time_point sent{};
   };
   std::mutex touch_mu_;
