@@ -81,6 +81,29 @@ void BatchRunner::Finish(Flight* flight, net::Deadline deadline, std::vector<Sta
   flight->allocated = false;
 }
 
+void BatchRunner::Peek(Flight* flight, net::Deadline until, std::vector<bool>* ended,
+                       std::vector<Status>* outcomes) {
+  ended->assign(flight->first_task.size(), true);
+  if (!flight->allocated) return;
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+  TransferStatus all;
+  Status waited = engine_->WaitBatch(flight->batch, std::max<int64_t>(0, left.count()), &all);
+  if (waited.ok() && all.state == TaskState::kCompleted) return;  // every group ended well
+  for (size_t g = 0; g < flight->first_task.size(); ++g) {
+    if (flight->first_task[g] == kNotSubmitted) continue;
+    for (size_t t = 0; t < flight->tasks[g]; ++t) {
+      TransferStatus ts;
+      Status s = engine_->GetTaskStatus(flight->batch, flight->first_task[g] + t, &ts);
+      if (s.ok() && ts.state == TaskState::kPending) {
+        (*ended)[g] = false;
+        break;
+      }
+      if (s.ok()) s = TaskOutcome(ts);
+      if (!s.ok() && (*outcomes)[g].ok()) (*outcomes)[g] = s;
+    }
+  }
+}
+
 void BatchRunner::Run(const std::vector<TransferRequest>& requests,
                       const std::vector<std::pair<size_t, size_t>>& groups, net::Deadline deadline,
                       std::vector<Status>* outcomes) {

@@ -45,6 +45,11 @@ class BatchRunner {
   // frees the batch, or, when a transfer outlives the deadline, keeps it
   // until it ends (later calls free it).
   void Finish(Flight* flight, net::Deadline deadline, std::vector<Status>* outcomes);
+  // Waits until every request of the flight has ended, or `until`, and
+  // says which groups have: (*ended)[g] when every request of group g has
+  // (with (*outcomes)[g] its failure, if any, as Finish would set it). The
+  // flight stays for Finish, which frees it; Peek frees nothing.
+  void Peek(Flight* flight, net::Deadline until, std::vector<bool>* ended, std::vector<Status>* outcomes);
   // Start and Finish.
   void Run(const std::vector<TransferRequest>& requests, const std::vector<std::pair<size_t, size_t>>& groups,
            net::Deadline deadline, std::vector<Status>* outcomes);

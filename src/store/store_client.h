@@ -130,8 +130,11 @@ class StoreClient {
   // keys' buffers as one flight that must end by `by`, appending them to
   // reads->pages. A page the engine refuses is left out and listed in
   // `refused` with the refusal (a flight of refusals only is not kept).
+  // `first` requests go in the same flight, as groups 0..k-1 (the pages
+  // are groups k..).
   void Launch(std::vector<PageRead> pages, net::Deadline by, const std::vector<std::vector<StoreBuffer>>& buffers,
-              const std::vector<Memory>& memory, Reads* reads, std::vector<std::pair<PageRead, Status>>* refused);
+              const std::vector<Memory>& memory, Reads* reads, std::vector<std::pair<PageRead, Status>>* refused,
+              const std::vector<TransferRequest>& first = {});
   // The outcome of `page`'s READs, waiting for its flight the first time.
   const Status& Land(Reads* reads, const PageRead& page);
   // The region versions READ for the guesses: a scratch slot per home,
@@ -149,19 +152,20 @@ class StoreClient {
   // What a node's region versions READ takes: the kRegions versions, then
   // the node's epoch (NodeService writes it after them).
   static constexpr size_t kVersionsReadBytes = RegionVersions::kBytes + sizeof(uint64_t);
-  // How long a GET waits for its homes' versions before it looks up the
-  // guesses of the homes whose versions have not come.
+  // How long a GET waits for its homes' versions, at least, before it
+  // looks up the guesses of the homes whose versions have not come (at
+  // most a quarter of the time left: see ConfirmByVersions).
   static constexpr auto kVersionsWait = std::chrono::milliseconds(2);
   // Starts reading every key of `calls` whose location this process
   // remembers from the same member (guessed[i]: key i's read in
-  // reads->pages, one flight), and first, in a flight of their own, the
-  // region versions of the homes whose guesses will be checksummed
-  // (`probe`).
+  // reads->pages), in one flight that also READs the region versions of
+  // the homes whose guesses will be checksummed (`probe`).
   void StartGuesses(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
                     const std::vector<Memory>& memory, const std::vector<NodeCall>& calls, net::Deadline deadline,
                     const std::function<net::Deadline(const NodeCall&)>& read_by, Reads* reads,
                     std::vector<size_t>* guessed, Probe* probe);
-  // Waits for the versions (at most kVersionsWait) and confirms each
+  // Waits for the guesses' flight (kVersionsWait, or a quarter of the time
+  // left when longer) and confirms each
   // checksummed guess of `later` (a call per probed home) whose region's
   // version is the one its location was answered with, on the node of the
   // epoch this view knows: the key's latest page. Those keys leave `later`

@@ -508,10 +508,11 @@ int Drive(const Options& o) {
     out["get_keys"] = st.get_keys;
     out["get_cached"] = st.get_cached;
     out["get_cached_stale"] = st.get_cached_stale;
-    std::printf("location cache (KVF_STORE_LOCATION_CACHE): %llu of %llu pages read before their lookup answered, "
-                "%llu guesses not confirmed\n",
+    out["get_no_lookup"] = st.get_no_lookup;
+    std::printf("location cache (KVF_STORE_LOCATION_CACHE): %llu of %llu pages read at once from a remembered "
+                "location and confirmed, %llu of them with no lookup; %llu guesses not confirmed\n",
                 static_cast<unsigned long long>(st.get_cached), static_cast<unsigned long long>(st.get_keys),
-                static_cast<unsigned long long>(st.get_cached_stale));
+                static_cast<unsigned long long>(st.get_no_lookup), static_cast<unsigned long long>(st.get_cached_stale));
   }
   if (o.json) std::printf("%s\n", out.dump().c_str());
   return wrong == 0 ? 0 : 3;
