@@ -7,7 +7,7 @@ CMAKE_FLAGS ?=
 # Tests run this many at once (the lab test alone: RUN_SERIAL).
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build python run test check fuzz stress soak bench store-compare lab-bench docs clean
+.PHONY: all deps build python run test check fuzz stress soak bench store-compare store-sweep lab-bench docs clean
 
 all: build
 
@@ -93,6 +93,15 @@ PLOT_PY ?= /usr/bin/python3
 lab-bench: build
 	python3 tools/bench/lab_bench.py --build $(BUILD) --reps 3 --json_out $(BUILD)/lab-bench.json
 	$(PLOT_PY) tools/bench/plot_lab.py $(BUILD)/lab-bench.json --out docs/img
+
+# The store's speed over page sizes and client threads, beside the bare READ
+# of the same run, on this host and on the emulated fabric (root), plotted
+# into docs/img (docs/store.md).
+store-sweep: build
+	python3 tools/bench/store_sweep.py --where local --json_out $(BUILD)/store-sweep-local.json
+	python3 tools/bench/store_sweep.py --where lab --json_out $(BUILD)/store-sweep-lab.json
+	$(PLOT_PY) tools/bench/store_sweep.py --plot_only $(BUILD)/store-sweep-local.json --plot_dir docs/img
+	$(PLOT_PY) tools/bench/store_sweep.py --plot_only $(BUILD)/store-sweep-lab.json --plot_dir docs/img
 
 docs: build
 	$(BUILD)/tools/kvfabric-settings --markdown > docs/settings.md

@@ -15,7 +15,9 @@ same pools (--rounds of each, medians). Two places:
 
 Writes every drive's JSON to --json_out and, with --plot_dir, one PNG per
 op (GB/s against page size, a line per thread count, the bare READ dashed,
-the line rate dotted in the lab).
+the line rate dotted in the lab); --plot_only JSON draws them from a sweep
+written before (with an interpreter that has matplotlib: make store-sweep
+uses PLOT_PY).
 """
 import argparse
 import json
@@ -92,7 +94,12 @@ def main():
     ap.add_argument("--mtu", default="9000")
     ap.add_argument("--json_out", default="build/store-sweep.json")
     ap.add_argument("--plot_dir", default="", help="write store-sweep-WHERE-OP.png here (needs matplotlib)")
+    ap.add_argument("--plot_only", metavar="JSON", help="only plot a sweep written before (with --plot_dir)")
     a = ap.parse_args()
+    if a.plot_only:
+        with open(a.plot_only) as f:
+            plot(json.load(f), a.plot_dir or "docs/img")
+        return 0
     a.build = os.path.abspath(a.build)
     place = Place(a)
     pages = [size(p) for p in a.pages.split(",")]
