@@ -361,14 +361,15 @@ void StoreClient::Get(const std::vector<std::string>& keys, const std::vector<st
   auto read_by = [&](const NodeCall& call) {
     return std::min(deadline, asked + std::chrono::milliseconds(call.node->info.read_window_ms));
   };
-  // The pages whose location this process remembers are read at once, and
-  // just before them their homes' region versions (a small READ each, in
-  // a batch of their own): a page whose region has not changed since its
-  // location was answered is still its key's, and needs no message to its
-  // home at all. The keys with no such guess are looked up at once, each
-  // home's pages read as soon as it answers; the guesses whose version
-  // changed are looked up as soon as the versions are in, and their
-  // answers confirm them or send them elsewhere.
+  // The pages whose location this process remembers are read at once, in
+  // one engine batch with their homes' region versions (a small READ
+  // each): a page whose region has not changed since its location was
+  // answered is still its key's, and needs no message to its home at all.
+  // The keys with no such guess are looked up at once, each home's pages
+  // read as soon as it answers; the guesses whose version changed are
+  // looked up once the batch is in (or, for a home that hangs, after a
+  // quarter of the time left), and their answers confirm them or send
+  // them elsewhere.
   Reads reads;
   reads.pages.reserve(keys.size());
   std::vector<size_t> guessed(keys.size(), SIZE_MAX);
