@@ -18,7 +18,8 @@ TEST(SettingsTest, DefaultsComeFromTheDeclaration) {
   EXPECT_EQ(s.progress_threads, 1);
   EXPECT_EQ(s.write_completion, "delivery");
   EXPECT_TRUE(s.same_host_shm);
-  EXPECT_EQ(Settings::Table().size(), 45u);
+  EXPECT_EQ(s.store_put_mode, "push");
+  EXPECT_EQ(Settings::Table().size(), 46u);
   for (const auto& i : Settings::Table()) {
     EXPECT_EQ(i.env.rfind("KVF_", 0), 0u) << i.env;
     EXPECT_FALSE(i.meaning.empty()) << i.env;
@@ -109,7 +110,7 @@ TEST(SettingsTest, EveryChoiceRefusesOtherValuesNamingTheAllowedList) {
       EXPECT_EQ(s.Get(i.env), c);
     }
   }
-  EXPECT_EQ(choices, 3);
+  EXPECT_EQ(choices, 4);
   Settings s;
   EXPECT_EQ(Refusal(&s, "KVF_POST_MODE", "directly"),
             "KVF_POST_MODE='directly': allowed values are auto, direct, progress");

@@ -64,7 +64,7 @@ void MemberView::Refresh() {
                  s.ToString());
     return;
   }
-  std::vector<std::pair<std::string, std::shared_ptr<const NodeView>>> to_greet;  // name, last view
+  std::vector<std::string> to_greet;
   {
     std::lock_guard<std::mutex> g(mu_);
     std::set<std::string> names;
@@ -73,17 +73,22 @@ void MemberView::Refresh() {
     const auto now = Clock::now();
     for (const std::string& name : names) {
       Known& k = known_[name];
-      if (k.view == nullptr && now >= k.down_until) to_greet.emplace_back(name, k.last);
+      if (k.view == nullptr && now >= k.down_until) to_greet.push_back(name);
     }
   }
-  for (const auto& [name, last] : to_greet) {
+  for (const std::string& name : to_greet) {
+    std::lock_guard<std::mutex> greeting(greet_mu_);
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      auto it = known_.find(name);
+      if (it == known_.end() || it->second.view != nullptr) continue;  // gone, or renewed meanwhile
+    }
     std::shared_ptr<const NodeView> view;
-    Status s = Greet(name, last, &view);
+    Status s = Greet(name, &view);
     std::lock_guard<std::mutex> g(mu_);
     auto it = known_.find(name);
     if (it == known_.end()) continue;
     if (s.ok()) {
-      it->second.last = view;
       it->second.view = std::move(view);
       KVF_LOG_DEBUG("store member {} joined placement (segment {}, pool {} bytes)", name,
                     it->second.view->info.segment, it->second.view->info.pool_bytes);
@@ -96,16 +101,51 @@ void MemberView::Refresh() {
   Publish();
 }
 
-Status MemberView::Greet(const std::string& name, const std::shared_ptr<const NodeView>& last,
-                         std::shared_ptr<const NodeView>* out) {
+Status MemberView::Greet(const std::string& name, std::shared_ptr<const NodeView>* out) {
   std::string reply;
   KVF_RETURN_IF_ERROR(client_->CallSync(name, EncodeBare(Op::kHello), net::DeadlineIn(settings_.store_deadline_ms), &reply));
   auto view = std::make_shared<NodeView>();
   view->name = name;
   KVF_RETURN_IF_ERROR(DecodeNodeInfo(reply, &view->info));
+  std::shared_ptr<const NodeView> last;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (auto it = known_.find(name); it != known_.end()) last = it->second.last;
+  }
   // A node that restarted: its engine's descriptor (memory keys) is new too.
   if (last != nullptr && last->info.epoch != view->info.epoch && last->segment >= 0) (void)engine_->CloseSegment(last->segment);
   KVF_RETURN_IF_ERROR(engine_->OpenSegment(view->info.segment, &view->segment).Annotate("store member " + name));
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (auto it = known_.find(name); it != known_.end()) it->second.last = view;
+  }
+  *out = std::move(view);
+  return Status::OK();
+}
+
+Status MemberView::Renew(const std::string& name, uint64_t epoch, std::shared_ptr<const NodeView>* out) {
+  std::lock_guard<std::mutex> greeting(greet_mu_);
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = known_.find(name);
+    if (it == known_.end()) return Status::Unavailable("store: " + name + " is no longer a member");
+    if (it->second.last != nullptr && it->second.last->info.epoch == epoch) {  // renewed by another call
+      if (it->second.view == nullptr) {
+        it->second.view = it->second.last;
+        Publish();
+      }
+      *out = it->second.last;
+      return Status::OK();
+    }
+  }
+  std::shared_ptr<const NodeView> view;
+  KVF_RETURN_IF_ERROR(Greet(name, &view));
+  std::lock_guard<std::mutex> g(mu_);
+  if (auto it = known_.find(name); it != known_.end()) {
+    it->second.view = view;
+    Publish();
+  }
+  KVF_LOG_INFO("store member {} restarted (epoch {}): its new segment is {}", name, view->info.epoch, view->info.segment);
   *out = std::move(view);
   return Status::OK();
 }

@@ -51,6 +51,13 @@ class MemberView {
   // KVF_STORE_DOWN_RETRY_MS, and asked again for its hello after that (it
   // may have restarted).
   void MarkDown(const std::string& name, const Status& why);
+  // The member `name` answered with epoch `epoch`, which the view of it a
+  // call used does not have: it restarted, and its engine segment is new.
+  // Greets it now, unless another call did already, and puts the new view
+  // in placement; `out` is the view, whose epoch may still differ when it
+  // restarted again meanwhile. Costs a hello and a segment handshake once
+  // per restart.
+  Status Renew(const std::string& name, uint64_t epoch, std::shared_ptr<const NodeView>* out);
 
  private:
   struct Known {
@@ -59,10 +66,11 @@ class MemberView {
     std::shared_ptr<const NodeView> last;  // the last view it had (a restart shows as a new epoch)
   };
   void Refresh();
-  // Asks `name` for its hello and opens its segment; `last` is what it said
-  // before (may be null).
-  Status Greet(const std::string& name, const std::shared_ptr<const NodeView>& last,
-               std::shared_ptr<const NodeView>* out);
+  // Asks `name` for its hello and opens its segment, closing the segment
+  // of the view it had before when its epoch changed; the new view becomes
+  // its `last` (not in placement). greet_mu_ held: one greeting at a time,
+  // so a restarted member's old segment is closed once.
+  Status Greet(const std::string& name, std::shared_ptr<const NodeView>* out);
   void Publish();  // rebuilds the snapshot from known_ (under mu_)
 
   Engine* const engine_;
@@ -70,6 +78,7 @@ class MemberView {
   Membership* const membership_;
   const Settings settings_;
 
+  std::mutex greet_mu_;  // taken before mu_
   mutable std::mutex mu_;
   std::map<std::string, Known> known_;
   std::shared_ptr<const MemberSnapshot> current_;

@@ -8,7 +8,7 @@
 namespace kvfabric::store {
 namespace {
 
-constexpr uint8_t kLastOp = static_cast<uint8_t>(Op::kTouch);
+constexpr uint8_t kLastOp = static_cast<uint8_t>(Op::kCommit);
 
 Status Malformed(std::string_view what) {
   return Status::ProtocolError("store: malformed " + std::string(what) +
@@ -28,6 +28,33 @@ constexpr std::array kStatsFields = {
     &NodeStats::overwrites, &NodeStats::refusals,   &NodeStats::puts,           &NodeStats::put_failures,
     &NodeStats::lookups,    &NodeStats::lookup_hits, &NodeStats::exists,
 };
+
+void WriteStatus(WireWriter& w, const Status& s) {
+  w.U8(static_cast<uint8_t>(s.code()));
+  if (!s.ok()) w.Bytes(s.message());
+}
+
+// A status as WriteStatus wrote it: false for a short input or an unknown code.
+bool ReadStatus(WireReader& r, Status* out) {
+  uint8_t code = 0;
+  std::string_view message;
+  if (!r.U8(&code)) return false;
+  if (code == 0) {
+    *out = Status::OK();
+    return true;
+  }
+  if (!r.Bytes(&message)) return false;
+  switch (static_cast<Status::Code>(code)) {
+#define KVF_STORE_STATUS_CASE_(number, Name, C_NAME, meaning) \
+  case Status::Code::k##Name:                                  \
+    *out = Status::Name(std::string(message));                 \
+    return true;
+    KVF_STATUS_CODES(KVF_STORE_STATUS_CASE_)
+#undef KVF_STORE_STATUS_CASE_
+    default:
+      return false;
+  }
+}
 
 }  // namespace
 
@@ -186,39 +213,110 @@ Status DecodeBits(std::string_view payload, size_t expected, std::vector<bool>* 
 std::string EncodeStatuses(const std::vector<Status>& statuses) {
   WireWriter w;
   w.U32(static_cast<uint32_t>(statuses.size()));
-  for (const Status& s : statuses) {
-    w.U8(static_cast<uint8_t>(s.code()));
-    if (!s.ok()) w.Bytes(s.message());
-  }
+  for (const Status& s : statuses) WriteStatus(w, s);
   return w.Take();
 }
 
 Status DecodeStatuses(std::string_view payload, size_t expected, std::vector<Status>* out) {
   WireReader r(payload);
   if (!CountIs(r, 1, expected)) return Malformed("put reply");
-  out->clear();
-  out->reserve(expected);
-  for (size_t i = 0; i < expected && r.ok(); ++i) {
-    uint8_t code = 0;
-    std::string_view message;
-    r.U8(&code);
-    if (code == 0) {
-      out->push_back(Status::OK());
-      continue;
-    }
-    r.Bytes(&message);
-    switch (static_cast<Status::Code>(code)) {
-#define KVF_STORE_STATUS_CASE_(number, Name, C_NAME, meaning) \
-  case Status::Code::k##Name:                                  \
-    out->push_back(Status::Name(std::string(message)));        \
-    break;
-      KVF_STATUS_CODES(KVF_STORE_STATUS_CASE_)
-#undef KVF_STORE_STATUS_CASE_
-      default:
-        return Malformed("put reply");
+  out->assign(expected, Status::OK());
+  for (Status& s : *out)
+    if (!ReadStatus(r, &s)) return Malformed("put reply");
+  return r.done() ? Status::OK() : Malformed("put reply");
+}
+
+std::string EncodeReserve(const ReserveRequest& reserve) {
+  WireWriter w;
+  w.U8(static_cast<uint8_t>(Op::kReserve));
+  w.U32(reserve.budget_ms);
+  w.U32(static_cast<uint32_t>(reserve.items.size()));
+  for (const ReserveItem& item : reserve.items) {
+    w.Bytes(item.key);
+    w.U64(item.length);
+  }
+  return w.Take();
+}
+
+Status DecodeReserve(std::string_view payload, ReserveRequest* out) {
+  WireReader r(payload);
+  uint8_t op = 0;
+  uint32_t n = 0;
+  r.U8(&op);
+  r.U32(&out->budget_ms);
+  if (!r.Count(12, &n)) return Malformed("reserve");
+  out->items.resize(n);
+  for (ReserveItem& item : out->items) {
+    std::string_view key;
+    r.Bytes(&key);
+    r.U64(&item.length);
+    item.key = key;
+  }
+  return r.done() ? Status::OK() : Malformed("reserve");
+}
+
+std::string EncodeSlots(const Slots& slots) {
+  WireWriter w;
+  w.U64(slots.ticket);
+  w.U64(slots.epoch);
+  w.U32(static_cast<uint32_t>(slots.statuses.size()));
+  for (size_t i = 0; i < slots.statuses.size(); ++i) {
+    WriteStatus(w, slots.statuses[i]);
+    if (slots.statuses[i].ok()) w.U64(slots.addrs[i]);
+  }
+  return w.Take();
+}
+
+Status DecodeSlots(std::string_view payload, size_t expected, Slots* out) {
+  WireReader r(payload);
+  r.U64(&out->ticket);
+  r.U64(&out->epoch);
+  if (!CountIs(r, 1, expected)) return Malformed("reserve reply");
+  out->statuses.assign(expected, Status::OK());
+  out->addrs.assign(expected, 0);
+  for (size_t i = 0; i < expected; ++i) {
+    if (!ReadStatus(r, &out->statuses[i])) return Malformed("reserve reply");
+    if (out->statuses[i].ok()) r.U64(&out->addrs[i]);
+  }
+  return r.done() ? Status::OK() : Malformed("reserve reply");
+}
+
+std::string EncodeCommit(const CommitRequest& commit) {
+  WireWriter w;
+  w.U8(static_cast<uint8_t>(Op::kCommit));
+  w.U64(commit.ticket);
+  w.U32(static_cast<uint32_t>(commit.items.size()));
+  for (const CommitItem& item : commit.items) {
+    // 0: not written; 1: written; 2: written, its checksum follows.
+    w.U8(!item.written ? 0 : item.has_checksum ? 2 : 1);
+    if (item.written && item.has_checksum) {
+      w.U64(item.checksum.low);
+      w.U64(item.checksum.high);
     }
   }
-  return r.done() ? Status::OK() : Malformed("put reply");
+  return w.Take();
+}
+
+Status DecodeCommit(std::string_view payload, CommitRequest* out) {
+  WireReader r(payload);
+  uint8_t op = 0;
+  uint32_t n = 0;
+  r.U8(&op);
+  r.U64(&out->ticket);
+  if (!r.Count(1, &n)) return Malformed("commit");
+  out->items.assign(n, CommitItem{});
+  for (CommitItem& item : out->items) {
+    uint8_t state = 0;
+    r.U8(&state);
+    if (state > 2) return Malformed("commit");
+    item.written = state != 0;
+    item.has_checksum = state == 2;
+    if (item.has_checksum) {
+      r.U64(&item.checksum.low);
+      r.U64(&item.checksum.high);
+    }
+  }
+  return r.done() ? Status::OK() : Malformed("commit");
 }
 
 std::string EncodeCount(uint64_t n) {

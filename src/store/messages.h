@@ -32,6 +32,8 @@ enum class Op : uint8_t {
   kPin = 8,        // keys -> a bit per key (pinned)
   kUnpin = 9,      // keys -> a bit per key (was pinned)
   kTouch = 10,     // keys -> nothing: pages read without a lookup become most recently used
+  kReserve = 11,   // ReserveRequest -> Slots: a PUT by WRITE, first step
+  kCommit = 12,    // CommitRequest -> a Status per key: its second step
 };
 
 // The operation of a request: its first byte. ProtocolError for an empty
@@ -86,6 +88,41 @@ struct PutRequest {
   std::vector<PutItem> items;
 };
 
+// A PUT by WRITE (KVF_STORE_PUT_MODE=push), first step: the node reserves
+// a slot per item and the writer WRITEs the page into it, then commits.
+struct ReserveItem {
+  std::string key;
+  uint64_t length = 0;
+};
+struct ReserveRequest {
+  uint32_t budget_ms = 0;  // the writer commits within this long: the node abandons the slots after it
+  std::vector<ReserveItem> items;
+};
+// The node's answer: per item OK and the slot's address in its segment, or
+// why it was refused. `ticket` names the reservation in the commit (0 when
+// nothing was reserved); `epoch` is the node's (NodeInfo::epoch): a writer
+// whose view of the node has another one holds a segment of its engine's
+// earlier life.
+struct Slots {
+  uint64_t ticket = 0;
+  uint64_t epoch = 0;
+  std::vector<Status> statuses;
+  std::vector<uint64_t> addrs;
+};
+// Second step: which items' WRITEs completed, and the checksum of each
+// written page when the writer took it (its bytes were in host memory):
+// the node commits those pages, checksumming the others itself, and
+// abandons the slots not written.
+struct CommitItem {
+  bool written = false;
+  bool has_checksum = false;
+  Checksum checksum;
+};
+struct CommitRequest {
+  uint64_t ticket = 0;
+  std::vector<CommitItem> items;
+};
+
 struct NodeStats {
   uint64_t pool_bytes = 0, used_bytes = 0, reserved_bytes = 0, quarantined_bytes = 0;
   uint64_t pages = 0, pinned_pages = 0;
@@ -96,10 +133,14 @@ struct NodeStats {
 // Requests.
 std::string EncodeKeys(Op op, const std::vector<std::string_view>& keys);  // kLookup, kExists, kRemove, kPin, kUnpin, kTouch
 std::string EncodePut(const PutRequest& put);
+std::string EncodeReserve(const ReserveRequest& reserve);
+std::string EncodeCommit(const CommitRequest& commit);
 std::string EncodeBare(Op op);  // kRemoveAll, kStats, kHello
 // The keys of a keys request (views into `payload`).
 Status DecodeKeys(std::string_view payload, std::vector<std::string_view>* keys);
 Status DecodePut(std::string_view payload, PutRequest* out);
+Status DecodeReserve(std::string_view payload, ReserveRequest* out);
+Status DecodeCommit(std::string_view payload, CommitRequest* out);
 
 // Replies.
 std::string EncodeNodeInfo(const NodeInfo& info);
@@ -110,6 +151,8 @@ std::string EncodeBits(const std::vector<bool>& bits);
 Status DecodeBits(std::string_view payload, size_t expected, std::vector<bool>* out);
 std::string EncodeStatuses(const std::vector<Status>& statuses);
 Status DecodeStatuses(std::string_view payload, size_t expected, std::vector<Status>* out);
+std::string EncodeSlots(const Slots& slots);
+Status DecodeSlots(std::string_view payload, size_t expected, Slots* out);
 std::string EncodeCount(uint64_t n);
 Status DecodeCount(std::string_view payload, uint64_t* n);
 std::string EncodeNodeStats(const NodeStats& stats);

@@ -33,6 +33,59 @@ TEST(MessagesTest, PutRoundTrip) {
   EXPECT_EQ(back.items[0].sources[1].length, 200u);
 }
 
+// The operation a request names (0 when it names none).
+uint8_t OpOf(std::string_view wire) {
+  Op op;
+  return PeekOp(wire, &op).ok() ? static_cast<uint8_t>(op) : 0;
+}
+
+TEST(MessagesTest, PutByWriteRoundTrip) {
+  ReserveRequest reserve{3000, {{"k1", 131072}, {std::string("k\0z", 3), 1}}};
+  std::string wire = EncodeReserve(reserve);
+  EXPECT_EQ(OpOf(wire), static_cast<uint8_t>(Op::kReserve));
+  ReserveRequest reserve_back;
+  ASSERT_TRUE(DecodeReserve(wire, &reserve_back).ok());
+  EXPECT_EQ(reserve_back.budget_ms, 3000u);
+  ASSERT_EQ(reserve_back.items.size(), 2u);
+  EXPECT_EQ(reserve_back.items[0].length, 131072u);
+  EXPECT_EQ(reserve_back.items[1].key, std::string("k\0z", 3));
+
+  Slots slots{99, 7, {Status::OK(), Status::Busy("pool full"), Status::OK()}, {4096, 0, 8192}};
+  Slots slots_back;
+  ASSERT_TRUE(DecodeSlots(EncodeSlots(slots), 3, &slots_back).ok());
+  EXPECT_EQ(slots_back.ticket, 99u);
+  EXPECT_EQ(slots_back.epoch, 7u);
+  EXPECT_EQ(slots_back.statuses[1].code(), Status::Code::kBusy);
+  EXPECT_EQ(slots_back.statuses[1].message(), "pool full");
+  EXPECT_EQ(slots_back.addrs, (std::vector<uint64_t>{4096, 0, 8192}));
+  EXPECT_FALSE(DecodeSlots(EncodeSlots(slots), 2, &slots_back).ok()) << "a reply for other keys";
+
+  CommitRequest commit{99, {{true, true, {5, 6}}, {false, false, {}}, {true, false, {}}}};
+  wire = EncodeCommit(commit);
+  EXPECT_EQ(OpOf(wire), static_cast<uint8_t>(Op::kCommit));
+  CommitRequest commit_back;
+  ASSERT_TRUE(DecodeCommit(wire, &commit_back).ok());
+  EXPECT_EQ(commit_back.ticket, 99u);
+  ASSERT_EQ(commit_back.items.size(), 3u);
+  EXPECT_TRUE(commit_back.items[0].written && commit_back.items[0].has_checksum);
+  EXPECT_EQ(commit_back.items[0].checksum, (Checksum{5, 6}));
+  EXPECT_FALSE(commit_back.items[1].written);
+  EXPECT_TRUE(commit_back.items[2].written);
+  EXPECT_FALSE(commit_back.items[2].has_checksum);
+
+  for (size_t n = 0; n < wire.size(); ++n) EXPECT_FALSE(DecodeCommit(wire.substr(0, n), &commit_back).ok()) << n;
+  EXPECT_FALSE(DecodeCommit(wire + "x", &commit_back).ok());
+  std::string bad_state = EncodeCommit({1, {{false, false, {}}}});
+  bad_state.back() = 3;
+  EXPECT_EQ(DecodeCommit(bad_state, &commit_back).code(), Status::Code::kProtocolError);
+  const std::string reserve_wire = EncodeReserve(reserve);
+  for (size_t n = 0; n < reserve_wire.size(); ++n)
+    EXPECT_FALSE(DecodeReserve(reserve_wire.substr(0, n), &reserve_back).ok()) << n;
+  const std::string slots_wire = EncodeSlots(slots);
+  for (size_t n = 0; n < slots_wire.size(); ++n)
+    EXPECT_FALSE(DecodeSlots(slots_wire.substr(0, n), 3, &slots_back).ok()) << n;
+}
+
 TEST(MessagesTest, RepliesRoundTrip) {
   const std::vector<Location> locs = {{true, 1, 2, 3, {4, 5}, 11}, {}, {true, 6, 7, 8, {9, 10}, 12}};
   std::vector<Location> locs_back;

@@ -38,6 +38,7 @@ NodeService::NodeService(Engine* engine, const Settings& settings, uint64_t* ver
                 RegionVersions::RegionBytes(static_cast<uint64_t>(settings.store_pool_bytes), kPoolAlignment)),
       table_(static_cast<uint64_t>(settings.store_pool_bytes), std::chrono::milliseconds(settings.store_read_window_ms),
              kPoolAlignment, &versions_),
+      reservations_(crypto::RandomU64()),
       runner_(engine) {}
 
 Status NodeService::Start(Engine* engine, const Settings& settings, std::unique_ptr<NodeService>* out) {
@@ -130,24 +131,142 @@ void NodeService::Handle(std::string payload, ControlServer::Reply reply) {
     // The bytes start moving now when the writer is known; a put thread
     // opens a new writer's segment first (a handshake: never on this thread).
     if (SegmentHandle writer; KnownWriter(job.request.writer, &writer)) StartPut(&job, Status::OK(), writer);
-    {
-      std::lock_guard<std::mutex> g(jobs_mu_);
-      if (!stopping_) {
-        jobs_.push_back(std::move(job));
-        jobs_cv_.notify_one();
-        return;
-      }
-    }
-    return DropPut(&job);
+    return Queue(std::move(job));
   }
+  if (op == Op::kCommit) return TakeCommit(payload, std::move(reply));
   Status status;
   std::string answer = Answer(op, payload, &status);
   reply(status, std::move(answer));
 }
 
+void NodeService::Queue(PutJob job) {
+  {
+    std::lock_guard<std::mutex> g(jobs_mu_);
+    if (!stopping_) {
+      jobs_.push_back(std::move(job));
+      jobs_cv_.notify_one();
+      return;
+    }
+  }
+  DropPut(&job);
+}
+
+std::chrono::steady_clock::duration NodeService::PushHold() const {
+  return std::chrono::milliseconds(settings_.transfer_timeout_ms + settings_.store_deadline_ms);
+}
+
+void NodeService::AbandonExpired(Clock::time_point now) {
+  for (const Reservations::Entry& e : reservations_.TakeExpired(now)) {
+    for (const Reservations::Slot& slot : e.slots) {
+      if (!slot.reserved) continue;
+      table_.Abandon(slot.offset, now, PushHold());
+      ++counters_.put_failures;
+    }
+  }
+}
+
+std::string NodeService::ReserveSlots(std::string_view payload, Status* status) {
+  ReserveRequest request;
+  *status = DecodeReserve(payload, &request);
+  if (!status->ok()) return {};
+  const size_t n = request.items.size();
+  Slots slots;
+  slots.epoch = info_.epoch;
+  slots.statuses.assign(n, Status::OK());
+  slots.addrs.assign(n, 0);
+  std::vector<Reservations::Slot> held(n);
+  bool any = false;
+  const auto now = Clock::now();
+  std::lock_guard<std::mutex> g(table_mu_);
+  AbandonExpired(now);
+  counters_.puts += n;
+  for (size_t i = 0; i < n; ++i) {
+    const ReserveItem& item = request.items[i];
+    Reservations::Slot& slot = held[i];
+    Status& r = slots.statuses[i];
+    r = CheckKey(item.key);
+    if (r.ok() && (item.length == 0 || item.length > info_.max_page_bytes))
+      r = Status::InvalidArgument("store: the page of key '" + item.key + "' has " + std::to_string(item.length) +
+                                  " bytes; pages have 1 to " + std::to_string(info_.max_page_bytes) +
+                                  " (KVF_STORE_MAX_PAGE_BYTES)");
+    if (r.ok()) r = table_.Reserve(item.length, now, &slot.offset);
+    if (!r.ok()) {
+      ++counters_.put_failures;
+      continue;
+    }
+    slot.key = item.key;
+    slot.length = item.length;
+    slot.reserved = true;
+    slots.addrs[i] = info_.pool_addr + slot.offset;
+    any = true;
+  }
+  // The writer gives up on the commit's reply at its budget; the slots are
+  // abandoned a little after that (a commit on its way is not cut short).
+  const auto budget = std::chrono::milliseconds(std::min<int64_t>(request.budget_ms, settings_.store_deadline_ms));
+  if (any) slots.ticket = reservations_.Open(std::move(held), now + budget + std::chrono::seconds(1));
+  return EncodeSlots(slots);
+}
+
+void NodeService::TakeCommit(std::string_view payload, ControlServer::Reply reply) {
+  CommitRequest request;
+  if (Status s = DecodeCommit(payload, &request); !s.ok()) return reply(s, {});
+  PutJob job;
+  job.commit = true;
+  {
+    const auto now = Clock::now();
+    std::lock_guard<std::mutex> g(table_mu_);
+    AbandonExpired(now);
+    if (!reservations_.Take(request.ticket, &job.reservation))
+      return reply(Status::Timeout("store node " + address_ + ": no reservation " + std::to_string(request.ticket) +
+                                   " (its writer's budget passed, or the node restarted): the put failed"),
+                   {});
+    if (request.items.size() != job.reservation.slots.size()) {
+      for (const Reservations::Slot& slot : job.reservation.slots)
+        if (slot.reserved) table_.Abandon(slot.offset, now, PushHold());
+      return reply(Status::ProtocolError("store: a commit of " + std::to_string(request.items.size()) +
+                                         " items for a reservation of " +
+                                         std::to_string(job.reservation.slots.size())),
+                   {});
+    }
+  }
+  job.commit_items = std::move(request.items);
+  job.reply = std::move(reply);
+  const bool sums_needed = std::any_of(job.commit_items.begin(), job.commit_items.end(),
+                                       [](const CommitItem& item) { return item.written && !item.has_checksum; });
+  if (sums_needed) return Queue(std::move(job));
+  job.reply(Status::OK(), EncodeStatuses(FinishCommit(&job)));
+}
+
+std::vector<Status> NodeService::FinishCommit(PutJob* job) {
+  const std::vector<Reservations::Slot>& slots = job->reservation.slots;
+  const size_t n = slots.size();
+  std::vector<Checksum> sums(n);
+  for (size_t i = 0; i < n; ++i) {
+    const CommitItem& item = job->commit_items[i];
+    if (!slots[i].reserved || !item.written) continue;
+    sums[i] = item.has_checksum ? item.checksum : ChecksumOfBytes(pool_ + slots[i].offset, slots[i].length);
+  }
+  std::vector<Status> results(n, Status::OK());
+  const auto now = Clock::now();
+  std::lock_guard<std::mutex> g(table_mu_);
+  for (size_t i = 0; i < n; ++i) {
+    if (!slots[i].reserved) {
+      results[i] = Status::Unavailable("store: no slot was reserved for '" + slots[i].key + "'");
+    } else if (job->commit_items[i].written) {
+      table_.Commit(slots[i].key, slots[i].offset, slots[i].length, sums[i], now);
+    } else {
+      table_.Abandon(slots[i].offset, now, PushHold());
+      results[i] = Status::Unavailable("store: the writer did not write the page of '" + slots[i].key + "'");
+      ++counters_.put_failures;
+    }
+  }
+  return results;
+}
+
 std::string NodeService::Answer(Op op, std::string_view payload, Status* status) {
   const auto now = Clock::now();
   if (op == Op::kHello) return EncodeNodeInfo(info_);
+  if (op == Op::kReserve) return ReserveSlots(payload, status);
   if (op == Op::kStats) return EncodeNodeStats(Stats());
   if (op == Op::kRemoveAll) {
     std::lock_guard<std::mutex> g(table_mu_);
@@ -194,6 +313,10 @@ void NodeService::PutLoop() {
       job = std::move(jobs_.front());
       jobs_.pop_front();
     }
+    if (job.commit) {
+      job.reply(Status::OK(), EncodeStatuses(FinishCommit(&job)));
+      continue;
+    }
     if (!job.started) {
       if (Clock::now() >= job.deadline) {  // waited for a thread longer than the writer waits for the reply
         job.reply(Status::Timeout("store node " + address_ +
@@ -232,6 +355,8 @@ void NodeService::DropPut(PutJob* job) {
   // READs already started are not waited for: their batch is kept until
   // they end, and Stop drains it before the pool goes.
   if (job->started) runner_.Finish(&job->flight, Clock::now(), &job->outcomes);
+  // A commit's slots are the pool's; it is about to go with them.
+
   job->reply(Status::Closed("store node " + address_ + " stopped"), {});
 }
 
@@ -303,6 +428,7 @@ std::vector<Status> NodeService::FinishPut(PutJob* job) {
 
 NodeStats NodeService::Stats() {
   std::lock_guard<std::mutex> g(table_mu_);
+  AbandonExpired(Clock::now());
   NodeStats s = counters_;
   const PageTableStats t = table_.stats();
   s.pool_bytes = t.pool_bytes;

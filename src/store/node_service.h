@@ -4,7 +4,16 @@
 //
 //   hello, lookup, exists, remove, remove all, pin, unpin, touch, stats
 //       answered on the control server's thread, under the table's lock;
-//   put
+//   reserve (a PUT by WRITE, KVF_STORE_PUT_MODE=push)
+//       slots reserved on the control server's thread and kept under a
+//       ticket (Reservations) until the writer's commit, or abandoned when
+//       the writer's budget has passed;
+//   commit
+//       the slots the writer says it wrote committed with the checksums it
+//       took, the others abandoned, on the control server's thread; handed
+//       to a put thread instead when pages need the node's checksum (the
+//       writer's bytes were GPU memory);
+//   put (a PUT by READ, KVF_STORE_PUT_MODE=pull)
 //       slots reserved and the READs of the pages from the writer's
 //       registered buffers started on the control server's thread (when the
 //       writer's segment is open already: no handshake ever blocks that
@@ -31,6 +40,7 @@
 #include "store/messages.h"
 #include "store/page_table.h"
 #include "store/region_versions.h"
+#include "store/reservations.h"
 
 namespace kvfabric::store {
 
@@ -57,6 +67,11 @@ class NodeService {
 
  private:
   struct PutJob {
+    // A commit of a PUT by WRITE: the reserved slots and which were written.
+    bool commit = false;
+    Reservations::Entry reservation;
+    std::vector<CommitItem> commit_items;
+    // A PUT by READ:
     PutRequest request;
     net::Deadline deadline;  // from its arrival: the writer's budget, at most KVF_STORE_DEADLINE_MS
     ControlServer::Reply reply;
@@ -77,6 +92,21 @@ class NodeService {
   NodeService(Engine* engine, const Settings& settings, uint64_t* version_words);
   std::string Answer(Op op, std::string_view payload, Status* status);
   void PutLoop();
+  // Queues `job` for a put thread (or replies Closed when stopping).
+  void Queue(PutJob job);
+  // kReserve: the slots, under a ticket.
+  std::string ReserveSlots(std::string_view payload, Status* status);
+  // kCommit: takes the reservation and queues its commit, or replies.
+  void TakeCommit(std::string_view payload, ControlServer::Reply reply);
+  // Checksums and commits the written slots of a reservation, abandons the
+  // others; the per-item statuses.
+  std::vector<Status> FinishCommit(PutJob* job);
+  // Abandons the slots of reservations whose writer's budget has passed
+  // (under table_mu_).
+  void AbandonExpired(std::chrono::steady_clock::time_point now);
+  // How long a pushed slot that was abandoned stays quarantined: a WRITE
+  // the writer gave up on may still land until its engine ends it.
+  std::chrono::steady_clock::duration PushHold() const;
   // Reserves the items' slots and starts their READs from `writer`'s
   // buffers (one engine batch; `open` is OpenSegment's outcome for it).
   void StartPut(PutJob* job, const Status& open, SegmentHandle writer);
@@ -101,6 +131,7 @@ class NodeService {
   RegionVersions versions_;        // over version_words_, bumped by table_ under table_mu_
   std::mutex table_mu_;
   PageTable table_;
+  Reservations reservations_;  // under table_mu_
   NodeStats counters_;  // the request counters (under table_mu_); the table's own come from table_.stats()
 
   std::unique_ptr<ControlServer> server_;

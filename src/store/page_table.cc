@@ -120,11 +120,11 @@ Status PageTable::Reserve(uint64_t length, TimePoint now, uint64_t* offset) {
   return Status::OK();
 }
 
-void PageTable::Abandon(uint64_t offset, TimePoint now) {
+void PageTable::Abandon(uint64_t offset, TimePoint now, std::chrono::steady_clock::duration hold) {
   auto it = reserved_.find(offset);
   if (it == reserved_.end()) return;
   reserved_bytes_ -= it->second;
-  Release(offset, it->second, now + read_window_, now);
+  Release(offset, it->second, now + std::max(read_window_, hold), now);
   reserved_.erase(it);
 }
 

@@ -88,9 +88,11 @@ class PageTable {
   Status Reserve(uint64_t length, TimePoint now, uint64_t* offset);
 
   // Gives back the reserved slot at `offset` of a PUT that failed. A late
-  // transfer may still write it, so it is quarantined until read_window
-  // after `now`. Anything but a reserved slot is ignored.
-  void Abandon(uint64_t offset, TimePoint now);
+  // transfer may still write it, so it is quarantined until the longer of
+  // read_window and `hold` after `now` (a writer's WRITE that the writer
+  // gave up on may land later than a READ this node gave up on). Anything
+  // but a reserved slot is ignored.
+  void Abandon(uint64_t offset, TimePoint now, std::chrono::steady_clock::duration hold = {});
 
   // Makes the reserved slot at `offset` the page of `key` and returns its
   // entry. `length` is the one given to Reserve (any length with the same

@@ -246,6 +246,18 @@ TEST(PageTableTest, AbandonQuarantinesTheSlot) {
   EXPECT_EQ(Reserve(t, 64 * KiB, t0 + 110ms), at);
 }
 
+TEST(PageTableTest, AbandonHoldsTheSlotForTheLongerOfReadWindowAndHold) {
+  PageTable t(64 * KiB, 100ms);
+  const uint64_t a = Reserve(t, 64 * KiB, t0);
+  t.Abandon(a, t0, 1s);  // a writer's late WRITE: held a second
+  uint64_t none;
+  EXPECT_EQ(t.Reserve(64 * KiB, t0 + 999ms, &none).code(), Status::Code::kBusy);
+  EXPECT_EQ(Reserve(t, 64 * KiB, t0 + 1s), a);
+  t.Abandon(a, t0 + 1s, 10ms);  // shorter than the read window: the window holds
+  EXPECT_EQ(t.Reserve(64 * KiB, t0 + 1s + 99ms, &none).code(), Status::Code::kBusy);
+  EXPECT_EQ(Reserve(t, 64 * KiB, t0 + 1s + 100ms), a);
+}
+
 TEST(PageTableTest, RemoveAllKeepsPutsInProgress) {
   PageTable t(MiB, 100ms);
   for (const char* k : {"a", "b", "c"}) Put(t, k, 64 * KiB, t0);

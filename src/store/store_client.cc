@@ -8,6 +8,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <utility>
 
 #include "common/log.h"
@@ -251,7 +252,7 @@ void StoreClient::Put(const std::vector<std::string>& keys, const std::vector<st
                                               "' is larger than KVF_STORE_MAX_PAGE_BYTES");
     else (memory[i] == Memory::kDeviceLocal ? bounced : direct).push_back(i);
   }
-  if (!direct.empty()) PutFrom(keys, buffers, direct, results);
+  if (!direct.empty()) PutFrom(keys, buffers, memory, direct, results);
   if (!bounced.empty()) PutBounced(keys, buffers, bounced, results);
   Add(counters_.put_keys, keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -261,7 +262,136 @@ void StoreClient::Put(const std::vector<std::string>& keys, const std::vector<st
 }
 
 void StoreClient::PutFrom(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& sources,
-                          const std::vector<size_t>& which, std::vector<Status>* results) {
+                          const std::vector<Memory>& memory, const std::vector<size_t>& which,
+                          std::vector<Status>* results) {
+  if (settings_.store_put_mode == "pull") return PullFrom(keys, sources, which, results);
+  std::vector<NodeCall> calls = GroupByHome(keys, which, results);
+  if (calls.empty()) return;
+  const int64_t deadline_ms = settings_.store_deadline_ms;
+  const net::Deadline deadline = net::DeadlineIn(deadline_ms);
+  // The WRITEs end early enough to leave the commits their time.
+  const net::Deadline writes_by = deadline - std::chrono::milliseconds(std::min<int64_t>(deadline_ms / 5, 500));
+  for (NodeCall& call : calls) {
+    ReserveRequest reserve;
+    reserve.budget_ms = static_cast<uint32_t>(deadline_ms);
+    for (size_t i : call.keys) reserve.items.push_back({keys[i], TotalBytes(sources[i])});
+    call.request = EncodeReserve(reserve);
+  }
+  // Each home's WRITEs start as soon as its slots come, and each home's
+  // commit goes as soon as its WRITEs end: one home's round trips overlap
+  // the others' bytes.
+  auto reserves = Send(&calls, writes_by);
+  std::vector<Push> pushes(calls.size());
+  std::vector<size_t> started;  // the calls whose reservations need a commit, in the order they started
+  std::vector<std::optional<Checksum>> sums(keys.size());
+  size_t c = 0;
+  std::vector<size_t> unanswered;
+  for (size_t n = 0; n < calls.size(); ++n) {
+    if (!Next(reserves.get(), &calls, writes_by + std::chrono::seconds(1), Wait::kSleep, &c, &unanswered)) break;
+    if (!StartPush(keys, sources, &calls[c], &pushes[c], results)) continue;
+    started.push_back(c);
+    // While the home's pages move, the writer checksums those in host
+    // memory (the home then commits them at once; it checksums GPU pages
+    // from its slots itself).
+    for (size_t j = 0; j < calls[c].keys.size(); ++j) {
+      const size_t i = calls[c].keys[j];
+      const size_t g = pushes[c].group_of[j];
+      if (g == SIZE_MAX || memory[i] != Memory::kHost || !pushes[c].wrote[g].ok()) continue;
+      std::vector<ByteRange> pieces;
+      for (const StoreBuffer& b : sources[i]) pieces.push_back({b.addr, b.length});
+      sums[i] = ChecksumOf(pieces, TotalBytes(sources[i]));
+    }
+  }
+  for (size_t u : unanswered) {
+    for (size_t i : calls[u].keys) (*results)[i] = calls[u].status;
+  }
+  std::vector<std::vector<NodeCall>> commits(started.size());
+  std::vector<std::shared_ptr<Fanout>> replies(started.size());
+  for (size_t k = 0; k < started.size(); ++k) {
+    NodeCall& call = calls[started[k]];
+    Push& push = pushes[started[k]];
+    runner_.Finish(&push.flight, writes_by, &push.wrote);
+    // The commit says which slots were written; the home abandons the others.
+    push.commit = CommitRequest{push.slots.ticket, std::vector<CommitItem>(call.keys.size())};
+    for (size_t j = 0; j < call.keys.size(); ++j) {
+      const size_t i = call.keys[j];
+      if (push.group_of[j] == SIZE_MAX) continue;
+      const Status& w = push.wrote[push.group_of[j]];
+      CommitItem& item = push.commit.items[j];
+      item.written = w.ok();
+      if (sums[i]) {
+        item.has_checksum = true;
+        item.checksum = *sums[i];
+      }
+      if (!w.ok()) {
+        (*results)[i] = w.Annotate("store: writing the page of '" + keys[i] + "' to " + call.node->name);
+        MarkDownIfUnreachable(call.node->name, w);
+      }
+    }
+    commits[k].push_back(NodeCall{call.node, call.keys, EncodeCommit(push.commit), {}, {}});
+    replies[k] = Send(&commits[k], deadline);
+  }
+  for (size_t k = 0; k < started.size(); ++k) {
+    std::vector<size_t> late;
+    size_t one = 0;
+    Next(replies[k].get(), &commits[k], deadline + std::chrono::seconds(1), Wait::kSleep, &one, &late);
+    const NodeCall& call = commits[k][0];
+    std::vector<Status> per_key;
+    Status s = call.status;
+    if (s.ok()) s = DecodeStatuses(call.reply, call.keys.size(), &per_key);
+    const CommitRequest& commit = pushes[started[k]].commit;
+    for (size_t j = 0; j < call.keys.size(); ++j)
+      if (commit.items[j].written) (*results)[call.keys[j]] = s.ok() ? per_key[j] : s;
+  }
+}
+
+bool StoreClient::StartPush(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& sources,
+                            NodeCall* call, Push* push, std::vector<Status>* results) {
+  Status s = call->status;
+  if (s.ok()) s = DecodeSlots(call->reply, call->keys.size(), &push->slots);
+  if (!s.ok()) {
+    for (size_t i : call->keys) (*results)[i] = s;
+    return false;
+  }
+  push->group_of.assign(call->keys.size(), SIZE_MAX);
+  if (push->slots.epoch != call->node->info.epoch) {
+    // The home restarted since this process greeted it: its slots are in
+    // the new engine, whose segment the view does not hold.
+    std::shared_ptr<const NodeView> fresh;
+    s = members_->Renew(call->node->name, push->slots.epoch, &fresh);
+    if (s.ok() && fresh->info.epoch != push->slots.epoch) s = Status::Unavailable("it restarted again");
+    if (!s.ok()) {
+      // Its slots are abandoned by the commit, which says nothing was written.
+      s = s.Annotate("store member " + call->node->name + " restarted during the put");
+      for (size_t i : call->keys) (*results)[i] = s;
+      return push->slots.ticket != 0;
+    }
+    call->node = std::move(fresh);
+  }
+  // The home's pages in one engine batch, a group per page.
+  std::vector<TransferRequest> writes;
+  std::vector<std::pair<size_t, size_t>> groups;
+  for (size_t j = 0; j < call->keys.size(); ++j) {
+    const size_t i = call->keys[j];
+    if (!push->slots.statuses[j].ok()) {
+      (*results)[i] = push->slots.statuses[j];
+      continue;
+    }
+    push->group_of[j] = groups.size();
+    groups.push_back({writes.size(), 0});
+    uint64_t at = push->slots.addrs[j];
+    for (const StoreBuffer& b : sources[i]) {
+      writes.push_back({OpCode::kWrite, b.addr, call->node->segment, at, b.length});
+      at += b.length;
+    }
+    groups.back().second = writes.size();
+  }
+  runner_.Start(writes, groups, &push->flight, &push->wrote);
+  return push->slots.ticket != 0;
+}
+
+void StoreClient::PullFrom(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& sources,
+                           const std::vector<size_t>& which, std::vector<Status>* results) {
   std::vector<NodeCall> calls = GroupByHome(keys, which, results);
   const int64_t deadline_ms = settings_.store_deadline_ms;
   for (NodeCall& call : calls) {
@@ -343,7 +473,7 @@ void StoreClient::PutBounced(const std::vector<std::string>& keys,
       if (copied[g].ok()) ready.push_back(round[g]);
       else (*results)[round[g]] = copied[g].Annotate("store: copying the GPU page of '" + keys[round[g]] + "' to host memory");
     }
-    if (!ready.empty()) PutFrom(keys, sources, ready, results);
+    if (!ready.empty()) PutFrom(keys, sources, std::vector<Memory>(keys.size(), Memory::kHost), ready, results);
     Add(counters_.put_bounced, ready.size());
   }
 }

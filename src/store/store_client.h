@@ -212,9 +212,30 @@ class StoreClient {
   // included): InvalidArgument in results; `memory` says where each key's are.
   void CheckBuffers(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
                     std::vector<Status>* results, std::vector<Memory>* memory) const;
-  // One PUT exchange for the keys `which`, their bytes in `sources`.
+  // The PUT of the keys `which`, their bytes in `sources`, as
+  // KVF_STORE_PUT_MODE says: by WRITE (a reserve per home, the pages'
+  // WRITEs in one engine batch, a commit per home) or by PullFrom.
+  // `memory` says where each key's sources are: the writer checksums the
+  // pages in host memory itself.
   void PutFrom(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& sources,
-               const std::vector<size_t>& which, std::vector<Status>* results);
+               const std::vector<Memory>& memory, const std::vector<size_t>& which, std::vector<Status>* results);
+  // A home's part of a PUT by WRITE.
+  struct Push {
+    Slots slots;                     // its reserve's reply
+    std::vector<size_t> group_of;    // per key of its call: the key's group in the flight, or SIZE_MAX
+    BatchRunner::Flight flight;      // its pages' WRITEs
+    std::vector<Status> wrote;       // per group
+    CommitRequest commit;
+  };
+  // Reads the home's reserve reply in `call` and starts the WRITEs of the
+  // pages it gave slots to (renewing the view of a home that restarted);
+  // keys refused get their results. Whether the home holds a reservation,
+  // which a commit must then end.
+  bool StartPush(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& sources,
+                 NodeCall* call, Push* push, std::vector<Status>* results);
+  // One PUT exchange per home, which READs the pages from `sources`.
+  void PullFrom(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& sources,
+                const std::vector<size_t>& which, std::vector<Status>* results);
   // The keys `which` (GPU memory peers cannot reach) copied into the bounce
   // buffer and put from there, as many at a time as it holds.
   void PutBounced(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,

@@ -28,6 +28,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (DecodeKeys(in, &keys).ok()) Check(EncodeKeys(op, keys) == in);
     PutRequest put;
     if (op == Op::kPut && DecodePut(in, &put).ok()) Check(EncodePut(put) == in);
+    ReserveRequest reserve;
+    if (op == Op::kReserve && DecodeReserve(in, &reserve).ok()) Check(EncodeReserve(reserve) == in);
+    CommitRequest commit;
+    if (op == Op::kCommit && DecodeCommit(in, &commit).ok()) Check(EncodeCommit(commit) == in);
   }
   // Replies, for any number of keys the input could describe.
   const size_t expected = size >= 4 ? static_cast<uint8_t>(in[0]) : 0;  // a reply starts with its count
@@ -37,6 +41,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (DecodeBits(in, expected, &bits).ok()) Check(EncodeBits(bits) == in);
   std::vector<kvfabric::Status> statuses;
   if (DecodeStatuses(in, expected, &statuses).ok()) Check(EncodeStatuses(statuses) == in);
+  Slots slots;  // its count follows the ticket and the epoch
+  if (DecodeSlots(in, size >= 20 ? static_cast<uint8_t>(in[16]) : 0, &slots).ok()) Check(EncodeSlots(slots) == in);
   NodeInfo info;
   if (DecodeNodeInfo(in, &info).ok()) Check(EncodeNodeInfo(info) == in);
   NodeStats stats;

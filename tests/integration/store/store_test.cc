@@ -105,8 +105,13 @@ std::vector<StoreBuffer> Buffers(const Region& r, const Page& p) {
 
 class StoreTest : public ::testing::TestWithParam<std::string> {
  protected:
-  // The transport of the nodes and the client.
-  virtual std::string Protocol() const { return GetParam(); }
+  // The transport of the nodes and the client: the parameter up to a '-';
+  // after it, the client's KVF_STORE_PUT_MODE ("tcp-pull"), else the default.
+  virtual std::string Protocol() const { return GetParam().substr(0, GetParam().find('-')); }
+  std::string PutMode() const {
+    const size_t dash = GetParam().find('-');
+    return dash == std::string::npos ? std::string(Settings{}.store_put_mode) : GetParam().substr(dash + 1);
+  }
 
   // `extra`: settings NAME=VALUE for the nodes. Nodes are added to nodes_;
   // those of one call list each other (the static members of p2p).
@@ -137,6 +142,7 @@ class StoreTest : public ::testing::TestWithParam<std::string> {
     cfg.settings.store_deadline_ms = 2000;
     cfg.settings.store_read_window_ms = 5000;
     cfg.settings.store_down_retry_ms = 300;
+    cfg.settings.store_put_mode = PutMode();
     for (const auto& kv : extra) ASSERT_TRUE(cfg.settings.Assign(kv).ok()) << kv;
     ASSERT_TRUE(Engine::Create(cfg, &engine_).ok());
     ASSERT_TRUE(Store::Create(engine_.get(), cfg.settings, &store_).ok());
@@ -275,7 +281,8 @@ TEST_P(StoreTest, PagesOfMixedSizesAndBuffersComeBackByteExact) {
   const StoreStats st = store_->Stats();
   EXPECT_EQ(st.get_hits, pages.size());
   EXPECT_EQ(st.misses_checksum, 0u);
-  EXPECT_EQ(st.control_calls, 6u) << "one message per node per batch";
+  // One message per node per batch (a PUT by WRITE: its reserve and its commit).
+  EXPECT_EQ(st.control_calls, PutMode() == "pull" ? 6u : 9u) << "messages per node per batch";
   // A page into one buffer of another shape: the page fills it in order.
   std::vector<std::string> keys = {pages[7].key};
   std::vector<std::vector<StoreBuffer>> one = {{{dst_->bytes, pages[7].length + 100}}};
@@ -507,6 +514,72 @@ TEST_P(StoreTest, AForkedChildsCopyIsInertAndLeavesTheParentsStoreAlone) {
   EXPECT_EQ(CountOk(Put(more)), more.size());
 }
 
+// A PUT by WRITE as any process on the network could drive it, one step
+// at a time: slots reserved and never committed come back after the
+// writer's budget; a commit for no reservation, or of the wrong shape,
+// changes nothing; and a page whose writer's checksum is wrong is a miss,
+// never bytes.
+TEST_P(StoreTest, PutsByWriteThatGoWrongLeaveNothingBehind) {
+  if (PutMode() != "push") GTEST_SKIP() << "the client puts by READ here";
+  StartNodes(1);
+  StartClient();
+  const std::string node = member_names_[0];
+  store::ControlClient control(engine_->settings());
+  auto call = [&](const std::string& request, std::string* reply) {
+    return control.CallSync(node, request, net::DeadlineIn(2000), reply);
+  };
+  std::string reply;
+  store::Slots slots;
+  // Reserved and abandoned by its writer.
+  ASSERT_TRUE(call(store::EncodeReserve({100, {{"never", 65536}, {"", 1}}}), &reply).ok());
+  ASSERT_TRUE(store::DecodeSlots(reply, 2, &slots).ok());
+  ASSERT_TRUE(slots.statuses[0].ok()) << slots.statuses[0].ToString();
+  EXPECT_EQ(slots.statuses[1].code(), Status::Code::kInvalidArgument) << "an empty key";
+  EXPECT_NE(slots.ticket, 0u);
+  EXPECT_EQ(StatsOf(node).reserved_bytes, 65536u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1300));  // the budget, and the node's second of grace
+  store::NodeStats stats = StatsOf(node);
+  EXPECT_EQ(stats.reserved_bytes, 0u) << "slots of a writer that never committed are still reserved";
+  EXPECT_EQ(stats.quarantined_bytes, 65536u) << "a late WRITE may still land there";
+  EXPECT_EQ(stats.pages, 0u);
+  Status s = call(store::EncodeCommit({slots.ticket, {{true, false, {}}, {false, false, {}}}}), &reply);
+  EXPECT_EQ(s.code(), Status::Code::kTimeout) << "a commit after the budget: " << s.ToString();
+
+  // A commit for a ticket never handed out, and one of the wrong shape.
+  s = call(store::EncodeCommit({12345, {{true, false, {}}}}), &reply);
+  EXPECT_EQ(s.code(), Status::Code::kTimeout) << s.ToString();
+  ASSERT_TRUE(call(store::EncodeReserve({2000, {{"shape", 4096}}}), &reply).ok());
+  ASSERT_TRUE(store::DecodeSlots(reply, 1, &slots).ok());
+  s = call(store::EncodeCommit({slots.ticket, {{true, false, {}}, {true, false, {}}}}), &reply);
+  EXPECT_EQ(s.code(), Status::Code::kProtocolError) << s.ToString();
+  stats = StatsOf(node);
+  EXPECT_EQ(stats.reserved_bytes, 0u);
+  EXPECT_EQ(stats.pages, 0u);
+
+  // Bytes written whole, committed with a checksum that is not theirs: a
+  // miss, counted, and never the bytes.
+  ASSERT_TRUE(call(store::EncodeBare(store::Op::kHello), &reply).ok());
+  store::NodeInfo info;
+  ASSERT_TRUE(store::DecodeNodeInfo(reply, &info).ok());
+  SegmentHandle segment = -1;
+  ASSERT_TRUE(engine_->OpenSegment(info.segment, &segment).ok());
+  ASSERT_TRUE(call(store::EncodeReserve({2000, {{"liar", 4096}}}), &reply).ok());
+  ASSERT_TRUE(store::DecodeSlots(reply, 1, &slots).ok());
+  ASSERT_TRUE(slots.statuses[0].ok());
+  std::memset(src_->bytes, 0x5a, 4096);
+  ASSERT_TRUE(engine_->Transfer({{OpCode::kWrite, src_->bytes, segment, slots.addrs[0], 4096}}).ok());
+  const store::Checksum wrong{1, 2};
+  ASSERT_TRUE(call(store::EncodeCommit({slots.ticket, {{true, true, wrong}}}), &reply).ok());
+  std::vector<Status> st;
+  ASSERT_TRUE(store::DecodeStatuses(reply, 1, &st).ok());
+  ASSERT_TRUE(st[0].ok()) << st[0].ToString();
+  std::vector<uint64_t> len;
+  std::memset(dst_->bytes, 0, 4096);
+  ASSERT_TRUE(store_->BatchGet({"liar"}, {{{dst_->bytes, 4096}}}, &st, &len).ok());
+  EXPECT_EQ(st[0].code(), Status::Code::kNotFound) << st[0].ToString();
+  EXPECT_EQ(store_->Stats().misses_checksum, 1u);
+}
+
 // One home hangs (SIGSTOP) during a GET whose other keys live on a healthy
 // home, remembered by the client but with their region's version moved (a
 // neighbour removed): those keys must still come back, in time, and the
@@ -552,8 +625,12 @@ TEST_P(StoreTest, AHungHomeCostsOnlyItsOwnKeys) {
       << "the healthy home was taken out of placement";
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, StoreTest, ::testing::Values("tcp", "shm"),
-                         [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Transports, StoreTest, ::testing::Values("tcp", "shm", "tcp-pull"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
 
 // Members from a real etcd and kvfabric-metadata-server: a killed node
 // leaves when its lease (TTL) runs out, with no call failing first.
