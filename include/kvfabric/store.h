@@ -2,11 +2,12 @@
 // give pools of registered host memory; every process (node or client)
 // places a key itself on the member whose pool holds it, asks that member
 // once per batch where the pages are, and reads them straight into its own
-// registered buffers with one-sided READ. A PUT hands the member the
-// addresses of the caller's registered buffers and the member READs the
-// bytes into its pool: no copy on either side. A GET returns exactly what
-// the matching PUT stored, or a miss: every page read into host memory is
-// checked against the checksum taken when it was stored.
+// registered buffers with one-sided READ. A PUT asks the member for slots
+// in its pool and WRITEs the caller's registered buffers into them, then
+// commits them (KVF_STORE_PUT_MODE=pull: the member READs them instead): no
+// copy on either side. A GET returns exactly what the matching PUT stored,
+// or a miss: every page read into host memory is checked against the
+// checksum taken when it was stored.
 //
 //   Settings s = engine->settings();
 //   s.store_pool_bytes = 4 * Settings::GiB;   // 0: a client only
