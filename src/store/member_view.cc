@@ -70,6 +70,7 @@ void MemberView::Refresh() {
     std::set<std::string> names;
     for (const MemberRecord& r : listed) names.insert(r.name);
     std::erase_if(known_, [&](const auto& k) { return !names.contains(k.first); });
+    std::erase_if(greet_locks_, [&](const auto& k) { return !names.contains(k.first); });
     const auto now = Clock::now();
     for (const std::string& name : names) {
       Known& k = known_[name];
@@ -77,14 +78,15 @@ void MemberView::Refresh() {
     }
   }
   for (const std::string& name : to_greet) {
-    std::lock_guard<std::mutex> greeting(greet_mu_);
+    const auto lock = GreetLock(name);
+    std::lock_guard<std::mutex> greeting(*lock);
     {
       std::lock_guard<std::mutex> g(mu_);
       auto it = known_.find(name);
       if (it == known_.end() || it->second.view != nullptr) continue;  // gone, or renewed meanwhile
     }
     std::shared_ptr<const NodeView> view;
-    Status s = Greet(name, &view);
+    Status s = Greet(name, net::DeadlineIn(settings_.store_deadline_ms), &view);
     std::lock_guard<std::mutex> g(mu_);
     auto it = known_.find(name);
     if (it == known_.end()) continue;
@@ -101,9 +103,16 @@ void MemberView::Refresh() {
   Publish();
 }
 
-Status MemberView::Greet(const std::string& name, std::shared_ptr<const NodeView>* out) {
+std::shared_ptr<std::mutex> MemberView::GreetLock(const std::string& name) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto& lock = greet_locks_[name];
+  if (!lock) lock = std::make_shared<std::mutex>();
+  return lock;
+}
+
+Status MemberView::Greet(const std::string& name, net::Deadline deadline, std::shared_ptr<const NodeView>* out) {
   std::string reply;
-  KVF_RETURN_IF_ERROR(client_->CallSync(name, EncodeBare(Op::kHello), net::DeadlineIn(settings_.store_deadline_ms), &reply));
+  KVF_RETURN_IF_ERROR(client_->CallSync(name, EncodeBare(Op::kHello), deadline, &reply));
   auto view = std::make_shared<NodeView>();
   view->name = name;
   KVF_RETURN_IF_ERROR(DecodeNodeInfo(reply, &view->info));
@@ -123,8 +132,10 @@ Status MemberView::Greet(const std::string& name, std::shared_ptr<const NodeView
   return Status::OK();
 }
 
-Status MemberView::Renew(const std::string& name, uint64_t epoch, std::shared_ptr<const NodeView>* out) {
-  std::lock_guard<std::mutex> greeting(greet_mu_);
+Status MemberView::Renew(const std::string& name, uint64_t epoch, net::Deadline deadline,
+                         std::shared_ptr<const NodeView>* out) {
+  const auto lock = GreetLock(name);
+  std::lock_guard<std::mutex> greeting(*lock);
   {
     std::lock_guard<std::mutex> g(mu_);
     auto it = known_.find(name);
@@ -139,7 +150,7 @@ Status MemberView::Renew(const std::string& name, uint64_t epoch, std::shared_pt
     }
   }
   std::shared_ptr<const NodeView> view;
-  KVF_RETURN_IF_ERROR(Greet(name, &view));
+  KVF_RETURN_IF_ERROR(Greet(name, deadline, &view));
   std::lock_guard<std::mutex> g(mu_);
   if (auto it = known_.find(name); it != known_.end()) {
     it->second.view = view;

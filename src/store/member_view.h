@@ -56,8 +56,8 @@ class MemberView {
   // Greets it now, unless another call did already, and puts the new view
   // in placement; `out` is the view, whose epoch may still differ when it
   // restarted again meanwhile. Costs a hello and a segment handshake once
-  // per restart.
-  Status Renew(const std::string& name, uint64_t epoch, std::shared_ptr<const NodeView>* out);
+  // per restart, bounded by `deadline`.
+  Status Renew(const std::string& name, uint64_t epoch, net::Deadline deadline, std::shared_ptr<const NodeView>* out);
 
  private:
   struct Known {
@@ -66,11 +66,14 @@ class MemberView {
     std::shared_ptr<const NodeView> last;  // the last view it had (a restart shows as a new epoch)
   };
   void Refresh();
-  // Asks `name` for its hello and opens its segment, closing the segment
-  // of the view it had before when its epoch changed; the new view becomes
-  // its `last` (not in placement). greet_mu_ held: one greeting at a time,
-  // so a restarted member's old segment is closed once.
-  Status Greet(const std::string& name, std::shared_ptr<const NodeView>* out);
+  // Asks `name` for its hello (by `deadline`) and opens its segment,
+  // closing the segment of the view it had before when its epoch changed;
+  // the new view becomes its `last` (not in placement). The member's greet
+  // lock held (GreetLock): one greeting of a member at a time, so a
+  // restarted member's old segment is closed once.
+  Status Greet(const std::string& name, net::Deadline deadline, std::shared_ptr<const NodeView>* out);
+  // The lock that orders the greetings of `name`.
+  std::shared_ptr<std::mutex> GreetLock(const std::string& name);
   void Publish();  // rebuilds the snapshot from known_ (under mu_)
 
   Engine* const engine_;
@@ -78,8 +81,8 @@ class MemberView {
   Membership* const membership_;
   const Settings settings_;
 
-  std::mutex greet_mu_;  // taken before mu_
   mutable std::mutex mu_;
+  std::map<std::string, std::shared_ptr<std::mutex>> greet_locks_;  // under mu_; each taken before mu_
   std::map<std::string, Known> known_;
   std::shared_ptr<const MemberSnapshot> current_;
   std::condition_variable cv_;

@@ -217,8 +217,10 @@ void NodeService::TakeCommit(std::string_view payload, ControlServer::Reply repl
     std::lock_guard<std::mutex> g(table_mu_);
     AbandonExpired(now);
     if (!reservations_.Take(request.ticket, &job.reservation))
-      return reply(Status::Timeout("store node " + address_ + ": no reservation " + std::to_string(request.ticket) +
-                                   " (its writer's budget passed, or the node restarted): the put failed"),
+      // NotFound, not Timeout: the node answered, and must not be taken
+      // for unreachable.
+      return reply(Status::NotFound("store node " + address_ + ": no reservation " + std::to_string(request.ticket) +
+                                    " (its writer's budget passed, or the node restarted): the put failed"),
                    {});
     if (request.items.size() != job.reservation.slots.size()) {
       for (const Reservations::Slot& slot : job.reservation.slots)
@@ -355,8 +357,7 @@ void NodeService::DropPut(PutJob* job) {
   // READs already started are not waited for: their batch is kept until
   // they end, and Stop drains it before the pool goes.
   if (job->started) runner_.Finish(&job->flight, Clock::now(), &job->outcomes);
-  // A commit's slots are the pool's; it is about to go with them.
-
+  // A commit's slots stay reserved: the pool is about to go with them.
   job->reply(Status::Closed("store node " + address_ + " stopped"), {});
 }
 

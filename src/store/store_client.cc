@@ -288,7 +288,7 @@ void StoreClient::PutFrom(const std::vector<std::string>& keys, const std::vecto
   std::vector<size_t> unanswered;
   for (size_t n = 0; n < calls.size(); ++n) {
     if (!Next(reserves.get(), &calls, writes_by + std::chrono::seconds(1), Wait::kSleep, &c, &unanswered)) break;
-    if (!StartPush(keys, sources, &calls[c], &pushes[c], results)) continue;
+    if (!StartPush(keys, sources, writes_by, &calls[c], &pushes[c], results)) continue;
     started.push_back(c);
     // While the home's pages move, the writer checksums those in host
     // memory (the home then commits them at once; it checksums GPU pages
@@ -346,7 +346,7 @@ void StoreClient::PutFrom(const std::vector<std::string>& keys, const std::vecto
 }
 
 bool StoreClient::StartPush(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& sources,
-                            NodeCall* call, Push* push, std::vector<Status>* results) {
+                            net::Deadline writes_by, NodeCall* call, Push* push, std::vector<Status>* results) {
   Status s = call->status;
   if (s.ok()) s = DecodeSlots(call->reply, call->keys.size(), &push->slots);
   if (!s.ok()) {
@@ -358,7 +358,7 @@ bool StoreClient::StartPush(const std::vector<std::string>& keys, const std::vec
     // The home restarted since this process greeted it: its slots are in
     // the new engine, whose segment the view does not hold.
     std::shared_ptr<const NodeView> fresh;
-    s = members_->Renew(call->node->name, push->slots.epoch, &fresh);
+    s = members_->Renew(call->node->name, push->slots.epoch, writes_by, &fresh);
     if (s.ok() && fresh->info.epoch != push->slots.epoch) s = Status::Unavailable("it restarted again");
     if (!s.ok()) {
       // Its slots are abandoned by the commit, which says nothing was written.

@@ -228,11 +228,11 @@ class StoreClient {
     CommitRequest commit;
   };
   // Reads the home's reserve reply in `call` and starts the WRITEs of the
-  // pages it gave slots to (renewing the view of a home that restarted);
-  // keys refused get their results. Whether the home holds a reservation,
-  // which a commit must then end.
+  // pages it gave slots to (renewing, by `writes_by`, the view of a home
+  // that restarted); keys refused get their results. Whether the home
+  // holds a reservation, which a commit must then end.
   bool StartPush(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& sources,
-                 NodeCall* call, Push* push, std::vector<Status>* results);
+                 net::Deadline writes_by, NodeCall* call, Push* push, std::vector<Status>* results);
   // One PUT exchange per home, which READs the pages from `sources`.
   void PullFrom(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& sources,
                 const std::vector<size_t>& which, std::vector<Status>* results);
