@@ -109,7 +109,9 @@ class Store {
   // Per key: OK (removed) or NotFound (there was none), or the member's failure.
   Status BatchRemove(const std::vector<std::string>& keys, std::vector<Status>* results);
   // Pins keep pages from eviction while a caller uses them; n pins need n
-  // unpins. Per key: OK, NotFound (no page, or for Unpin not pinned).
+  // unpins. An unpin goes to the member this Store's pin went to, even if
+  // the key's home has moved since. Per key: OK, NotFound (no page, or for
+  // Unpin not pinned, or pinned on a member that restarted since).
   Status BatchPin(const std::vector<std::string>& keys, std::vector<Status>* results);
   Status BatchUnpin(const std::vector<std::string>& keys, std::vector<Status>* results);
   // Removes every page of every member; `removed` counts them. A member

@@ -919,7 +919,7 @@ void StoreClient::KeyOp(Op op, const std::vector<std::string>& keys, std::vector
   *results = CheckKeys(keys);
   if (op == Op::kRemove)
     for (const std::string& k : keys) locations_.Erase(k);
-  std::vector<NodeCall> calls = GroupByHome(keys, results);
+  std::vector<NodeCall> calls = op == Op::kUnpin ? UnpinCalls(keys, results) : GroupByHome(keys, results);
   for (NodeCall& call : calls) call.request = EncodeKeys(op, KeysOf(keys, call.keys));
   CallNodes(&calls, net::DeadlineIn(settings_.store_deadline_ms), Wait::kPollFirst);
   const char* what = op == Op::kUnpin ? "no pinned page" : "no page";
@@ -931,8 +931,86 @@ void StoreClient::KeyOp(Op op, const std::vector<std::string>& keys, std::vector
       const size_t i = call.keys[j];
       if (!s.ok()) (*results)[i] = s;
       else if (!bits[j]) (*results)[i] = Status::NotFound(std::string("store: ") + what + " under key '" + keys[i] + "'");
+      // An unpin answered either way ends the pin it was sent for.
+      if (op == Op::kUnpin && s.ok()) ForgetPin(keys[i], call);
     }
   }
+  if (op == Op::kPin) RecordPins(keys, calls, *results);
+}
+
+void StoreClient::RecordPins(const std::vector<std::string>& keys, const std::vector<NodeCall>& calls,
+                             const std::vector<Status>& results) {
+  std::lock_guard<std::mutex> g(pins_mu_);
+  for (const NodeCall& call : calls) {
+    for (size_t i : call.keys) {
+      if (!results[i].ok()) continue;
+      std::vector<HeldPin>& held = pins_[keys[i]];
+      auto it = std::find_if(held.begin(), held.end(), [&](const HeldPin& p) {
+        return p.home == call.node->name && p.epoch == call.node->info.epoch;
+      });
+      if (it == held.end()) it = held.insert(held.end(), HeldPin{call.node->name, call.node->info.epoch, 0});
+      ++it->count;
+    }
+  }
+}
+
+void StoreClient::ForgetPin(const std::string& key, const NodeCall& call) {
+  std::lock_guard<std::mutex> g(pins_mu_);
+  auto found = pins_.find(key);
+  if (found == pins_.end()) return;
+  std::vector<HeldPin>& held = found->second;
+  auto it = std::find_if(held.begin(), held.end(), [&](const HeldPin& p) { return p.home == call.node->name; });
+  if (it != held.end() && --it->count == 0) held.erase(it);
+  if (held.empty()) pins_.erase(found);
+}
+
+std::vector<StoreClient::NodeCall> StoreClient::UnpinCalls(const std::vector<std::string>& keys,
+                                                           std::vector<Status>* results) {
+  const auto snap = members_->Current();
+  std::vector<NodeCall> calls;
+  std::vector<size_t> by_home;  // the keys with no pin of this process: to their homes
+  {
+    std::lock_guard<std::mutex> g(pins_mu_);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (!(*results)[i].ok()) continue;
+      auto found = pins_.find(keys[i]);
+      if (found == pins_.end()) {
+        by_home.push_back(i);
+        continue;
+      }
+      const HeldPin pin = found->second.front();
+      auto node = std::find_if(snap->nodes.begin(), snap->nodes.end(),
+                               [&](const auto& n) { return n->name == pin.home; });
+      std::shared_ptr<const NodeView> target;
+      if (node == snap->nodes.end()) {
+        // Marked down here, or gone: asked all the same (a call that fails
+        // says so, and the pin stays on record for a retry).
+        auto stub = std::make_shared<NodeView>();
+        stub->name = pin.home;
+        stub->info.epoch = pin.epoch;
+        target = std::move(stub);
+      } else if ((*node)->info.epoch != pin.epoch) {
+        // The member restarted: the pin went with its pages.
+        (*results)[i] = Status::NotFound("store: the pin of key '" + keys[i] + "' was on " + pin.home +
+                                         ", which restarted since: nothing is pinned any more");
+        found->second.erase(found->second.begin());
+        if (found->second.empty()) pins_.erase(found);
+        continue;
+      } else {
+        target = *node;
+      }
+      auto call = std::find_if(calls.begin(), calls.end(), [&](const NodeCall& c) { return c.node->name == pin.home; });
+      if (call == calls.end()) call = calls.insert(calls.end(), NodeCall{target, {}, {}, {}, {}});
+      call->keys.push_back(i);
+    }
+  }
+  std::vector<NodeCall> homes = GroupByHome(keys, by_home, results);
+  for (NodeCall& home : homes) {
+    auto call = std::find_if(calls.begin(), calls.end(), [&](const NodeCall& c) { return c.node->name == home.node->name; });
+    if (call == calls.end()) calls.push_back(std::move(home));
+    else call->keys.insert(call->keys.end(), home.keys.begin(), home.keys.end());
+  }
+  return calls;
 }
 
 Status StoreClient::RemoveAll(uint64_t* removed) {

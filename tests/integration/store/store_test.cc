@@ -514,6 +514,40 @@ TEST_P(StoreTest, AForkedChildsCopyIsInertAndLeavesTheParentsStoreAlone) {
   EXPECT_EQ(CountOk(Put(more)), more.size());
 }
 
+// A pin goes where its key's home was when pinned, and so does its unpin:
+// keys of a node that was down were put and pinned on the others; when the
+// node comes back the keys home on it again, but their unpins must still
+// go to the nodes that hold the pins, or those pages stay pinned for good.
+TEST_P(StoreTest, AnUnpinGoesWhereItsPinWentAfterTheHomeMoved) {
+  StartNodes(3);
+  StartClient();
+  const auto placement = PlacementOf(member_names_);
+  const auto pages = MakePages(60, 41);
+  std::vector<Page> moved;
+  for (const Page& p : pages)
+    if (placement.Home(p.key) == 2) moved.push_back(p);
+  ASSERT_GT(moved.size(), 0u);
+  nodes_[2].Kill();
+  Put(moved);  // fails on the dead node, which leaves placement
+  ASSERT_TRUE(WaitForMembers(2, 5000));
+  ASSERT_EQ(CountOk(Put(moved)), moved.size()) << "put again on the two others";
+  std::vector<std::string> keys;
+  for (const Page& p : moved) keys.push_back(p.key);
+  std::vector<Status> st;
+  ASSERT_TRUE(store_->BatchPin(keys, &st).ok());
+  ASSERT_EQ(CountOk(st), keys.size());
+  EXPECT_EQ(StatsOf(member_names_[0]).pinned_pages + StatsOf(member_names_[1]).pinned_pages, keys.size());
+  std::string error;
+  ASSERT_TRUE(nodes_[2].Start(&error)) << error;
+  ASSERT_TRUE(WaitForMembers(3, 5000)) << "the restarted node is back in placement";
+  ASSERT_TRUE(store_->BatchUnpin(keys, &st).ok());
+  for (size_t i = 0; i < keys.size(); ++i) EXPECT_TRUE(st[i].ok()) << keys[i] << ": " << st[i].ToString();
+  EXPECT_EQ(StatsOf(member_names_[0]).pinned_pages + StatsOf(member_names_[1]).pinned_pages, 0u)
+      << "pages left pinned where their keys no longer home";
+  ASSERT_TRUE(store_->BatchUnpin(keys, &st).ok());
+  EXPECT_EQ(CountOk(st), 0u) << "an unpin beyond the pins";
+}
+
 // A PUT by WRITE as any process on the network could drive it, one step
 // at a time: slots reserved and never committed come back after the
 // writer's budget; a commit for no reservation, or of the wrong shape,
