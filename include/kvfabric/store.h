@@ -111,7 +111,7 @@ class Store {
   // Pins keep pages from eviction while a caller uses them; n pins need n
   // unpins. An unpin goes to the member this Store's pin went to, even if
   // the key's home has moved since. Per key: OK, NotFound (no page, or for
-  // Unpin not pinned, or pinned on a member that restarted since).
+  // Unpin not pinned: a member that restarted since the pin has none).
   Status BatchPin(const std::vector<std::string>& keys, std::vector<Status>* results);
   Status BatchUnpin(const std::vector<std::string>& keys, std::vector<Status>* results);
   // Removes every page of every member; `removed` counts them. A member

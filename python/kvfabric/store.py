@@ -168,8 +168,8 @@ class Store:
 
     def batch_unpin(self, keys: Sequence[str]) -> list[int]:
         """Ends one pin per key, on the member this store's pin went to (even if the
-        key's home moved since). Per key: 0, or -NotFoundError.code (not pinned, or
-        pinned on a member that restarted since), or the member's failure."""
+        key's home moved since). Per key: 0, or -NotFoundError.code (not pinned: a member
+        that restarted since the pin has none), or the member's failure."""
         return self._key_op("unpin", keys)
 
     def remove_all(self) -> int:

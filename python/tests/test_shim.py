@@ -38,6 +38,11 @@ LOAD = textwrap.dedent("""
     except ImportError as err:
         out["error"] = type(err).__name__ + ": " + str(err)
     try:
+        from mooncake.store import MooncakeDistributedStore
+        out["store"] = MooncakeDistributedStore.__module__
+    except ImportError as err:
+        out["store_error"] = type(err).__name__ + ": " + str(err)
+    try:
         import mooncake, mooncake.pg as pg
         out["pg"] = pg.__file__
         out["real_init_ran"] = getattr(mooncake, "INIT_RAN", False)
@@ -100,6 +105,8 @@ def assert_kvfabric(out):
     assert out["transfer_engine"] == "kvfabric.compat.mooncake" and out["same_module"] and not out["real_engine"]
     # The alias did not leave the kvfabric module with mooncake.engine's spec.
     assert out["kvfabric_spec"] == "kvfabric.compat.mooncake"
+    # mooncake.store too (SGLang's HiCache, vLLM's store connectors).
+    assert out.get("store") == "kvfabric.compat.mooncake_store", out
 
 
 def test_without_the_shim_the_real_package_loads(env):

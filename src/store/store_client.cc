@@ -945,10 +945,8 @@ void StoreClient::RecordPins(const std::vector<std::string>& keys, const std::ve
     for (size_t i : call.keys) {
       if (!results[i].ok()) continue;
       std::vector<HeldPin>& held = pins_[keys[i]];
-      auto it = std::find_if(held.begin(), held.end(), [&](const HeldPin& p) {
-        return p.home == call.node->name && p.epoch == call.node->info.epoch;
-      });
-      if (it == held.end()) it = held.insert(held.end(), HeldPin{call.node->name, call.node->info.epoch, 0});
+      auto it = std::find_if(held.begin(), held.end(), [&](const HeldPin& p) { return p.home == call.node->name; });
+      if (it == held.end()) it = held.insert(held.end(), HeldPin{call.node->name, 0});
       ++it->count;
     }
   }
@@ -978,26 +976,22 @@ std::vector<StoreClient::NodeCall> StoreClient::UnpinCalls(const std::vector<std
         by_home.push_back(i);
         continue;
       }
+      // Sent to the member by name, whatever this process's view of it
+      // says: a view can lag a restart, and a pin taken through a lagging
+      // view is on the member's new life. (A member that restarted since
+      // the pin answers that nothing is pinned.) One marked down here, or
+      // gone, is asked all the same: a call that fails says so, and the
+      // pin stays on record for a retry.
       const HeldPin pin = found->second.front();
       auto node = std::find_if(snap->nodes.begin(), snap->nodes.end(),
                                [&](const auto& n) { return n->name == pin.home; });
       std::shared_ptr<const NodeView> target;
-      if (node == snap->nodes.end()) {
-        // Marked down here, or gone: asked all the same (a call that fails
-        // says so, and the pin stays on record for a retry).
+      if (node != snap->nodes.end()) {
+        target = *node;
+      } else {
         auto stub = std::make_shared<NodeView>();
         stub->name = pin.home;
-        stub->info.epoch = pin.epoch;
         target = std::move(stub);
-      } else if ((*node)->info.epoch != pin.epoch) {
-        // The member restarted: the pin went with its pages.
-        (*results)[i] = Status::NotFound("store: the pin of key '" + keys[i] + "' was on " + pin.home +
-                                         ", which restarted since: nothing is pinned any more");
-        found->second.erase(found->second.begin());
-        if (found->second.empty()) pins_.erase(found);
-        continue;
-      } else {
-        target = *node;
       }
       auto call = std::find_if(calls.begin(), calls.end(), [&](const NodeCall& c) { return c.node->name == pin.home; });
       if (call == calls.end()) call = calls.insert(calls.end(), NodeCall{target, {}, {}, {}, {}});

@@ -265,14 +265,13 @@ class StoreClient {
   std::mutex touch_mu_;
   std::unordered_map<std::string, Touches> touches_;
 
-  // The pins this process holds: per key, the members that hold them (with
-  // their epoch when pinned) and how many. An unpin goes where its pin
-  // went, even when the key's home has moved since (a member marked down
-  // and back, one joining): sent to the new home it would leave the old
-  // one's page pinned for good, and take another process's pin.
+  // The pins this process holds: per key, the members that hold them and
+  // how many. An unpin goes where its pin went, even when the key's home
+  // has moved since (a member marked down and back, one joining): sent to
+  // the new home it would leave the old one's page pinned for good, and
+  // take another process's pin.
   struct HeldPin {
     std::string home;
-    uint64_t epoch = 0;
     uint32_t count = 0;
   };
   std::mutex pins_mu_;
@@ -281,7 +280,7 @@ class StoreClient {
   void RecordPins(const std::vector<std::string>& keys, const std::vector<NodeCall>& calls,
                   const std::vector<Status>& results);
   // Where the unpin of each key goes: the member its pin went to, else its
-  // home; keys whose pin died with a restarted member fail NotFound here.
+  // home.
   std::vector<NodeCall> UnpinCalls(const std::vector<std::string>& keys, std::vector<Status>* results);
   // Forgets one pin of key i at the member of `call` (it was released, or
   // the member says there is none).

@@ -46,6 +46,7 @@ ENV = "KVF_MOONCAKE_SHIM"
 # any, loads instead; adding a module is one line here.
 MODULES = {
     "mooncake.engine": "kvfabric.compat.mooncake",
+    "mooncake.store": "kvfabric.compat.mooncake_store",
 }
 
 _PTH_LINE = "import kvfabric.compat.shim as _kvf_shim; _kvf_shim.enable({args})\n"

@@ -1,0 +1,373 @@
+"""A stand-in for Mooncake Store's Python API (``mooncake.store``) over kvfabric's store.
+
+``MooncakeDistributedStore`` has the names, positional forms and integer
+return codes of Mooncake's binding (``mooncake-integration/store/store_py.cpp``)
+for the calls SGLang's HiCache and embedding stores and vLLM's store
+connectors make (``../shared/reference/frameworks.md``): failures are
+Mooncake's negative ``ErrorCode`` numbers, never exceptions, and a batch
+answers per key, in order. Underneath is ``kvfabric.Store``: no master, the
+key decides its node, and every page read into host memory is checked
+against its checksum.
+
+What differs from Mooncake (docs/python.md says it at length):
+
+- There is no master: ``master_server_addr`` is accepted and ignored (one
+  info line). The members come from the metadata backend (etcd, http) or,
+  with ``P2PHANDSHAKE``, from ``KVF_STORE_MEMBERS`` (control addresses); a
+  process that gives memory (``global_segment_size`` > 0) is a member itself.
+- A put of a key that exists replaces its page (Mooncake keeps the first and
+  answers 0 too); for keys that name their content the two are the same.
+- ``ReplicateConfig`` is accepted and its fields kept, but each key has one
+  copy, where placement puts it (no replicas, soft pins, preferred segments).
+- Not yet here: ``setup_dummy`` (answers -1 and says so), the ranged session
+  reads, ``get_size`` and ``batch_get_replica_desc``.
+"""
+
+from __future__ import annotations
+
+import enum
+import mmap
+import threading
+from typing import Any, List, Optional, Sequence
+
+from ..errors import KvfabricError
+from ..store import Store
+from .mooncake import TransferEngine, _log
+
+# Mooncake's ErrorCode values (mooncake-store/include/types.h).
+INTERNAL_ERROR = -1
+NO_AVAILABLE_HANDLE = -200
+INVALID_PARAMS = -600
+ILLEGAL_CLIENT = -601
+OBJECT_NOT_FOUND = -704
+TRANSFER_FAIL = -800
+RPC_FAIL = -900
+RPC_TIMEOUT = -901
+
+# kvfabric status code (kvfabric/codes.h) -> Mooncake ErrorCode.
+_CODES = {
+    1: INVALID_PARAMS,  # InvalidArgument: bad key, unregistered or too small buffer
+    2: OBJECT_NOT_FOUND,  # NotFound: a miss (absent, evicted, or did not verify)
+    3: INVALID_PARAMS,  # OutOfRange
+    4: NO_AVAILABLE_HANDLE,  # Busy: the pool is full of pages in use
+    5: RPC_TIMEOUT,  # Timeout
+    6: TRANSFER_FAIL,  # FabricError
+    7: RPC_FAIL,  # NetworkError
+    8: RPC_FAIL,  # ProtocolError
+    9: NO_AVAILABLE_HANDLE,  # Unavailable: no member with a pool
+    10: INTERNAL_ERROR,  # Internal
+    11: ILLEGAL_CLIENT,  # PermissionDenied
+    12: INVALID_PARAMS,  # Closed
+}
+
+
+def _mooncake_code(result: int) -> int:
+    """A kvfabric per-key result (>= 0, or a negated status code) as Mooncake answers it."""
+    return result if result >= 0 else _CODES.get(-result, INTERNAL_ERROR)
+
+
+class SoftPinAction(enum.IntEnum):
+    """Mooncake's soft-pin choice; kvfabric has no soft pins and keeps the value only."""
+
+    PRESERVE = 0
+
+
+class ReplicateConfig:
+    """Mooncake's put options, with its defaults. kvfabric keeps the fields (callers
+    set and probe them) and stores one copy per key where placement puts it."""
+
+    def __init__(self) -> None:
+        self.replica_num = 1
+        self.nof_replica_num = 0
+        self.dfs_replica_num = 0
+        self.soft_pin_action = SoftPinAction.PRESERVE
+        self.soft_pin_ttl_ms: Optional[int] = None
+        self.with_hard_pin = False
+        self.preferred_segments: List[str] = []
+        self.preferred_nof_segments: List[str] = []
+        self.preferred_segment = ""
+        self.prefer_alloc_in_same_node = False
+        self.data_type = 0
+        self.group_ids: Optional[List[int]] = None
+
+    def __str__(self) -> str:
+        return (f"ReplicateConfig(replica_num={self.replica_num}, with_hard_pin={self.with_hard_pin}, "
+                f"preferred_segment={self.preferred_segment!r})")
+
+
+class MooncakeHostMemAllocator:
+    """Page-aligned host memory, as Mooncake's allocator hands it out (an int address)."""
+
+    def __init__(self) -> None:
+        self._maps: dict[int, mmap.mmap] = {}
+        self._lock = threading.Lock()
+
+    def alloc(self, size: int) -> int:
+        if not isinstance(size, int) or size <= 0:
+            raise RuntimeError(f"MooncakeHostMemAllocator.alloc: {size!r} is not a positive size")
+        try:
+            m = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        except OSError as e:
+            raise RuntimeError(f"MooncakeHostMemAllocator.alloc({size}): {e}") from e
+        from .. import _core
+
+        addr = _core.buffer_info(m)[0]
+        with self._lock:
+            self._maps[addr] = m
+        return addr
+
+    def free(self, ptr: int) -> int:
+        with self._lock:
+            m = self._maps.pop(ptr, None)
+        if m is None:
+            return -1
+        try:
+            m.close()
+        except BufferError:  # still exported (registered): keep it mapped rather than crash
+            with self._lock:
+                self._maps[ptr] = m
+            return -1
+        return 0
+
+
+class MooncakeDistributedStore:
+    """Mooncake's ``MooncakeDistributedStore`` over ``kvfabric.Store``."""
+
+    def __init__(self) -> None:
+        self._te: Optional[TransferEngine] = None
+        self._own_engine = False
+        self._store: Optional[Store] = None
+        self._buffer: Optional[bytearray] = None  # the local buffer put/get of bytes go through
+        self._buffer_lock = threading.Lock()
+
+    # -- set-up -----------------------------------------------------------
+    def setup(self, local_hostname: Any, metadata_server: str = "", global_segment_size: int = 0,
+              local_buffer_size: int = 0, protocol: str = "tcp", rdma_devices: str = "",
+              master_server_addr: str = "", engine: Any = None, **options: Any) -> int:
+        """Joins the store: this process gives ``global_segment_size`` bytes of pool
+        (0: a client only). Also takes Mooncake's dict form, ``setup({...})``.
+        0 on success, a negative ErrorCode otherwise."""
+        if isinstance(local_hostname, dict):
+            cfg = dict(local_hostname)
+            if not cfg.get("local_hostname") or not cfg.get("metadata_server"):
+                _log("error", "setup: the config needs local_hostname and metadata_server")
+                return INVALID_PARAMS
+            return self.setup(cfg.pop("local_hostname"), cfg.pop("metadata_server"),
+                              int(cfg.pop("global_segment_size", 16 << 20)), int(cfg.pop("local_buffer_size", 16 << 20)),
+                              cfg.pop("protocol", "tcp"), cfg.pop("rdma_devices", cfg.pop("device_name", "")),
+                              cfg.pop("master_server_address", cfg.pop("master_server_addr", "")), **cfg)
+        if self._store is not None:
+            _log("error", "setup: this store is set up already")
+            return INVALID_PARAMS
+        if master_server_addr:
+            _log("info", f"setup: master_server_addr {master_server_addr} ignored: kvfabric's store has no master "
+                         "(members come from the metadata backend, or KVF_STORE_MEMBERS with P2PHANDSHAKE)")
+        ignored = sorted(k for k, v in options.items() if v not in (None, False, "", "default", 0))
+        if ignored:
+            _log("info", f"setup: {', '.join(ignored)} accepted and ignored (no tenants, SSD offload or HTTP server)")
+        try:
+            if engine is not None:
+                te = engine if isinstance(engine, TransferEngine) else None
+                kv_engine = te.get_engine() if te is not None else engine
+                if kv_engine is None:
+                    raise ValueError("the engine given is not initialized")
+            else:
+                te = TransferEngine()
+                if te.initialize(local_hostname, metadata_server, protocol, rdma_devices or "") != 0:
+                    return INVALID_PARAMS  # initialize logged why
+                kv_engine = te.get_engine()
+                self._own_engine = True
+            self._te = te
+            buffer = bytearray(int(local_buffer_size)) if local_buffer_size else None
+            if buffer is not None:
+                kv_engine.register(buffer)
+            self._buffer = buffer
+            self._store = Store(kv_engine, pool_bytes=int(global_segment_size or 0))
+            return 0
+        except (KvfabricError, ValueError, TypeError, OSError) as e:
+            _log("error", f"setup: {e}")
+            self.close()
+            return INVALID_PARAMS
+
+    def setup_dummy(self, mem_pool_size: int, local_buffer_size: int, server_address: str) -> int:
+        _log("error", "setup_dummy: a store served by another local process is not in kvfabric yet; "
+                      "call setup() in this process instead")
+        return INTERNAL_ERROR
+
+    def close(self) -> int:
+        store, self._store = self._store, None
+        if store is not None:
+            store.close()
+        if self._buffer is not None and self._te is not None and self._te.get_engine() is not None:
+            try:
+                self._te.get_engine().unregister(self._buffer)
+            except KvfabricError:
+                pass
+        self._buffer = None
+        te, self._te = self._te, None
+        if te is not None and self._own_engine:
+            te.get_engine().close()
+        self._own_engine = False
+        return 0
+
+    def _engine(self):
+        return self._store._engine if self._store is not None else None
+
+    # -- memory -------------------------------------------------------------
+    def register_buffer(self, buffer_ptr: int, size: int) -> int:
+        if self._store is None:
+            return INVALID_PARAMS
+        try:
+            self._engine().register(int(buffer_ptr), int(size))
+            return 0
+        except (KvfabricError, ValueError, TypeError) as e:
+            _log("error", f"register_buffer({buffer_ptr:#x}, {size}): {e}")
+            return INVALID_PARAMS
+
+    def unregister_buffer(self, buffer_ptr: int) -> int:
+        if self._store is None:
+            return INVALID_PARAMS
+        try:
+            self._engine().unregister(int(buffer_ptr))
+            return 0
+        except (KvfabricError, ValueError, TypeError) as e:
+            _log("error", f"unregister_buffer({buffer_ptr:#x}): {e}")
+            return INVALID_PARAMS
+
+    # -- batches ------------------------------------------------------------
+    def _batch(self, put: bool, keys: Sequence[Any], ptrs: Sequence[Sequence[int]],
+               sizes: Sequence[Sequence[int]]) -> List[int]:
+        if self._store is None:
+            return [INVALID_PARAMS] * len(keys)
+        if len(ptrs) != len(keys) or len(sizes) != len(keys) or any(len(p) != len(s) for p, s in zip(ptrs, sizes)):
+            _log("error", f"{'put' if put else 'get'}: {len(keys)} keys, {len(ptrs)} pointer and {len(sizes)} size lists")
+            return [INVALID_PARAMS] * len(keys)
+        try:
+            names = [k.decode() if isinstance(k, bytes) else str(k) for k in keys]
+            addrs = [[int(p) for p in row] for row in ptrs]
+            lengths = [[int(n) for n in row] for row in sizes]
+            core = self._store._core
+            got = core.batch_put(names, addrs, lengths) if put else core.batch_get(names, addrs, lengths)
+            codes = self._store._results(names, got)
+        except (KvfabricError, ValueError, TypeError, OverflowError) as e:
+            _log("error", f"{'put' if put else 'get'}: {e}")
+            return [INVALID_PARAMS] * len(keys)
+        return [0 if put and c >= 0 else _mooncake_code(c) for c in codes]
+
+    def batch_put_from(self, keys: Sequence[str], buffer_ptrs: Sequence[int], sizes: Sequence[int],
+                       config: Optional[ReplicateConfig] = None) -> List[int]:
+        """Per key: 0, or a negative ErrorCode."""
+        if len(buffer_ptrs) != len(keys) or len(sizes) != len(keys):
+            return [INVALID_PARAMS] * len(keys)
+        return self._batch(True, keys, [[p] for p in buffer_ptrs], [[n] for n in sizes])
+
+    def batch_get_into(self, keys: Sequence[str], buffer_ptrs: Sequence[int], sizes: Sequence[int]) -> List[int]:
+        """Per key: the bytes read, or a negative ErrorCode (-704: a miss)."""
+        if len(buffer_ptrs) != len(keys) or len(sizes) != len(keys):
+            return [INVALID_PARAMS] * len(keys)
+        return self._batch(False, keys, [[p] for p in buffer_ptrs], [[n] for n in sizes])
+
+    def batch_put_from_multi_buffers(self, keys: Sequence[str], all_buffer_ptrs: Sequence[Sequence[int]],
+                                     all_sizes: Sequence[Sequence[int]],
+                                     config: Optional[ReplicateConfig] = None) -> List[int]:
+        """A key is its buffers' bytes in order (per-layer k and v). Per key: 0 or negative;
+        [] before setup, as Mooncake answers."""
+        if self._store is None:
+            return []
+        return self._batch(True, keys, all_buffer_ptrs, all_sizes)
+
+    def batch_get_into_multi_buffers(self, keys: Sequence[str], all_buffer_ptrs: Sequence[Sequence[int]],
+                                     all_sizes: Sequence[Sequence[int]],
+                                     prefer_alloc_in_same_node: bool = False) -> List[int]:
+        """Per key: the page's bytes, spread over its buffers in order, or negative."""
+        return self._batch(False, keys, all_buffer_ptrs, all_sizes)
+
+    def batch_is_exist(self, keys: Sequence[str]) -> List[int]:
+        """Per key: 1 (has a page) or 0; a negative ErrorCode when the call failed."""
+        if self._store is None:
+            return [INVALID_PARAMS] * len(keys)
+        if not keys:
+            return []
+        try:
+            return [1 if found else 0 for found in self._store.batch_exists(list(keys))]
+        except (KvfabricError, ValueError, TypeError) as e:
+            _log("error", f"batch_is_exist: {e}")
+            return [INVALID_PARAMS] * len(keys)
+
+    # -- one key ------------------------------------------------------------
+    def put_from(self, key: str, buffer_ptr: int, size: int, config: Optional[ReplicateConfig] = None) -> int:
+        if self._store is None:
+            return INVALID_PARAMS
+        if size == 0:
+            return 0  # Mooncake stores nothing and answers 0
+        return self.batch_put_from([key], [buffer_ptr], [size])[0]
+
+    def get_into(self, key: str, buffer_ptr: int, size: int) -> int:
+        if self._store is None:
+            return INVALID_PARAMS
+        return self.batch_get_into([key], [buffer_ptr], [size])[0]
+
+    def put(self, key: str, value: Any, config: Optional[ReplicateConfig] = None) -> int:
+        """Stores the bytes of ``value`` (any buffer), copied through the local buffer."""
+        if self._store is None or self._buffer is None:
+            if self._store is not None:
+                _log("error", "put: no local buffer (setup's local_buffer_size was 0)")
+            return INVALID_PARAMS
+        data = memoryview(value).cast("B")
+        if data.nbytes == 0 or data.nbytes > len(self._buffer):
+            _log("error", f"put: {data.nbytes} bytes; the local buffer holds 1 to {len(self._buffer)}")
+            return INVALID_PARAMS
+        with self._buffer_lock:
+            self._buffer[:data.nbytes] = data
+            return self._batch(True, [key], [[self._buffer_address()]], [[data.nbytes]])[0]
+
+    def get(self, key: str) -> bytes:
+        """The page's bytes, or b"" for a miss or any failure (as Mooncake answers)."""
+        if self._store is None or self._buffer is None:
+            return b""
+        with self._buffer_lock:
+            n = self._batch(False, [key], [[self._buffer_address()]], [[len(self._buffer)]])[0]
+            return bytes(self._buffer[:n]) if n > 0 else b""
+
+    def _buffer_address(self) -> int:
+        from .. import _core
+
+        return _core.buffer_info(self._buffer)[0]
+
+    def is_exist(self, key: str) -> int:
+        """1 when the key has a page, 0 when not, a negative ErrorCode on failure."""
+        return self.batch_is_exist([key])[0]
+
+    def remove(self, key: str, force: bool = False) -> int:
+        """0 (removed), -704 (no such key), or a negative ErrorCode."""
+        if self._store is None:
+            return INVALID_PARAMS
+        try:
+            return _mooncake_code(self._store.batch_remove([key])[0])
+        except (KvfabricError, ValueError, TypeError) as e:
+            _log("error", f"remove: {e}")
+            return INVALID_PARAMS
+
+    def remove_all(self, force: bool = False) -> int:
+        """How many pages were removed, or a negative ErrorCode."""
+        if self._store is None:
+            return INVALID_PARAMS
+        try:
+            return self._store.remove_all()
+        except KvfabricError as e:
+            _log("error", f"remove_all: {e}")
+            return RPC_FAIL
+
+    def get_hostname(self) -> str:
+        """This process's engine address (host:port)."""
+        engine = self._engine()
+        return engine.name if engine is not None else ""
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: nothing left to release to
+            pass
+
+
+__all__ = ["MooncakeDistributedStore", "ReplicateConfig", "SoftPinAction", "MooncakeHostMemAllocator"]

@@ -1,0 +1,119 @@
+"""kvfabric.compat.mooncake_store.MooncakeDistributedStore: Mooncake Store's names,
+positional forms and integer return codes, over kvfabric's store with its nodes
+in other processes; every byte checked."""
+
+import numpy as np
+import pytest
+
+from kvfabric.compat.mooncake_store import (INVALID_PARAMS, OBJECT_NOT_FOUND, MooncakeDistributedStore,
+                                            MooncakeHostMemAllocator, ReplicateConfig)
+from test_store import Nodes
+
+MiB = 1 << 20
+
+
+@pytest.fixture(params=["tcp", "shm"])
+def mooncake_store(request, monkeypatch):
+    nodes = Nodes(request.param, 2)
+    # No master: with P2PHANDSHAKE the members come from KVF_STORE_MEMBERS.
+    monkeypatch.setenv("KVF_STORE_MEMBERS", nodes.members)
+    monkeypatch.setenv("KVF_STORE_DEADLINE_MS", "2000")
+    monkeypatch.setenv("KVF_LOG_LEVEL", "error")
+    store = MooncakeDistributedStore()
+    # SGLang's and vLLM's positional form: hostname, metadata, global segment,
+    # local buffer, protocol, devices, master.
+    assert store.setup("127.0.0.1", "P2PHANDSHAKE", 0, 4 * MiB, request.param, "", "127.0.0.1:50051") == 0
+    yield store
+    assert store.close() == 0
+    nodes.close()
+
+
+def test_batches_from_registered_buffers_come_back_byte_exact(mooncake_store):
+    store = mooncake_store
+    rng = np.random.default_rng(7)
+    src = rng.integers(0, 256, 8 * MiB, dtype=np.uint8)
+    dst = np.zeros(8 * MiB, dtype=np.uint8)
+    assert store.register_buffer(src.ctypes.data, src.nbytes) == 0
+    assert store.register_buffer(dst.ctypes.data, dst.nbytes) == 0
+    sizes = [int(n) for n in rng.integers(1, 200 << 10, 24)]
+    offsets = np.cumsum([0] + sizes[:-1]).tolist()
+    keys = [f"mc/page{i}" for i in range(len(sizes))]
+    ptrs = [src.ctypes.data + o for o in offsets]
+    assert store.batch_put_from(keys, ptrs, sizes, ReplicateConfig()) == [0] * len(keys)
+    assert store.batch_is_exist(keys + ["mc/absent"]) == [1] * len(keys) + [0]
+    assert store.is_exist(keys[3]) == 1 and store.is_exist("mc/absent") == 0
+    got = store.batch_get_into(keys + ["mc/absent"], [dst.ctypes.data + o for o in offsets] + [dst.ctypes.data],
+                               sizes + [4096])
+    assert got[:-1] == sizes, "bytes read per key"
+    assert got[-1] == OBJECT_NOT_FOUND
+    for o, n in zip(offsets, sizes):
+        assert np.array_equal(dst[o:o + n], src[o:o + n])
+
+    # One key = several buffers (per-layer k and v), read back into another split.
+    k, v = src[:64 << 10], src[1 * MiB:1 * MiB + (16 << 10)]
+    assert store.batch_put_from_multi_buffers(["mc/kv"], [[k.ctypes.data, v.ctypes.data]],
+                                              [[k.nbytes, v.nbytes]], ReplicateConfig()) == [0]
+    dst[:] = 0
+    half = (k.nbytes + v.nbytes) // 2
+    assert store.batch_get_into_multi_buffers(["mc/kv"], [[dst.ctypes.data, dst.ctypes.data + MiB]],
+                                              [[half, k.nbytes + v.nbytes - half]]) == [k.nbytes + v.nbytes]
+    whole = np.concatenate([k, v])
+    assert np.array_equal(dst[:half], whole[:half])
+    assert np.array_equal(dst[MiB:MiB + whole.nbytes - half], whole[half:])
+
+    # A buffer too small is Mooncake's -600; an unregistered one too, and nothing is stored.
+    assert store.batch_get_into([keys[0]], [dst.ctypes.data], [sizes[0] - 1]) == [INVALID_PARAMS] or sizes[0] == 1
+    loose = np.ones(4096, dtype=np.uint8)
+    assert store.batch_put_from(["mc/loose"], [loose.ctypes.data], [4096]) == [INVALID_PARAMS]
+    assert store.is_exist("mc/loose") == 0
+    assert store.batch_put_from(["a", "b"], [src.ctypes.data], [1, 1]) == [INVALID_PARAMS] * 2
+
+    assert store.remove(keys[0]) == 0
+    assert store.remove(keys[0]) == OBJECT_NOT_FOUND
+    assert store.get_into(keys[0], dst.ctypes.data, sizes[0]) == OBJECT_NOT_FOUND
+    assert store.remove_all() == len(keys) - 1 + 1  # the rest, and mc/kv
+    assert store.batch_is_exist(keys) == [0] * len(keys)
+    assert store.unregister_buffer(src.ctypes.data) == 0
+    assert store.unregister_buffer(dst.ctypes.data) == 0
+
+
+def test_bytes_go_through_the_local_buffer(mooncake_store):
+    store = mooncake_store
+    value = bytes(range(256)) * 1000
+    assert store.put("mc/warmup", value) == 0
+    assert store.get("mc/warmup") == value
+    assert store.get("mc/never") == b"", "a miss is empty bytes, as Mooncake answers"
+    assert store.put("mc/big", b"x" * (5 * MiB)) == INVALID_PARAMS, "larger than the local buffer"
+    assert store.put_from("mc/empty", 0, 0) == 0, "Mooncake stores nothing for size 0 and answers 0"
+    assert store.is_exist("mc/empty") == 0
+
+
+def test_calls_before_setup_answer_mooncakes_codes_and_raise_nothing():
+    store = MooncakeDistributedStore()
+    assert store.batch_put_from(["a"], [1], [1]) == [INVALID_PARAMS]
+    assert store.batch_get_into(["a"], [1], [1]) == [INVALID_PARAMS]
+    assert store.batch_put_from_multi_buffers(["a"], [[1]], [[1]]) == []
+    assert store.batch_is_exist(["a", "b"]) == [INVALID_PARAMS] * 2
+    assert store.is_exist("a") == INVALID_PARAMS
+    assert store.get("a") == b""
+    assert store.put("a", b"x") == INVALID_PARAMS
+    assert store.register_buffer(1, 1) == INVALID_PARAMS
+    assert store.remove("a") == INVALID_PARAMS
+    assert store.remove_all() == INVALID_PARAMS
+    assert store.setup_dummy(1 << 20, 1 << 20, "127.0.0.1:50052") < 0
+    assert store.close() == 0
+    assert store.setup({"local_hostname": "127.0.0.1"}) == INVALID_PARAMS, "no metadata server in the config"
+
+
+def test_replicate_config_and_host_allocator_look_like_mooncakes():
+    cfg = ReplicateConfig()
+    assert (cfg.replica_num, cfg.with_hard_pin, cfg.preferred_segment, cfg.prefer_alloc_in_same_node) == (
+        1, False, "", False)
+    assert hasattr(cfg, "group_ids") and not hasattr(cfg, "session_ids")
+    alloc = MooncakeHostMemAllocator()
+    ptr = alloc.alloc(1 << 20)
+    assert ptr % 4096 == 0 and ptr > 0
+    assert alloc.free(ptr) == 0
+    assert alloc.free(ptr) == -1
+    with pytest.raises(RuntimeError):
+        alloc.alloc(0)
