@@ -117,3 +117,43 @@ def test_replicate_config_and_host_allocator_look_like_mooncakes():
     assert alloc.free(ptr) == -1
     with pytest.raises(RuntimeError):
         alloc.alloc(0)
+
+
+def test_workers_that_give_memory_find_each_other_through_etcd(etcd_uri, monkeypatch):
+    """SGLang's HiCache shape: every worker calls setup with a global segment,
+    no master; the members come from etcd, and the pages spread over them."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import time
+
+    monkeypatch.setenv("KVF_LOG_LEVEL", "error")
+    monkeypatch.setenv("KVF_STORE_CLUSTER", f"mc-{os.getpid()}")
+    here = os.path.dirname(os.path.abspath(__file__))
+    other = subprocess.Popen([sys.executable, os.path.join(here, "mooncake_store_node.py"), "tcp", etcd_uri],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=here)
+    store = MooncakeDistributedStore()
+    try:
+        started = json.loads(other.stdout.readline())
+        assert started["setup"] == 0, started
+        assert store.setup("127.0.0.1", etcd_uri, 32 * MiB, 1 * MiB, "tcp", "", "ignored:50051") == 0
+        until = time.monotonic() + 10
+        while len(store._store.members()) < 2 and time.monotonic() < until:
+            time.sleep(0.1)
+        assert len(store._store.members()) == 2, store._store.members()
+        rng = np.random.default_rng(3)
+        src = rng.integers(0, 256, 4 * MiB, dtype=np.uint8)
+        dst = np.zeros_like(src)
+        assert store.register_buffer(src.ctypes.data, src.nbytes) == 0
+        assert store.register_buffer(dst.ctypes.data, dst.nbytes) == 0
+        keys = [f"hicache/{i}" for i in range(64)]
+        ptrs = [src.ctypes.data + i * 65536 for i in range(64)]
+        assert store.batch_put_from(keys, ptrs, [65536] * 64) == [0] * 64
+        assert store.batch_get_into(keys, [dst.ctypes.data + i * 65536 for i in range(64)], [65536] * 64) == [65536] * 64
+        assert np.array_equal(src, dst)
+    finally:
+        store.close()
+        other.stdin.write("quit\n")
+        other.stdin.flush()
+        other.wait(timeout=15)
