@@ -157,3 +157,28 @@ def test_workers_that_give_memory_find_each_other_through_etcd(etcd_uri, monkeyp
         other.stdin.write("quit\n")
         other.stdin.flush()
         other.wait(timeout=15)
+
+
+def test_setup_on_the_callers_transfer_engine_leaves_it_open(monkeypatch):
+    """vLLM hands setup its TransferEngine: the store uses it and close() leaves it to its owner."""
+    from kvfabric.compat.mooncake import TransferEngine
+
+    nodes = Nodes("tcp", 1)
+    monkeypatch.setenv("KVF_STORE_MEMBERS", nodes.members)
+    monkeypatch.setenv("KVF_LOG_LEVEL", "error")
+    te = TransferEngine()
+    assert te.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
+    store = MooncakeDistributedStore()
+    try:
+        assert store.setup("127.0.0.1", "P2PHANDSHAKE", 0, MiB, "tcp", "", "", te) == 0
+        assert store.get_hostname() == te.get_local_hostname()
+        assert store.put("shared", b"on the caller's engine") == 0
+        assert store.get("shared") == b"on the caller's engine"
+        assert store.close() == 0
+        assert not te.get_engine().closed
+        assert store.setup("127.0.0.1", "P2PHANDSHAKE", 0, 0, "tcp", "", "", te) == 0, "set up again on it"
+        assert store.get("shared") == b"", "no local buffer: get answers empty bytes"
+    finally:
+        store.close()
+        te.get_engine().close()
+        nodes.close()

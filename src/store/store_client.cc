@@ -931,8 +931,10 @@ void StoreClient::KeyOp(Op op, const std::vector<std::string>& keys, std::vector
       const size_t i = call.keys[j];
       if (!s.ok()) (*results)[i] = s;
       else if (!bits[j]) (*results)[i] = Status::NotFound(std::string("store: ") + what + " under key '" + keys[i] + "'");
-      // An unpin answered either way ends the pin it was sent for.
-      if (op == Op::kUnpin && s.ok()) ForgetPin(keys[i], call);
+      // An unpin ends the record of the pin it was sent for, answered or
+      // not: a member that left would fail every retry (one that was only
+      // unreachable keeps that page pinned, as before pins were recorded).
+      if (op == Op::kUnpin) ForgetPin(keys[i], call);
     }
   }
   if (op == Op::kPin) RecordPins(keys, calls, *results);
@@ -980,8 +982,7 @@ std::vector<StoreClient::NodeCall> StoreClient::UnpinCalls(const std::vector<std
       // says: a view can lag a restart, and a pin taken through a lagging
       // view is on the member's new life. (A member that restarted since
       // the pin answers that nothing is pinned.) One marked down here, or
-      // gone, is asked all the same: a call that fails says so, and the
-      // pin stays on record for a retry.
+      // gone, is asked all the same: a call that fails says so.
       const HeldPin pin = found->second.front();
       auto node = std::find_if(snap->nodes.begin(), snap->nodes.end(),
                                [&](const auto& n) { return n->name == pin.home; });

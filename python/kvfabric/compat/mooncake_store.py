@@ -135,6 +135,7 @@ class MooncakeDistributedStore:
 
     def __init__(self) -> None:
         self._te: Optional[TransferEngine] = None
+        self._kv_engine = None  # the kvfabric Engine underneath (the caller's, or ours when _own_engine)
         self._own_engine = False
         self._store: Optional[Store] = None
         self._buffer: Optional[bytearray] = None  # the local buffer put/get of bytes go through
@@ -177,7 +178,7 @@ class MooncakeDistributedStore:
                     return INVALID_PARAMS  # initialize logged why
                 kv_engine = te.get_engine()
                 self._own_engine = True
-            self._te = te
+            self._te, self._kv_engine = te, kv_engine
             buffer = bytearray(int(local_buffer_size)) if local_buffer_size else None
             if buffer is not None:
                 kv_engine.register(buffer)
@@ -198,15 +199,15 @@ class MooncakeDistributedStore:
         store, self._store = self._store, None
         if store is not None:
             store.close()
-        if self._buffer is not None and self._te is not None and self._te.get_engine() is not None:
+        engine, self._kv_engine, self._te = self._kv_engine, None, None
+        if self._buffer is not None and engine is not None and not engine.closed:
             try:
-                self._te.get_engine().unregister(self._buffer)
+                engine.unregister(self._buffer)
             except KvfabricError:
                 pass
         self._buffer = None
-        te, self._te = self._te, None
-        if te is not None and self._own_engine:
-            te.get_engine().close()
+        if engine is not None and self._own_engine:
+            engine.close()
         self._own_engine = False
         return 0
 
