@@ -250,6 +250,23 @@ int kvf_store_batch_get(kvf_store* store, const char* const* keys, const size_t*
  * first all have one (the prefix a cache can reuse). Either may be NULL. */
 int kvf_store_batch_exists(kvf_store* store, const char* const* keys, size_t count, uint8_t* found,
                            size_t* leading_hits);
+/* Where a page is (kvf_store_batch_locate): its member's segment, opened
+ * in the store's engine, the page's address there, its length, and how long
+ * from the call (ms) the member keeps the page's slot for it. */
+typedef struct kvf_store_page {
+  kvf_segment segment; /* -1 for a key that failed */
+  uint64_t addr;
+  uint64_t length;
+  uint64_t valid_ms;
+} kvf_store_page;
+/* Where each key's page is now, for READs of parts of it (kvf_transfer with
+ * KVF_READ within [addr, addr + length)): a layer-wise load reads each
+ * layer's range of every page. READs that end within valid_ms of the call
+ * see the page whole, even if the key is overwritten or evicted meanwhile;
+ * parts are not checksummed. Per key: KVF_OK, KVF_ENOTFOUND, or the
+ * member's failure; pages[i] is written for every key. */
+int kvf_store_batch_locate(kvf_store* store, const char* const* keys, size_t count, int* results,
+                           kvf_store_page* pages);
 /* Per key: KVF_OK (removed) or KVF_ENOTFOUND (there was none), or the
  * member's failure. */
 int kvf_store_batch_remove(kvf_store* store, const char* const* keys, size_t count, int* results);

@@ -40,6 +40,16 @@ struct StoreBuffer {
   size_t length = 0;
 };
 
+// Where a page is (Store::BatchLocate): its member's engine segment, the
+// page's address there, its length, and how long from the call the member
+// keeps the page's slot for it (the member's KVF_STORE_READ_WINDOW_MS).
+struct StorePage {
+  std::string segment;
+  uint64_t addr = 0;
+  uint64_t length = 0;
+  uint64_t valid_ms = 0;
+};
+
 // A field per row of KVF_STORE_STATS (kvfabric/store_stats.h).
 struct StoreStats {
 #define KVF_STORE_STAT_FIELD_(name, meaning) uint64_t name = 0;
@@ -106,6 +116,17 @@ class Store {
   // that all do (the prefix a cache can reuse). An unreachable member's
   // keys count as absent.
   Status BatchExists(const std::vector<std::string>& keys, std::vector<bool>* found, size_t* leading_hits);
+  // Where each key's page is now, for READs of parts of it (a layer-wise
+  // load reads each layer's range of every page): (*pages)[i], to read with
+  // the engine (OpenSegment(segment), then READs within [addr, addr +
+  // length)). The member keeps the page's slot for valid_ms (its
+  // KVF_STORE_READ_WINDOW_MS) from this call: READs that end within it see
+  // the page whole, even if
+  // the key is overwritten, evicted or removed meanwhile; later ones may
+  // see another page. Parts are not checksummed (only a whole page can be).
+  // Per key: OK, NotFound, or the member's failure.
+  Status BatchLocate(const std::vector<std::string>& keys, std::vector<StorePage>* pages,
+                     std::vector<Status>* results);
   // Per key: OK (removed) or NotFound (there was none), or the member's failure.
   Status BatchRemove(const std::vector<std::string>& keys, std::vector<Status>* results);
   // Pins keep pages from eviction while a caller uses them; n pins need n

@@ -154,6 +154,15 @@ class Store:
         """How many keys, from the first, all have a page."""
         return self._core.batch_exists([_key(k, i) for i, k in enumerate(keys)])[1]
 
+    def batch_locate(self, keys: Sequence[str]) -> tuple[list[int], list[tuple[str, int, int, int]]]:
+        """Where each key's page is now, for READs of parts of it with the engine: per key a
+        code (0, or a negated status code) and (segment, address, length, valid_ms). The member
+        keeps the page's slot for valid_ms (its KVF_STORE_READ_WINDOW_MS) from this call: READs
+        ending within it see the page whole; parts are not checksummed."""
+        keys = [_key(k, i) for i, k in enumerate(keys)]
+        got, pages = self._core.batch_locate(keys)
+        return self._results(keys, got), pages
+
     def _key_op(self, op: str, keys: Sequence[str]) -> list[int]:
         keys = [_key(k, i) for i, k in enumerate(keys)]
         return self._results(keys, self._core.key_op(op, keys))

@@ -345,6 +345,21 @@ class PyStore {
     Check(store_->BatchExists(keys, &found, &leading));
     return {found, leading};
   }
+  // Per key (segment, address, length, valid_ms) of its page (empty segment
+  // when the key failed), beside the codes.
+  std::pair<Results, std::vector<std::tuple<std::string, uint64_t, uint64_t, uint64_t>>> Locate(
+      const std::vector<std::string>& keys) {
+    std::vector<Status> st;
+    std::vector<kvfabric::StorePage> pages;
+    {
+      nb::gil_scoped_release r;
+      Check(store_->BatchLocate(keys, &pages, &st));
+    }
+    std::vector<std::tuple<std::string, uint64_t, uint64_t, uint64_t>> out;
+    out.reserve(pages.size());
+    for (const auto& p : pages) out.emplace_back(p.segment, p.addr, p.length, p.valid_ms);
+    return {Codes(st, nullptr), std::move(out)};
+  }
   Results KeyOp(const std::string& op, const std::vector<std::string>& keys) {
     std::vector<Status> st;
     {
@@ -590,6 +605,7 @@ NB_MODULE(_core, m) {
       .def("batch_get", &PyStore::Get, nb::arg("keys"), nb::arg("addrs"), nb::arg("lengths"))
       .def("batch_exists", &PyStore::Exists, nb::arg("keys"))
       .def("key_op", &PyStore::KeyOp, nb::arg("op"), nb::arg("keys"))
+      .def("batch_locate", &PyStore::Locate, nb::arg("keys"))
       .def("remove_all", &PyStore::RemoveAll)
       .def("stats", &PyStore::Stats);
 }

@@ -182,3 +182,33 @@ def test_setup_on_the_callers_transfer_engine_leaves_it_open(monkeypatch):
         store.close()
         te.get_engine().close()
         nodes.close()
+
+
+def test_ranged_reads_in_a_session_read_parts_of_pages(mooncake_store):
+    """SGLang's layer-wise load: a session per batch of keys, then each layer's range of every page."""
+    store = mooncake_store
+    layers, per_layer = 4, 8192
+    rng = np.random.default_rng(11)
+    src = rng.integers(0, 256, 8 * layers * per_layer, dtype=np.uint8)
+    dst = np.zeros_like(src)
+    assert store.register_buffer(src.ctypes.data, src.nbytes) == 0
+    assert store.register_buffer(dst.ctypes.data, dst.nbytes) == 0
+    page = layers * per_layer
+    keys = [f"layerwise/{i}" for i in range(8)]
+    assert store.batch_put_from(keys, [src.ctypes.data + i * page for i in range(8)], [page] * 8) == [0] * 8
+    assert store.batch_get_session_start(keys + ["layerwise/absent"]) == [0] * 8 + [OBJECT_NOT_FOUND]
+    # Overwritten after the session started: the session still reads the page it found.
+    assert store.batch_put_from([keys[0]], [src.ctypes.data + page], [page]) == [0]
+    for layer in range(layers):
+        got = store.batch_get_into_multi_buffer_ranges(
+            keys, [[dst.ctypes.data + i * page + layer * per_layer] for i in range(8)],
+            [[per_layer]] * 8, [[layer * per_layer]] * 8)
+        assert got == [per_layer] * 8, (layer, got)
+    assert np.array_equal(dst, src)
+    assert store.batch_get_into_multi_buffer_ranges(["layerwise/absent"], [[dst.ctypes.data]], [[1]], [[0]]) == [
+        OBJECT_NOT_FOUND]
+    assert store.batch_get_into_multi_buffer_ranges([keys[1]], [[dst.ctypes.data]], [[2]], [[page - 1]]) == [
+        INVALID_PARAMS], "a range past the page's end"
+    assert store.batch_get_session_end(keys) == 0
+    assert store.batch_get_into_multi_buffer_ranges([keys[1]], [[dst.ctypes.data]], [[1]], [[0]]) == [
+        OBJECT_NOT_FOUND], "after the session"

@@ -304,6 +304,34 @@ int kvf_store_batch_exists(kvf_store* store, const char* const* keys, size_t cou
   });
 }
 
+int kvf_store_batch_locate(kvf_store* store, const char* const* keys, size_t count, int* results,
+                           kvf_store_page* pages) {
+  return WithStore(store, [&](kvf_store& h) -> Status {
+    KVF_RETURN_IF_ERROR(CheckResults(count, results));
+    if (count > 0 && pages == nullptr) return Status::InvalidArgument("pages is NULL");
+    Batch b;
+    KVF_RETURN_IF_ERROR(b.ReadKeys(keys, count));
+    std::vector<kvfabric::StorePage> where;
+    std::vector<Status> st;
+    KVF_RETURN_IF_ERROR(h.store->BatchLocate(b.keys(), &where, &st));
+    // Each page's segment, opened in the store's engine: the caller READs through it.
+    std::vector<kvf_store_page> out(count, kvf_store_page{-1, 0, 0, 0});
+    for (size_t i = 0, j = 0; i < count; ++i) {
+      if (keys[i] == nullptr) continue;
+      if (st[j].ok()) {
+        kvfabric::SegmentHandle segment = -1;
+        const Status opened = h.engine->engine->OpenSegment(where[j].segment, &segment);
+        if (opened.ok()) out[i] = kvf_store_page{segment, where[j].addr, where[j].length, where[j].valid_ms};
+        else st[j] = opened.Annotate("store: opening the segment of key " + std::to_string(i));
+      }
+      ++j;
+    }
+    b.Publish(st, nullptr, results, nullptr);
+    std::copy(out.begin(), out.end(), pages);
+    return Status::OK();
+  });
+}
+
 int kvf_store_batch_remove(kvf_store* store, const char* const* keys, size_t count, int* results) {
   return KeyBatch(store, &Store::BatchRemove, keys, count, results);
 }

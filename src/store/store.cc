@@ -144,6 +144,14 @@ Status Store::BatchExists(const std::vector<std::string>& keys, std::vector<bool
   });
 }
 
+Status Store::BatchLocate(const std::vector<std::string>& keys, std::vector<StorePage>* pages,
+                          std::vector<Status>* results) {
+  return impl_->Guarded([&] {
+    impl_->client->Locate(keys, pages, results);
+    return Status::OK();
+  });
+}
+
 Status Store::BatchRemove(const std::vector<std::string>& keys, std::vector<Status>* results) {
   return impl_->Guarded([&] {
     impl_->client->KeyOp(store::Op::kRemove, keys, results);

@@ -894,6 +894,32 @@ void StoreClient::FinishRead(const std::vector<std::string>& keys,
   (*lengths)[i] = read.where.length;
 }
 
+void StoreClient::Locate(const std::vector<std::string>& keys, std::vector<StorePage>* pages,
+                         std::vector<Status>* results) {
+  const CallScope scope(&active_calls_);
+  *results = CheckKeys(keys);
+  pages->assign(keys.size(), StorePage{});
+  std::vector<NodeCall> calls = GroupByHome(keys, results);
+  for (NodeCall& call : calls) call.request = EncodeKeys(Op::kLookup, KeysOf(keys, call.keys));
+  CallNodes(&calls, net::DeadlineIn(settings_.store_deadline_ms), Wait::kPollFirst);
+  for (NodeCall& call : calls) {
+    std::vector<Location> found;
+    Status s = call.status;
+    if (s.ok()) s = DecodeLocations(call.reply, call.keys.size(), &found);
+    for (size_t j = 0; j < call.keys.size(); ++j) {
+      const size_t i = call.keys[j];
+      if (!s.ok()) {
+        (*results)[i] = s;
+      } else if (!found[j].found) {
+        (*results)[i] = Status::NotFound("store: no page under key '" + keys[i] + "'");
+      } else {
+        (*pages)[i] = StorePage{call.node->info.segment, found[j].addr, found[j].length, call.node->info.read_window_ms};
+        locations_.Put(keys[i], CachedLocation{call.node->name, call.node->info.epoch, found[j]});
+      }
+    }
+  }
+}
+
 void StoreClient::Exists(const std::vector<std::string>& keys, std::vector<bool>* found) {
   const CallScope scope(&active_calls_);
   found->assign(keys.size(), false);

@@ -39,6 +39,8 @@ class StoreClient {
            std::vector<Status>* results);
   void Get(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
            std::vector<Status>* results, std::vector<uint64_t>* lengths);
+  // Store::BatchLocate: a lookup per home; the pages' places.
+  void Locate(const std::vector<std::string>& keys, std::vector<StorePage>* pages, std::vector<Status>* results);
   void Exists(const std::vector<std::string>& keys, std::vector<bool>* found);
   // kRemove, kPin or kUnpin: per key OK, or NotFound when the node said no.
   void KeyOp(Op op, const std::vector<std::string>& keys, std::vector<Status>* results);

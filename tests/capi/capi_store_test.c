@@ -566,6 +566,33 @@ static void run_client(const char* protocol, const char* child_name, struct node
   CHECK(memcmp(one.addr, p->src[p->first[three]].addr, p->length[three]) == 0,
         "%s into one buffer: the bytes differ", p->keys[three]);
 
+  /* Where page `three` is, and its second half READ from there (a ranged read). */
+  {
+    const char* where_keys[2] = {p->keys[three], "never-put"};
+    kvf_store_page where[2];
+    int found[2];
+    rc = kvf_store_batch_locate(client, where_keys, 2, found, where);
+    CHECK(rc == KVF_OK && found[0] == KVF_OK && found[1] == KVF_ENOTFOUND && where[1].segment == -1,
+          "locate: %d, %d, %d", rc, found[0], found[1]);
+    CHECK(where[0].length == p->length[three] && where[0].valid_ms > 0, "locate %s: %llu bytes, %llu ms",
+          p->keys[three], (unsigned long long)where[0].length, (unsigned long long)where[0].valid_ms);
+    const uint64_t from = p->length[three] / 2;
+    memset(one.addr, 0, one.length);
+    kvf_request part = {KVF_READ, one.addr, where[0].segment, where[0].addr + from, p->length[three] - from};
+    rc = kvf_transfer(e, &part, 1);
+    CHECK(rc == KVF_OK, "the ranged read: %d", rc);
+    uint8_t* whole = malloc(p->length[three]);
+    uint64_t at = 0;
+    for (size_t b = 0; whole != NULL && b < p->counts[three]; ++b) {
+      const kvf_store_buffer* piece = &p->src[p->first[three] + b];
+      memcpy(whole + at, piece->addr, piece->length);
+      at += piece->length;
+    }
+    CHECK(whole != NULL && at == p->length[three] && memcmp(one.addr, whole + from, p->length[three] - from) == 0,
+          "the ranged read of %s: the bytes differ", p->keys[three]);
+    free(whole);
+  }
+
   check_exists(client, p, NONE);
   st = stats_of(client);
   CHECK(st.exists_keys == 24 && st.exists_hits == 22, "exists counters: %llu keys, %llu hits",

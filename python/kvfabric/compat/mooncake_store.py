@@ -19,8 +19,11 @@ What differs from Mooncake (docs/python.md says it at length):
   answers 0 too); for keys that name their content the two are the same.
 - ``ReplicateConfig`` is accepted and its fields kept, but each key has one
   copy, where placement puts it (no replicas, soft pins, preferred segments).
-- Not yet here: ``setup_dummy`` (answers -1 and says so), the ranged session
-  reads, ``get_size`` and ``batch_get_replica_desc``.
+- Ranged session reads go straight to the pages (``kvfabric.Store.batch_locate``):
+  the member keeps a page whole for ``KVF_STORE_READ_WINDOW_MS`` from the
+  session's start (Mooncake's lease), and parts are not checksummed.
+- Not yet here: ``setup_dummy`` (answers -1 and says so), the ranged put
+  sessions, ``get_size`` and ``batch_get_replica_desc``.
 """
 
 from __future__ import annotations
@@ -28,8 +31,10 @@ from __future__ import annotations
 import enum
 import mmap
 import threading
+import time
 from typing import Any, List, Optional, Sequence
 
+from ..engine import Op, Request, TaskState
 from ..errors import KvfabricError
 from ..store import Store
 from .mooncake import TransferEngine, _log
@@ -40,6 +45,7 @@ NO_AVAILABLE_HANDLE = -200
 INVALID_PARAMS = -600
 ILLEGAL_CLIENT = -601
 OBJECT_NOT_FOUND = -704
+LEASE_EXPIRED = -707
 TRANSFER_FAIL = -800
 RPC_FAIL = -900
 RPC_TIMEOUT = -901
@@ -139,7 +145,8 @@ class MooncakeDistributedStore:
         self._own_engine = False
         self._store: Optional[Store] = None
         self._buffer: Optional[bytearray] = None  # the local buffer put/get of bytes go through
-        self._buffer_lock = threading.Lock()
+        self._buffer_lock = threading.Lock()  # the local buffer, and the sessions
+        self._sessions: dict = {}  # key -> ((segment, address, length), expires): ranged-read sessions
 
     # -- set-up -----------------------------------------------------------
     def setup(self, local_hostname: Any, metadata_server: str = "", global_segment_size: int = 0,
@@ -294,6 +301,79 @@ class MooncakeDistributedStore:
         except (KvfabricError, ValueError, TypeError) as e:
             _log("error", f"batch_is_exist: {e}")
             return [INVALID_PARAMS] * len(keys)
+
+    # -- ranged reads in a session (layer-wise loads) -------------------------
+    def batch_get_session_start(self, keys: Sequence[str]) -> List[int]:
+        """Looks the keys' pages up once; the ranged reads then go straight to them.
+        Per key 0, or a negative ErrorCode (-704: no page). The pages stay whole for
+        KVF_STORE_READ_WINDOW_MS from here (Mooncake's lease); later reads fail with -707."""
+        if self._store is None:
+            return [INVALID_PARAMS] * len(keys)
+        try:
+            codes, pages = self._store.batch_locate(list(keys))
+        except (KvfabricError, ValueError, TypeError) as e:
+            _log("error", f"batch_get_session_start: {e}")
+            return [INVALID_PARAMS] * len(keys)
+        started = time.monotonic()
+        with self._buffer_lock:
+            for key, code, (segment, addr, length, valid_ms) in zip(keys, codes, pages):
+                # A little inside the member's window: the last READ must end within it.
+                if code == 0:
+                    self._sessions[key] = ((segment, addr, length), started + 0.9 * valid_ms / 1000)
+        return [_mooncake_code(c) for c in codes]
+
+    def batch_get_into_multi_buffer_ranges(self, keys: Sequence[str], all_buffer_ptrs: Sequence[Sequence[int]],
+                                           all_sizes: Sequence[Sequence[int]],
+                                           all_src_offsets: Sequence[Sequence[int]]) -> List[int]:
+        """Reads byte ranges of each key's page (offsets into the page) into its buffers, in one
+        engine batch. Per key the bytes read, or a negative ErrorCode."""
+        n = len(keys)
+        if self._store is None:
+            return [INVALID_PARAMS] * n
+        if not (len(all_buffer_ptrs) == len(all_sizes) == len(all_src_offsets) == n):
+            return [INVALID_PARAMS] * n
+        out = [0] * n
+        requests, owner = [], []
+        now = time.monotonic()
+        with self._buffer_lock:
+            sessions = [self._sessions.get(k) for k in keys]
+        for i, (session, ptrs, sizes, offs) in enumerate(zip(sessions, all_buffer_ptrs, all_sizes, all_src_offsets)):
+            if session is None:
+                out[i] = OBJECT_NOT_FOUND  # no session for it (never started, or its page missed)
+                continue
+            (segment, addr, length), expires = session
+            if now >= expires:
+                out[i] = LEASE_EXPIRED
+                continue
+            if len(ptrs) != len(sizes) or len(sizes) != len(offs) or any(
+                    o < 0 or n_ <= 0 or o + n_ > length for o, n_ in zip(offs, sizes)):
+                out[i] = INVALID_PARAMS
+                continue
+            for p, n_, o in zip(ptrs, sizes, offs):
+                requests.append(Request(Op.READ, int(p), addr + int(o), int(n_), segment))
+                owner.append(i)
+            out[i] = sum(int(x) for x in sizes)
+        if requests:
+            try:
+                transfer = self._engine().submit(requests)
+            except (KvfabricError, ValueError, TypeError) as e:
+                _log("error", f"batch_get_into_multi_buffer_ranges: {e}")
+                return [INVALID_PARAMS if out[i] > 0 else out[i] for i in range(n)]
+            try:
+                transfer.wait(max(0.0, max(sessions[i][1] for i in owner) - time.monotonic()))
+            except KvfabricError:
+                pass  # which requests failed is read below
+            for t, i in enumerate(owner):
+                if out[i] > 0 and transfer.task_status(t).state != TaskState.COMPLETED:
+                    out[i] = TRANSFER_FAIL
+        return out
+
+    def batch_get_session_end(self, keys: Sequence[str]) -> int:
+        """Forgets the sessions of the keys: 0."""
+        with self._buffer_lock:
+            for k in keys:
+                self._sessions.pop(k, None)
+        return 0
 
     # -- one key ------------------------------------------------------------
     def put_from(self, key: str, buffer_ptr: int, size: int, config: Optional[ReplicateConfig] = None) -> int:

@@ -283,6 +283,31 @@ TEST_P(StoreTest, PagesOfMixedSizesAndBuffersComeBackByteExact) {
   EXPECT_EQ(st.misses_checksum, 0u);
   // One message per node per batch (a PUT by WRITE: its reserve and its commit).
   EXPECT_EQ(st.control_calls, PutMode() == "pull" ? 6u : 9u) << "messages per node per batch";
+  // Where the pages are, and a part of one READ from there with the engine
+  // (a layer-wise load's ranged read).
+  {
+    std::vector<std::string> keys;
+    for (const Page& p : pages) keys.push_back(p.key);
+    std::vector<StorePage> where;
+    std::vector<Status> found;
+    ASSERT_TRUE(store_->BatchLocate(keys, &where, &found).ok());
+    const size_t k = 9;
+    ASSERT_TRUE(found[k].ok()) << found[k].ToString();
+    EXPECT_EQ(where[k].length, pages[k].length);
+    EXPECT_EQ(where[k].valid_ms, 5000u) << "the members' read window";
+    SegmentHandle seg = -1;
+    ASSERT_TRUE(engine_->OpenSegment(where[k].segment, &seg).ok());
+    const uint64_t from = pages[k].length / 3, n = pages[k].length - from;
+    std::memset(dst_->bytes, 0, n);
+    ASSERT_TRUE(engine_->Transfer({{OpCode::kRead, dst_->bytes, seg, where[k].addr + from, n}}).ok());
+    std::vector<uint8_t> whole;
+    for (const auto& b : Buffers(*src_, pages[k]))
+      whole.insert(whole.end(), static_cast<uint8_t*>(b.addr), static_cast<uint8_t*>(b.addr) + b.length);
+    EXPECT_EQ(std::memcmp(dst_->bytes, whole.data() + from, n), 0) << "the part read from where the page is";
+    ASSERT_TRUE(store_->BatchLocate({"absent-key", ""}, &where, &found).ok());
+    EXPECT_EQ(found[0].code(), Status::Code::kNotFound);
+    EXPECT_EQ(found[1].code(), Status::Code::kInvalidArgument);
+  }
   // A page into one buffer of another shape: the page fills it in order.
   std::vector<std::string> keys = {pages[7].key};
   std::vector<std::vector<StoreBuffer>> one = {{{dst_->bytes, pages[7].length + 100}}};
