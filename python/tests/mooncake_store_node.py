@@ -8,21 +8,17 @@ Prints one JSON line {"setup": rc, "hostname": ...}, then serves until stdin
 closes or says "quit".
 """
 
-import json
 import sys
 
 from kvfabric.compat.mooncake_store import MooncakeDistributedStore
+from store_node import serve
 
 
 def main() -> None:
     protocol, metadata = sys.argv[1], sys.argv[2]
     store = MooncakeDistributedStore()
     rc = store.setup("127.0.0.1", metadata, 32 << 20, 1 << 20, protocol, "", "")
-    print(json.dumps({"setup": rc, "hostname": store.get_hostname()}), flush=True)
-    for line in sys.stdin:
-        if line.strip() == "quit":
-            break
-    store.close()
+    serve({"setup": rc, "hostname": store.get_hostname()}, store.close)
 
 
 if __name__ == "__main__":

@@ -14,16 +14,21 @@ import sys
 import kvfabric
 
 
+def serve(started: dict, close) -> None:
+    """Says `started` on one JSON line, waits until stdin closes or says "quit", then calls `close`."""
+    print(json.dumps(started), flush=True)
+    for line in sys.stdin:
+        if line.strip() == "quit":
+            break
+    close()
+
+
 def main() -> None:
     protocol, listen, members = sys.argv[1], sys.argv[2], sys.argv[3]
     with kvfabric.Engine(protocol=protocol, settings={"KVF_LOG_LEVEL": "error"}) as engine:
         store = kvfabric.Store(engine, pool_bytes=32 << 20, members=members, listen=listen,
                                settings={"KVF_STORE_DEADLINE_MS": 2000, "KVF_STORE_DOWN_RETRY_MS": 300})
-        print(json.dumps({"name": store.name, "segment": engine.name, "pid": os.getpid()}), flush=True)
-        for line in sys.stdin:
-            if line.strip() == "quit":
-                break
-        store.close()
+        serve({"name": store.name, "segment": engine.name, "pid": os.getpid()}, store.close)
 
 
 if __name__ == "__main__":

@@ -185,10 +185,7 @@ std::string NodeService::ReserveSlots(std::string_view payload, Status* status) 
     Reservations::Slot& slot = held[i];
     Status& r = slots.statuses[i];
     r = CheckKey(item.key);
-    if (r.ok() && (item.length == 0 || item.length > info_.max_page_bytes))
-      r = Status::InvalidArgument("store: the page of key '" + item.key + "' has " + std::to_string(item.length) +
-                                  " bytes; pages have 1 to " + std::to_string(info_.max_page_bytes) +
-                                  " (KVF_STORE_MAX_PAGE_BYTES)");
+    if (r.ok()) r = CheckPageLength(item.key, item.length);
     if (r.ok()) r = table_.Reserve(item.length, now, &slot.offset);
     if (!r.ok()) {
       ++counters_.put_failures;
@@ -338,17 +335,24 @@ void NodeService::PutLoop() {
   }
 }
 
+Status NodeService::CheckPageLength(const std::string& key, uint64_t length) const {
+  if (length == 0) return Status::InvalidArgument("store: key '" + key + "' has no bytes");
+  if (length > info_.max_page_bytes)
+    return Status::InvalidArgument("store: the page of key '" + key + "' is larger than the largest page, " +
+                                   std::to_string(info_.max_page_bytes) + " bytes (KVF_STORE_MAX_PAGE_BYTES)");
+  return Status::OK();
+}
+
 Status NodeService::CheckItem(const PutItem& item, uint64_t* length) const {
   KVF_RETURN_IF_ERROR(CheckKey(item.key));
   uint64_t total = 0;
   for (const Extent& e : item.sources) {
     if (e.length == 0) return Status::InvalidArgument("store: key '" + item.key + "' has an empty buffer");
     total += e.length;
-    if (total < e.length || total > info_.max_page_bytes)
-      return Status::InvalidArgument("store: the page of key '" + item.key + "' is larger than the largest page, " +
-                                     std::to_string(info_.max_page_bytes) + " bytes (KVF_STORE_MAX_PAGE_BYTES)");
+    if (total < e.length) total = UINT64_MAX;  // overflowed: larger than any page
+    if (total > info_.max_page_bytes) return CheckPageLength(item.key, total);
   }
-  if (total == 0) return Status::InvalidArgument("store: key '" + item.key + "' has no bytes");
+  KVF_RETURN_IF_ERROR(CheckPageLength(item.key, total));
   *length = total;
   return Status::OK();
 }

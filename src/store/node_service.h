@@ -117,6 +117,9 @@ class NodeService {
   void DropPut(PutJob* job);
   // The writer's segment if this node opened it before (no handshake).
   bool KnownWriter(const std::string& name, SegmentHandle* out);
+  // Whether a page of `length` bytes may be stored (1 to max_page_bytes):
+  // OK, or InvalidArgument naming `key` and why.
+  Status CheckPageLength(const std::string& key, uint64_t length) const;
   // The page's length, or why the item is refused (nothing reserved).
   Status CheckItem(const PutItem& item, uint64_t* length) const;
 

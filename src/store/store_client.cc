@@ -52,6 +52,14 @@ uint64_t TotalBytes(const std::vector<StoreBuffer>& buffers) {
   return n;
 }
 
+// The checksum of the first `length` bytes of a key's buffers, in order.
+Checksum ChecksumOfBuffers(const std::vector<StoreBuffer>& buffers, uint64_t length) {
+  std::vector<ByteRange> pieces;
+  pieces.reserve(buffers.size());
+  for (const StoreBuffer& b : buffers) pieces.push_back({b.addr, b.length});
+  return ChecksumOf(pieces, length);
+}
+
 // Whether two answers name the same page: its place, length, generation
 // and bytes (not its region's version, which other pages move).
 bool SamePage(const Location& a, const Location& b) {
@@ -297,9 +305,7 @@ void StoreClient::PutFrom(const std::vector<std::string>& keys, const std::vecto
       const size_t i = calls[c].keys[j];
       const size_t g = pushes[c].group_of[j];
       if (g == SIZE_MAX || memory[i] != Memory::kHost || !pushes[c].wrote[g].ok()) continue;
-      std::vector<ByteRange> pieces;
-      for (const StoreBuffer& b : sources[i]) pieces.push_back({b.addr, b.length});
-      sums[i] = ChecksumOf(pieces, TotalBytes(sources[i]));
+      sums[i] = ChecksumOfBuffers(sources[i], TotalBytes(sources[i]));
     }
   }
   for (size_t u : unanswered) {
@@ -882,9 +888,7 @@ void StoreClient::FinishRead(const std::vector<std::string>& keys,
   }
   if (!read.verify && settings_.store_verify) Add(counters_.get_unverified, 1);
   if (read.verify) {
-    std::vector<ByteRange> pieces;
-    for (const StoreBuffer& b : buffers[i]) pieces.push_back({b.addr, b.length});
-    if (!(ChecksumOf(pieces, read.where.length) == read.where.checksum)) {
+    if (!(ChecksumOfBuffers(buffers[i], read.where.length) == read.where.checksum)) {
       r = Status::NotFound("store: the page of key '" + keys[i] +
                            "' did not verify (replaced or evicted while read, or corrupt): a miss");
       Add(counters_.misses_checksum, 1);

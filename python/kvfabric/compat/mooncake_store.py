@@ -265,14 +265,10 @@ class MooncakeDistributedStore:
     def batch_put_from(self, keys: Sequence[str], buffer_ptrs: Sequence[int], sizes: Sequence[int],
                        config: Optional[ReplicateConfig] = None) -> List[int]:
         """Per key: 0, or a negative ErrorCode."""
-        if len(buffer_ptrs) != len(keys) or len(sizes) != len(keys):
-            return [INVALID_PARAMS] * len(keys)
         return self._batch(True, keys, [[p] for p in buffer_ptrs], [[n] for n in sizes])
 
     def batch_get_into(self, keys: Sequence[str], buffer_ptrs: Sequence[int], sizes: Sequence[int]) -> List[int]:
         """Per key: the bytes read, or a negative ErrorCode (-704: a miss)."""
-        if len(buffer_ptrs) != len(keys) or len(sizes) != len(keys):
-            return [INVALID_PARAMS] * len(keys)
         return self._batch(False, keys, [[p] for p in buffer_ptrs], [[n] for n in sizes])
 
     def batch_put_from_multi_buffers(self, keys: Sequence[str], all_buffer_ptrs: Sequence[Sequence[int]],
