@@ -8,6 +8,7 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tools", "common"))  # ports.py
 
 
 class Peer:
@@ -80,14 +81,6 @@ def peer_factory():
         p.close()
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def etcd_uri(tmp_path_factory):
     """A real etcd on loopback, for the whole session (skips without the binary)."""
@@ -97,7 +90,9 @@ def etcd_uri(tmp_path_factory):
 
     if shutil.which("etcd") is None:
         pytest.skip("no etcd binary (Debian: apt install etcd-server; make deps installs it)")
-    client, peer = _free_port(), _free_port()
+    from ports import free_port
+
+    client, peer = free_port(), free_port()
     c, p = f"http://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
     proc = subprocess.Popen(["etcd", "--name", "kvf-py", "--data-dir", str(tmp_path_factory.mktemp("etcd")),
                              "--listen-client-urls", c, "--advertise-client-urls", c, "--listen-peer-urls", p,

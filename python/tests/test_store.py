@@ -3,7 +3,6 @@ client here; every page checked byte for byte."""
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -13,15 +12,10 @@ import numpy as np
 import pytest
 
 import kvfabric
+from ports import free_port  # tools/common, on the path from conftest.py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MISS = -kvfabric.NotFoundError.code
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Nodes:

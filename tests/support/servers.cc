@@ -11,6 +11,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <random>
+#include <utility>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -18,17 +21,32 @@
 
 namespace kvfabric::test {
 
-int FreePort(const std::string& host) {
+namespace {
+
+// The kernel's ephemeral range (/proc/sys/net/ipv4/ip_local_port_range),
+// from which it picks the ports of outgoing connections and of listeners
+// bound to port 0: libfabric's tcp provider takes some for every engine.
+std::pair<int, int> EphemeralRange() {
+  std::ifstream f("/proc/sys/net/ipv4/ip_local_port_range");
+  int lo = 32768, hi = 60999;
+  if (!(f >> lo >> hi)) return {32768, 60999};
+  return {lo, hi};
+}
+
+// Whether a listener could bind host:port now (0: the kernel's pick).
+int TryBind(const std::string& host, int port) {
   const bool v6 = host.find(':') != std::string::npos;
   sockaddr_storage a{};
   socklen_t len = v6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
   if (v6) {
     auto* a6 = reinterpret_cast<sockaddr_in6*>(&a);
     a6->sin6_family = AF_INET6;
+    a6->sin6_port = htons(static_cast<uint16_t>(port));
     if (inet_pton(AF_INET6, host.c_str(), &a6->sin6_addr) != 1) return 0;
   } else {
     auto* a4 = reinterpret_cast<sockaddr_in*>(&a);
     a4->sin_family = AF_INET;
+    a4->sin_port = htons(static_cast<uint16_t>(port));
     if (inet_pton(AF_INET, host.c_str(), &a4->sin_addr) != 1) return 0;
   }
   int fd = socket(a.ss_family, SOCK_STREAM, 0);
@@ -38,6 +56,27 @@ int FreePort(const std::string& host) {
   close(fd);
   if (!ok) return 0;
   return ntohs(v6 ? reinterpret_cast<sockaddr_in6*>(&a)->sin6_port : reinterpret_cast<sockaddr_in*>(&a)->sin_port);
+}
+
+}  // namespace
+
+int FreePort(const std::string& host) {
+  // A port the kernel hands out (bind to 0) can be handed out again, to an
+  // engine's connection or listener, between this call and the server's own
+  // bind: the tests saw "Address already in use" that way. Ports below the
+  // ephemeral range are only ever taken by a bind that names them.
+  const auto [lo, hi] = EphemeralRange();
+  (void)hi;
+  const int floor = 10000;
+  if (lo - floor >= 1000) {
+    static std::mutex mu;
+    static std::mt19937 rng(std::random_device{}() ^ static_cast<unsigned>(getpid()));
+    std::uniform_int_distribution<int> pick(floor, lo - 1);
+    std::lock_guard lock(mu);
+    for (int i = 0; i < 200; ++i)
+      if (int port = TryBind(host, pick(rng)); port != 0) return port;
+  }
+  return TryBind(host, 0);
 }
 
 bool WaitHttpReady(const std::string& host, int port, const std::string& method, const std::string& path, pid_t pid) {

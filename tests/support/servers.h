@@ -21,7 +21,9 @@ class Server {
 
 // A TCP port of `host` (an IPv4 or IPv6 literal: "127.0.0.1", "::1") that
 // was free a moment ago (for servers that need a fixed port, such as a
-// target restarted under the same name); 0 if none, e.g. no IPv6 loopback.
+// target restarted under the same name), chosen below the kernel's
+// ephemeral range so no engine's connection takes it before the server
+// binds it; 0 if none, e.g. no IPv6 loopback.
 int FreePort(const std::string& host = "127.0.0.1");
 
 // Whether an HTTP server on host:port answers `method` `path` (any status

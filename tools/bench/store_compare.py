@@ -50,14 +50,11 @@ import time
 
 from compare import run_initiator  # this directory: runs a tool that prints one JSON line
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from ports import free_port  # noqa: E402  (tools/common)
+
 PACKAGE = "mooncake-transfer-engine-non-cuda"
 VERSION = "0.3.13.post1"  # the version these figures were taken with
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_port(port, proc, what, timeout=30):

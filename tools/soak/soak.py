@@ -46,21 +46,15 @@ import os
 import random
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
 
-import store_soak
+import store_soak  # this directory; puts tools/common on the path
+from ports import free_port  # tools/common
 
 MiB = 1 << 20
 KVF_TIMEOUT_MS = 2000
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # -- target ----------------------------------------------------------------

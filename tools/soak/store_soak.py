@@ -41,6 +41,9 @@ import threading
 import time
 from collections import Counter
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from ports import free_port  # noqa: E402  (tools/common)
+
 MiB = 1 << 20
 DEADLINE_MS = 2000
 # Store settings of nodes and clients: a short deadline and read window (a
@@ -610,12 +613,6 @@ class Traffic:
     def __init__(self, nodes: int, clients: int, threads: int, pool_bytes: int, keys: int, end: float,
                  restart_every: float, seed: int, tmp_prefix: str):
         import random
-        import socket
-
-        def free_port() -> int:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                return s.getsockname()[1]
 
         self.rng = random.Random(seed ^ 0x5709E)
         self.restart_every, self.kills, self.crashes = restart_every, [], []
