@@ -92,9 +92,15 @@ StoreClient::StoreClient(Engine* engine, const Settings& settings, ControlClient
 
 StoreClient::~StoreClient() {
   // READs that outlived their call may still write the bounce buffer or a
-  // scratch slot: both are leaked rather than freed under them.
-  if (!runner_.Drain(net::DeadlineIn(settings_.transfer_timeout_ms + 1000))) {
-    KVF_LOG_WARN("store client: transfers still pending at close; their scratch and bounce memory stays allocated");
+  // scratch slot: both are leaked rather than freed under them. Such READs
+  // go to a member that died (the engine ends them only at
+  // KVF_TRANSFER_TIMEOUT_MS, 30 s by default): a close waits one store
+  // deadline for them, not the transfer timeout, so that a framework
+  // detaching its store is not held up by a dead node.
+  if (!runner_.Drain(net::DeadlineIn(std::min(settings_.transfer_timeout_ms, settings_.store_deadline_ms) + 100))) {
+    KVF_LOG_WARN("store client: transfers still pending at close (to a member that died?); their scratch and "
+                 "bounce memory ({} bytes) stays allocated until the process ends",
+                 bounce_ ? settings_.store_bounce_bytes : 0);
     scratch_.Leak();
     (void)bounce_.release();
     return;
