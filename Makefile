@@ -4,6 +4,9 @@ BUILD_TYPE ?= RelWithDebInfo
 VENV ?= .venv
 PY := $(VENV)/bin/python
 CMAKE_FLAGS ?=
+# SGLang's release whose HiCache interface the tests load (below).
+SGLANG_VERSION ?= 0.5.23
+SGLANG_SRC := $(BUILD)/sglang-$(SGLANG_VERSION)
 # Tests run this many at once (the lab test alone: RUN_SERIAL).
 JOBS ?= $(shell nproc)
 
@@ -39,18 +42,30 @@ run: build python
 	python3 tools/bench/compare.py --build $(BUILD) --reps 1 --duration 3 --verify
 	$(PY) tools/bench/python_vs_cpp.py --build $(BUILD) --reps 1 --duration 3
 
-test: build python
+test: build python $(SGLANG_SRC)/.unpacked
 	cd $(BUILD) && ctest --output-on-failure --timeout 300 -j$(JOBS)
-	$(PY) -m pytest -q python/tests
+	KVF_SGLANG_SRC=$(SGLANG_SRC) $(PY) -m pytest -q python/tests
 	FUZZ_SECONDS=$(TEST_FUZZ_SECONDS) scripts/fuzz.sh
 	$(MAKE) stress STRESS_SECONDS=$(TEST_STRESS_SECONDS)
 	$(SOAK)
 
 # The edit loop: build, the C++ tests and pytest, without the fuzzers and
 # the soak that `make test` (what CI runs) adds.
-check: build python
+check: build python $(SGLANG_SRC)/.unpacked
 	cd $(BUILD) && ctest --output-on-failure --timeout 300 -j$(JOBS) -E 'Lab\.'
-	$(PY) -m pytest -q python/tests
+	KVF_SGLANG_SRC=$(SGLANG_SRC) $(PY) -m pytest -q python/tests
+
+# SGLang's HiCache interface as released: its storage base class, config and
+# backend factory (three pure-Python files of its wheel, from PyPI the first
+# time), for python/tests/test_sglang_hicache.py, which loads them with torch
+# stubbed; SGLang itself, torch and CUDA are not installed.
+$(SGLANG_SRC)/.unpacked: $(VENV)/.deps
+	rm -rf $(SGLANG_SRC) && mkdir -p $(SGLANG_SRC)
+	$(PY) -m pip download -q --no-deps "sglang==$(SGLANG_VERSION)" -d $(SGLANG_SRC)/wheel
+	cd $(SGLANG_SRC) && $(abspath $(PY)) -c "import glob, zipfile; zipfile.ZipFile(glob.glob('wheel/sglang-*.whl')[0]).extractall('.', \
+	    ['sglang/srt/environ.py', 'sglang/srt/mem_cache/hicache_storage.py', 'sglang/srt/mem_cache/storage/backend_factory.py'])"
+	rm -rf $(SGLANG_SRC)/wheel
+	touch $@
 
 # Threads calling an engine at random while it is closed, round after round,
 # with the engine layer under AddressSanitizer and UBSan (tests/stress);

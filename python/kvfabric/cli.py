@@ -220,6 +220,35 @@ def cmd_mooncake_shim(args: argparse.Namespace, rest: list[str]) -> int:
     return 0
 
 
+def cmd_store_node(args: argparse.Namespace, rest: list[str]) -> int:
+    """A store node that only serves: an engine and a kvfabric.Store with a
+    pool, until SIGINT or SIGTERM; its name and segment on one JSON line."""
+    import signal
+    import threading
+
+    from .store import Store
+    from .units import parse_bytes
+
+    settings = dict(kv.split("=", 1) for kv in args.setting)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        pool = parse_bytes(args.pool, "--pool")
+        with Engine(args.engine_name, args.metadata, args.protocol, args.nic_filter, settings) as engine:
+            with Store(engine, pool_bytes=pool, members=args.members or None, listen=args.listen or None,
+                       settings=settings) as store:
+                print(json.dumps({"name": store.name, "segment": engine.name, "pool_bytes": pool,
+                                  "members": store.members()}), flush=True)
+                while not stop.wait(args.stats_every if args.stats_every > 0 else 3600):
+                    if args.stats_every > 0:
+                        print(json.dumps({"time": round(time.time(), 3), **store.stats()}), flush=True)
+    except (KvfabricError, ValueError) as e:
+        print(f"kvfabric store-node: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="kvfabric", description="kvfabric transfer engine tools")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -246,6 +275,24 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("doctor", help="check this host for known EFA/libfabric pitfalls")
     d.add_argument("--json", action="store_true")
     d.set_defaults(fn=cmd_doctor)
+    sn = sub.add_parser("store-node", help="serve a pool of the KV-cache store until SIGINT or SIGTERM",
+                        description="Runs a store node: an engine and a kvfabric.Store giving --pool bytes of host "
+                                    "memory. Members are found through --metadata (etcd://HOST:2379, "
+                                    "http://HOST:PORT/metadata) or, with p2p, the static --members list, which "
+                                    "must name this node's --listen address. Prints its name and segment as JSON; "
+                                    "with --stats_every, its counters as one JSON line that often. "
+                                    "See docs/store.md and docs/sglang.md.")
+    sn.add_argument("--pool", default="1gb", help="pool size (4gb, 512mb, bytes; default 1gb)")
+    sn.add_argument("--listen", default="", help="the control address, host:port (default: the engine's host, a free port)")
+    sn.add_argument("--members", default="", help="the static member list (p2p metadata): host:port,...")
+    sn.add_argument("--metadata", default="p2p", help="p2p, etcd://HOST:PORT or http://HOST:PORT/PATH")
+    sn.add_argument("--protocol", default="auto")
+    sn.add_argument("--nic_filter", default="")
+    sn.add_argument("--engine_name", default="127.0.0.1:0", help="the engine's address, host:port (0: a free port)")
+    sn.add_argument("--setting", action="append", default=[], metavar="KVF_NAME=VALUE",
+                    help="any kvfabric setting, repeatable")
+    sn.add_argument("--stats_every", type=float, default=0, help="seconds between counter lines (0: none)")
+    sn.set_defaults(fn=cmd_store_node)
     ms = sub.add_parser("mooncake-shim", help="let `import mooncake.engine` load kvfabric (vLLM, SGLang unchanged)",
                         description="install writes kvfabric_mooncake_shim.pth into site-packages so that "
                                     "`import mooncake.engine` loads kvfabric.compat.mooncake; it refuses (exit 1) "

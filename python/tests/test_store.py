@@ -195,3 +195,36 @@ def test_last_errors_are_those_of_the_calling_thread(cluster):
         t.join(20)
     assert seen == {"first code": [MISS], "second code": [MISS], "first": ["absent-first"], "second": ["absent-second"]}
     assert store.last_errors == [], "this thread made no call"
+
+
+def test_the_store_node_command_serves_until_sigterm():
+    import signal
+
+    names = [f"127.0.0.1:{free_port()}" for _ in range(2)]
+    procs = [subprocess.Popen([sys.executable, "-m", "kvfabric", "store-node", "--pool", "16mb", "--protocol", "tcp",
+                               "--listen", n, "--members", ",".join(names), "--setting", "KVF_LOG_LEVEL=error"],
+                              stdout=subprocess.PIPE, text=True) for n in names]
+    try:
+        for n, p in zip(names, procs):
+            line = p.stdout.readline()
+            assert line, f"store-node {n} did not start (exit {p.poll()})"
+            assert json.loads(line)["name"] == n and json.loads(line)["pool_bytes"] == 16 << 20
+        with kvfabric.Engine(protocol="tcp", settings={"KVF_LOG_LEVEL": "error"}) as engine:
+            store = kvfabric.Store(engine, members=names)
+            page = np.arange(8192, dtype=np.uint8)
+            back = np.zeros_like(page)
+            engine.register(page)
+            engine.register(back)
+            assert store.batch_put([f"cli/{i}" for i in range(8)], [page] * 8) == [0] * 8
+            assert store.batch_get(["cli/5"], [back]) == [8192] and np.array_equal(page, back)
+            store.close()
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+            assert p.wait(timeout=15) == 0
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    bad = subprocess.run([sys.executable, "-m", "kvfabric", "store-node", "--pool", "lots"], capture_output=True,
+                         text=True, timeout=30)
+    assert bad.returncode == 1 and "--pool" in bad.stderr and "not a byte count" in bad.stderr

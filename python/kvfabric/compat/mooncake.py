@@ -357,6 +357,43 @@ class _ThroughputLog(threading.Thread):
             last, t0 = now, t1
 
 
+def start_engine(local_hostname: str, metadata_server: str, protocol: str, device_name: str = "",
+                 metadata_type: str = "", settings: Optional[dict] = None) -> tuple[Engine, str]:
+    """A kvfabric Engine made as Mooncake's ``initialize`` makes its own: the
+    metadata server as Mooncake names it (``P2PHANDSHAKE``, ``etcd://``,
+    ``http://``), its protocols (``rdma`` is efa or verbs), its ``MC_*``
+    variables, and for a bare host a free port of its RPC range; ``settings``
+    (KVF_* by name) go over what the MC_* variables ask. Returns the engine
+    and the kvfabric protocol; raises ValueError, OSError or KvfabricError
+    saying what is wrong."""
+    metadata = parse_metadata(metadata_server or "", metadata_type or "")
+    proto = (protocol or "").strip().lower()
+    if proto in VENDOR_PROTOCOLS:
+        raise ValueError(f"protocol '{protocol}' is a Mooncake vendor transport that kvfabric does not "
+                         "have; kvfabric moves memory over libfabric: use rdma (efa or verbs), efa, tcp or shm")
+    if proto not in PROTOCOLS:
+        raise ValueError(f"protocol '{protocol}': use one of {', '.join(PROTOCOLS)}")
+    proto, from_env = _environment_settings(PROTOCOLS[proto])
+    settings = {**from_env, **(settings or {})}
+    host, port = split_local_name(local_hostname or "127.0.0.1")
+    devices = device_name or ""
+    if port is not None:
+        return Engine(join_host_port(host, port), metadata, proto, devices, settings), proto
+    # A bare host: like Mooncake, a free port of the RPC range; another
+    # process may take it between the probe and the bind, so try a few.
+    last: Optional[Exception] = None
+    for p in _free_ports(host):
+        try:
+            return Engine(join_host_port(host, p), metadata, proto, devices, settings), proto
+        except KvfabricError as e:
+            if "in use" not in str(e).lower():
+                raise
+            last = e
+    lo, hi = _port_range()
+    raise OSError(f"no free port for {host} in {lo}-{hi} (MC_MIN_RPC_PORT/MC_MAX_RPC_PORT)"
+                  + (f": {last}" if last else ""))
+
+
 class TransferEngine:
     """The Mooncake ``TransferEngine`` API on a kvfabric engine."""
 
@@ -398,16 +435,7 @@ class TransferEngine:
             _log("error", f"initialize: already initialized as {self._engine.name}")
             return -1
         try:
-            metadata = parse_metadata(metadata_server or "", metadata_type or "")
-            proto = (protocol or "").strip().lower()
-            if proto in VENDOR_PROTOCOLS:
-                raise ValueError(f"protocol '{protocol}' is a Mooncake vendor transport that kvfabric does not "
-                                 "have; kvfabric moves memory over libfabric: use rdma (efa or verbs), efa, tcp or shm")
-            if proto not in PROTOCOLS:
-                raise ValueError(f"protocol '{protocol}': use one of {', '.join(PROTOCOLS)}")
-            proto, settings = _environment_settings(PROTOCOLS[proto])
-            host, port = split_local_name(local_hostname or "127.0.0.1")
-            self._engine = self._start(host, port, metadata, proto, device_name or "", settings)
+            self._engine, proto = start_engine(local_hostname, metadata_server, protocol, device_name, metadata_type)
             self._core = self._engine._core
             self._protocol = proto
             interval = _metric_interval()
@@ -418,24 +446,6 @@ class TransferEngine:
         except (KvfabricError, ValueError, OSError) as e:
             _log("error", f"initialize: {e}")
             return -1
-
-    @staticmethod
-    def _start(host: str, port: Optional[int], metadata: str, protocol: str, devices: str, settings: dict) -> Engine:
-        if port is not None:
-            return Engine(join_host_port(host, port), metadata, protocol, devices, settings)
-        # A bare host: like Mooncake, a free port of the RPC range; another
-        # process may take it between the probe and the bind, so try a few.
-        last: Optional[Exception] = None
-        for p in _free_ports(host):
-            try:
-                return Engine(join_host_port(host, p), metadata, protocol, devices, settings)
-            except KvfabricError as e:
-                if "in use" not in str(e).lower():
-                    raise
-                last = e
-        lo, hi = _port_range()
-        raise OSError(f"no free port for {host} in {lo}-{hi} (MC_MIN_RPC_PORT/MC_MAX_RPC_PORT)"
-                      + (f": {last}" if last else ""))
 
     def get_rpc_port(self) -> int:
         if self._engine is None:

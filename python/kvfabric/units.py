@@ -1,0 +1,29 @@
+"""Byte counts as people write them ("4gb", "512 MiB")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["parse_bytes"]
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
+          "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
+
+
+def parse_bytes(value: Any, what: str) -> int:
+    """A byte count from an int or a string such as "4gb", "512 MiB", "1048576"
+    (binary units); raises ValueError naming ``what`` otherwise."""
+    if isinstance(value, bool):
+        raise ValueError(f"{what}: {value!r} is not a byte count")
+    if isinstance(value, int):
+        n = value
+    else:
+        text = str(value).strip().lower().replace(" ", "")
+        digits = len(text) - len(text.lstrip("0123456789."))
+        number, unit = text[:digits], text[digits:]
+        if not number or unit not in _UNITS:
+            raise ValueError(f"{what}: {value!r} is not a byte count (an integer, or a number with kb, mb, gb or tb)")
+        n = int(float(number) * _UNITS[unit])
+    if n < 0:
+        raise ValueError(f"{what}: {value!r} is negative")
+    return n

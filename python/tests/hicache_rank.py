@@ -1,0 +1,79 @@
+"""One SGLang rank's HiCache storage, as SGLang makes it, in its own process.
+
+    python hicache_rank.py SPEC_JSON
+
+SPEC: {"kind": "mha"|"mla", "layout", "pool": {pool args}, "config": {HiCacheStorageConfig fields},
+"extra": {extra config}}. The backend is made by SGLang's StorageBackendFactory ("dynamic") and
+given the host pool with register_mem_pool_host, as SGLang's cache controller does. Prints
+{"ready": true}, then answers one JSON line per command line:
+
+- {"op": "set", "hashes": [...], "slots": [...]}: fills the slots with this rank's content of
+  each page, then batch_set_v1 -> {"results": [...]}
+- {"op": "get", "hashes": [...], "slots": [...], "rank": R}: zeroes the slots, batch_get_v1,
+  and checks each page that came back against rank R's content -> {"results", "wrong"}
+- {"op": "exists", "hashes": [...]} -> {"prefix": n}
+- "quit"
+"""
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "common"))
+from hicache_pools import content, make_pool  # noqa: E402  (tools/common)
+from sglang_interface import load  # noqa: E402  (tools/common)
+
+
+def make_backend(spec: dict):
+    """(backend, pool) as SGLang makes them."""
+    factory, config_cls, _ = load()
+    pool = make_pool(spec["kind"], spec.get("layout", "page_first"), **spec.get("pool", {}))
+    fields = {"tp_rank": 0, "tp_size": 1, "pp_rank": 0, "pp_size": 1, "attn_cp_rank": 0, "attn_cp_size": 1,
+              "is_mla_model": spec["kind"] == "mla", "enable_storage_metrics": False,
+              "is_page_first_layout": spec.get("layout", "page_first") != "layer_first", "model_name": "test/model"}
+    fields.update(spec.get("config", {}))
+    extra = {"backend_name": "kvfabric", "module_path": "kvfabric.integrations.sglang",
+             "class_name": "HiCacheKvfabric", "interface_v1": 1}
+    extra.update(spec.get("extra", {}))
+    config = config_cls(extra_config=extra, **fields)
+    backend = factory.create_backend("dynamic", config, pool)
+    backend.register_mem_pool_host(pool)
+    return backend, pool
+
+
+def fill(pool, hashes, slots, rank) -> None:
+    for h, s in zip(hashes, slots):
+        pool.fill(s, content(h, rank, pool.page_nbytes()))
+
+
+def check(pool, hashes, slots, results, rank) -> int:
+    """How many pages reported as got differ from rank `rank`'s content."""
+    return sum(1 for h, s, ok in zip(hashes, slots, results)
+               if ok and pool.page_bytes(s) != content(h, rank, pool.page_nbytes()))
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[1])
+    backend, pool = make_backend(spec)
+    rank = spec.get("config", {}).get("tp_rank", 0)
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        if line.strip() == "quit":
+            break
+        cmd = json.loads(line)
+        if cmd["op"] == "set":
+            fill(pool, cmd["hashes"], cmd["slots"], rank)
+            out = {"results": backend.batch_set_v1(cmd["hashes"], pool.indices(cmd["slots"]))}
+        elif cmd["op"] == "get":
+            for s in cmd["slots"]:
+                pool.fill(s, bytes(pool.page_nbytes()))
+            results = backend.batch_get_v1(cmd["hashes"], pool.indices(cmd["slots"]))
+            out = {"results": results, "wrong": check(pool, cmd["hashes"], cmd["slots"], results, cmd["rank"])}
+        else:
+            out = {"prefix": backend.batch_exists(cmd["hashes"])}
+        print(json.dumps(out), flush=True)
+    backend.close()
+
+
+if __name__ == "__main__":
+    main()
