@@ -1,10 +1,10 @@
-"""Byte counts as people write them ("4gb", "512 MiB")."""
+"""Byte counts: as people write them ("4gb", "512 MiB"), and packed into a buffer."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterator, Sequence
 
-__all__ = ["parse_bytes"]
+__all__ = ["parse_bytes", "runs_within"]
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
           "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
@@ -27,3 +27,22 @@ def parse_bytes(value: Any, what: str) -> int:
     if n < 0:
         raise ValueError(f"{what}: {value!r} is negative")
     return n
+
+
+def runs_within(sizes: Sequence[int], capacity: int, too_large: str) -> Iterator[list[int]]:
+    """Consecutive runs of indices of ``sizes`` whose sizes fit ``capacity``
+    together, in order, each as long as it can be; raises ValueError with
+    ``too_large`` (formatted with ``size`` and ``capacity``) for a size larger
+    than ``capacity`` alone, before yielding a run that follows it."""
+    run: list[int] = []
+    used = 0
+    for i, n in enumerate(sizes):
+        if n > capacity:
+            raise ValueError(too_large.format(size=n, capacity=capacity))
+        if used + n > capacity:
+            yield run
+            run, used = [], 0
+        run.append(i)
+        used += n
+    if run:
+        yield run

@@ -109,3 +109,13 @@ def test_pool_hits_follow_each_pools_policy():
     assert pool_hits([T] * 5, [none, dsa]) == (0, {"kv": 5}, [])
     with pytest.raises(ValueError, match="block_groups"):
         pool_hits([T], [PoolPresence("c4", "block_groups", 0, [T])])
+
+
+def test_runs_within_pack_in_order_and_refuse_what_never_fits():
+    from kvfabric.units import runs_within
+
+    assert list(runs_within([3, 3, 3, 1, 5], 6, "{size}>{capacity}")) == [[0, 1], [2, 3], [4]]
+    assert list(runs_within([], 6, "")) == []
+    assert list(runs_within([6, 6], 6, "")) == [[0], [1]]
+    with pytest.raises(ValueError, match="7>6"):
+        list(runs_within([1, 7], 6, "{size}>{capacity}"))

@@ -5,8 +5,8 @@ in other processes; every byte checked."""
 import numpy as np
 import pytest
 
-from kvfabric.compat.mooncake_store import (INVALID_PARAMS, OBJECT_NOT_FOUND, MooncakeDistributedStore,
-                                            MooncakeHostMemAllocator, ReplicateConfig)
+from kvfabric.compat.mooncake_store import (INVALID_PARAMS, OBJECT_NOT_FOUND, RPC_FAIL, MooncakeDistributedStore,
+                                            MooncakeHostMemAllocator, ObjectDataType, ReplicateConfig)
 from test_store import Nodes
 
 MiB = 1 << 20
@@ -88,6 +88,81 @@ def test_bytes_go_through_the_local_buffer(mooncake_store):
     assert store.is_exist("mc/empty") == 0
 
 
+def test_bytes_in_batches_go_through_the_local_buffer_in_runs(mooncake_store):
+    store = mooncake_store  # a 4 MiB local buffer
+    values = [bytes([i]) * (1 * MiB + i) for i in range(7)]  # 7 MiB in all: two runs and more
+    keys = [f"mc/batch{i}" for i in range(7)]
+    assert store.put_batch(keys, values, ReplicateConfig()) == 0
+    assert store.get_batch(keys[:3] + ["mc/absent"] + keys[3:]) == values[:3] + [b""] + values[3:]
+    assert store.get_size(keys[2]) == 1 * MiB + 2 and store.get_size("mc/absent") == OBJECT_NOT_FOUND
+    desc = store.batch_get_replica_desc([keys[0], "mc/absent"])
+    assert desc[keys[0]][0].is_memory_replica() and not desc[keys[0]][0].is_disk_replica()
+    assert desc["mc/absent"] == []
+    assert store.put_batch(["mc/huge"], [b"x" * (5 * MiB)]) == INVALID_PARAMS, "larger than the local buffer"
+    assert store.put_batch(["a", "b"], [b"x"]) == INVALID_PARAMS
+    assert store.is_exist("mc/huge") == 0
+
+
+def test_vllms_encoder_cache_call_sequence(mooncake_store):
+    """vLLM's Mooncake encoder-cache client: a tensor put as [header, data] from buffers
+    registered for the call, read back into one registered read buffer, header checked."""
+    import ctypes
+    import struct
+
+    store = mooncake_store
+    assert store._buffer is None, "the local buffer is made at first use, not at setup"
+    config = ReplicateConfig()
+    config.data_type = ObjectDataType.TENSOR
+    header_fmt = struct.Struct("<IIQQ")
+    embeddings = {f"ec/mm{i}": np.random.default_rng(i).integers(0, 256, (16 + i) * 1024, dtype=np.uint8)
+                  for i in range(3)}
+    for key, data in embeddings.items():
+        header = (ctypes.c_ubyte * header_fmt.size).from_buffer_copy(header_fmt.pack(0x4D4F4F4E, 12, 16, data.nbytes))
+        hptr = ctypes.addressof(header)
+        assert store.register_buffer(data.ctypes.data, data.nbytes) == 0
+        assert store.register_buffer(hptr, header_fmt.size) == 0
+        assert store.batch_put_from_multi_buffers([key], [[hptr, data.ctypes.data]],
+                                                  [[header_fmt.size, data.nbytes]], config) == [0]
+        assert store.unregister_buffer(data.ctypes.data) == 0 and store.unregister_buffer(hptr) == 0
+    assert store.batch_is_exist(list(embeddings)) == [1, 1, 1]
+    read = np.zeros(1 * MiB, dtype=np.uint8)
+    assert store.register_buffer(read.ctypes.data, read.nbytes) == 0
+    sizes = [header_fmt.size + d.nbytes for d in embeddings.values()]
+    offsets = np.cumsum([0] + sizes[:-1]).tolist()
+    got = store.batch_get_into(list(embeddings), [read.ctypes.data + o for o in offsets], sizes)
+    assert got == sizes
+    for (key, data), o in zip(embeddings.items(), offsets):
+        assert header_fmt.unpack(read[o:o + header_fmt.size].tobytes())[3] == data.nbytes
+        assert np.array_equal(read[o + header_fmt.size:o + header_fmt.size + data.nbytes], data)
+    assert store.unregister_buffer(read.ctypes.data, read.nbytes) == 0
+
+
+def test_setup_dummy_is_a_client_of_the_node_at_its_address(monkeypatch):
+    nodes = Nodes("tcp", 2)
+    monkeypatch.setenv("KVF_LOG_LEVEL", "error")
+    try:
+        # SGLang's standalone mode: (mem_pool_size, local_buffer_size, server_address).
+        monkeypatch.delenv("KVF_STORE_MEMBERS", raising=False)
+        one = MooncakeDistributedStore()
+        assert one.setup_dummy(64 * MiB, 2 * MiB, nodes.names[0]) == 0
+        assert one.put("dummy/a", b"alpha") == 0 and one.get("dummy/a") == b"alpha"
+        assert one._store.members() == [nodes.names[0]]
+        assert one.close() == 0
+        # With KVF_STORE_MEMBERS, every member, as every other client places keys.
+        monkeypatch.setenv("KVF_STORE_MEMBERS", nodes.members)
+        both = MooncakeDistributedStore()
+        assert both.setup_dummy(64 * MiB, 2 * MiB, nodes.names[0]) == 0
+        assert sorted(both._store.members()) == sorted(nodes.names)
+        assert both.close() == 0
+        monkeypatch.delenv("KVF_STORE_MEMBERS")
+        from ports import free_port
+
+        assert MooncakeDistributedStore().setup_dummy(MiB, MiB, f"127.0.0.1:{free_port()}") == RPC_FAIL
+        assert MooncakeDistributedStore().setup_dummy(MiB, MiB, "no port here") == INVALID_PARAMS
+    finally:
+        nodes.close()
+
+
 def test_calls_before_setup_answer_mooncakes_codes_and_raise_nothing():
     store = MooncakeDistributedStore()
     assert store.batch_put_from(["a"], [1], [1]) == [INVALID_PARAMS]
@@ -100,7 +175,9 @@ def test_calls_before_setup_answer_mooncakes_codes_and_raise_nothing():
     assert store.register_buffer(1, 1) == INVALID_PARAMS
     assert store.remove("a") == INVALID_PARAMS
     assert store.remove_all() == INVALID_PARAMS
-    assert store.setup_dummy(1 << 20, 1 << 20, "127.0.0.1:50052") < 0
+    assert store.put_batch(["a"], [b"x"]) == INVALID_PARAMS and store.get_batch(["a"]) == [b""]
+    assert store.get_size("a") == INVALID_PARAMS and store.batch_get_replica_desc(["a"]) == {"a": []}
+    assert store.unregister_buffer(1, 1) == INVALID_PARAMS, "vLLM's encoder cache passes a size too"
     assert store.close() == 0
     assert store.setup({"local_hostname": "127.0.0.1"}) == INVALID_PARAMS, "no metadata server in the config"
 

@@ -91,17 +91,23 @@ void BatchRunner::Peek(Flight* flight, net::Deadline until, std::vector<bool>* e
   if (waited.ok() && all.state == TaskState::kCompleted) return;  // every group ended well
   for (size_t g = 0; g < flight->first_task.size(); ++g) {
     if (flight->first_task[g] == kNotSubmitted) continue;
-    for (size_t t = 0; t < flight->tasks[g]; ++t) {
-      TransferStatus ts;
-      Status s = engine_->GetTaskStatus(flight->batch, flight->first_task[g] + t, &ts);
-      if (s.ok() && ts.state == TaskState::kPending) {
-        (*ended)[g] = false;
-        break;
-      }
-      if (s.ok()) s = TaskOutcome(ts);
-      if (!s.ok() && (*outcomes)[g].ok()) (*outcomes)[g] = s;
-    }
+    Status failure;
+    (*ended)[g] = GroupEnded(*flight, g, &failure);
+    if (!failure.ok() && (*outcomes)[g].ok()) (*outcomes)[g] = failure;
   }
+}
+
+bool BatchRunner::GroupEnded(const Flight& flight, size_t g, Status* failure) const {
+  *failure = Status::OK();
+  if (!flight.allocated || flight.first_task[g] == kNotSubmitted) return true;
+  for (size_t t = 0; t < flight.tasks[g]; ++t) {
+    TransferStatus ts;
+    Status s = engine_->GetTaskStatus(flight.batch, flight.first_task[g] + t, &ts);
+    if (s.ok() && ts.state == TaskState::kPending) return false;
+    if (s.ok()) s = TaskOutcome(ts);
+    if (!s.ok() && failure->ok()) *failure = s;
+  }
+  return true;
 }
 
 void BatchRunner::Run(const std::vector<TransferRequest>& requests,

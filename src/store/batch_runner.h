@@ -50,6 +50,9 @@ class BatchRunner {
   // (with (*outcomes)[g] its failure, if any, as Finish would set it). The
   // flight stays for Finish, which frees it; Peek frees nothing.
   void Peek(Flight* flight, net::Deadline until, std::vector<bool>* ended, std::vector<Status>* outcomes);
+  // Whether every request of group g has ended, without waiting; when so,
+  // *failure is the first failure among them (OK if none). Frees nothing.
+  bool GroupEnded(const Flight& flight, size_t g, Status* failure) const;
   // Start and Finish.
   void Run(const std::vector<TransferRequest>& requests, const std::vector<std::pair<size_t, size_t>>& groups,
            net::Deadline deadline, std::vector<Status>* outcomes);

@@ -9,6 +9,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <thread>
 #include <utility>
 
 #include "common/log.h"
@@ -542,7 +543,7 @@ void StoreClient::Get(const std::vector<std::string>& keys, const std::vector<st
   net::Deadline moved_by = deadline;
   for (size_t p = 0; p < reads.pages.size(); ++p) {
     const PageRead& read = reads.pages[p];
-    const Status& ended = Land(&reads, read);
+    const Status& ended = LandPage(&reads, read);
     const size_t i = read.key;
     if (read.check == PageRead::Check::kConfirmed) {
       FinishRead(keys, buffers, read, ended, results, lengths);
@@ -638,6 +639,22 @@ void StoreClient::Launch(std::vector<PageRead> pages, net::Deadline by,
     reads->pages.push_back(std::move(pages[p]));
   }
   reads->flights.push_back(std::move(flight));
+}
+
+const Status& StoreClient::LandPage(Reads* reads, const PageRead& page) {
+  ReadFlight& f = reads->flights[page.flight];
+  // This page's READs alone: its checksum runs while the flight's later
+  // pages still move (verified one by one as they land, not all after the
+  // last). The flight's deadline still bounds the wait.
+  while (!f.landed && Clock::now() < f.by) {
+    Status failure;
+    if (runner_.GroupEnded(f.flight, page.group, &failure)) {
+      if (!failure.ok() && f.outcomes[page.group].ok()) f.outcomes[page.group] = failure;
+      return f.outcomes[page.group];
+    }
+    std::this_thread::yield();
+  }
+  return Land(reads, page);
 }
 
 const Status& StoreClient::Land(Reads* reads, const PageRead& page) {

@@ -139,6 +139,9 @@ class StoreClient {
               const std::vector<TransferRequest>& first = {});
   // The outcome of `page`'s READs, waiting for its flight the first time.
   const Status& Land(Reads* reads, const PageRead& page);
+  // The outcome of `page`'s READs once they alone have ended (the flight
+  // stays for Land, which frees it), or Land's at the flight's deadline.
+  const Status& LandPage(Reads* reads, const PageRead& page);
   // The region versions READ for the guesses: a scratch slot per home,
   // in flights[flight] (group: its READ there).
   struct Probe {

@@ -22,14 +22,17 @@ What differs from Mooncake (docs/python.md says it at length):
 - Ranged session reads go straight to the pages (``kvfabric.Store.batch_locate``):
   the member keeps a page whole for ``KVF_STORE_READ_WINDOW_MS`` from the
   session's start (Mooncake's lease), and parts are not checksummed.
-- Not yet here: ``setup_dummy`` (answers -1 and says so), the ranged put
-  sessions, ``get_size`` and ``batch_get_replica_desc``.
+- ``setup_dummy`` (Mooncake's standalone mode) makes this process a store
+  client with no pool, of ``KVF_STORE_MEMBERS`` or else the node at its
+  ``server_address`` (a ``kvfabric store-node``).
+- Not yet here: the ranged put sessions.
 """
 
 from __future__ import annotations
 
 import enum
 import mmap
+import os
 import threading
 import time
 from typing import Any, List, Optional, Sequence
@@ -37,7 +40,8 @@ from typing import Any, List, Optional, Sequence
 from ..engine import Op, Request, TaskState
 from ..errors import KvfabricError
 from ..store import Store
-from .mooncake import TransferEngine, _log
+from ..units import runs_within
+from .mooncake import TransferEngine, _log, split_local_name, start_engine
 
 # Mooncake's ErrorCode values (mooncake-store/include/types.h).
 INTERNAL_ERROR = -1
@@ -78,6 +82,21 @@ class SoftPinAction(enum.IntEnum):
     PRESERVE = 0
 
 
+class ObjectDataType(enum.IntEnum):
+    """Mooncake's object classification (``ReplicateConfig.data_type``); kvfabric keeps the value only."""
+
+    UNKNOWN = 0
+    KVCACHE = 1
+    TENSOR = 2
+    WEIGHT = 3
+    SAMPLE = 4
+    ACTIVATION = 5
+    GRADIENT = 6
+    OPTIMIZER_STATE = 7
+    METADATA = 8
+    GENERAL = 9
+
+
 class ReplicateConfig:
     """Mooncake's put options, with its defaults. kvfabric keeps the fields (callers
     set and probe them) and stores one copy per key where placement puts it."""
@@ -93,12 +112,29 @@ class ReplicateConfig:
         self.preferred_nof_segments: List[str] = []
         self.preferred_segment = ""
         self.prefer_alloc_in_same_node = False
-        self.data_type = 0
+        self.data_type = ObjectDataType.UNKNOWN
         self.group_ids: Optional[List[int]] = None
 
     def __str__(self) -> str:
         return (f"ReplicateConfig(replica_num={self.replica_num}, with_hard_pin={self.with_hard_pin}, "
                 f"preferred_segment={self.preferred_segment!r})")
+
+
+class ReplicaDescriptor:
+    """One copy of a key's page, as Mooncake's ``batch_get_replica_desc`` describes it;
+    kvfabric's is always in a member's memory."""
+
+    def is_memory_replica(self) -> bool:
+        return True
+
+    def is_disk_replica(self) -> bool:
+        return False
+
+    def is_local_disk_replica(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return "ReplicaDescriptor(memory)"
 
 
 class MooncakeHostMemAllocator:
@@ -144,7 +180,8 @@ class MooncakeDistributedStore:
         self._kv_engine = None  # the kvfabric Engine underneath (the caller's, or ours when _own_engine)
         self._own_engine = False
         self._store: Optional[Store] = None
-        self._buffer: Optional[bytearray] = None  # the local buffer put/get of bytes go through
+        self._buffer: Optional[bytearray] = None  # the local buffer put/get of bytes go through, made at first use
+        self._buffer_bytes = 0  # its size (setup's local_buffer_size)
         self._buffer_lock = threading.Lock()  # the local buffer, and the sessions
         self._sessions: dict = {}  # key -> ((segment, address, length), expires): ranged-read sessions
 
@@ -186,10 +223,7 @@ class MooncakeDistributedStore:
                 kv_engine = te.get_engine()
                 self._own_engine = True
             self._te, self._kv_engine = te, kv_engine
-            buffer = bytearray(int(local_buffer_size)) if local_buffer_size else None
-            if buffer is not None:
-                kv_engine.register(buffer)
-            self._buffer = buffer
+            self._buffer_bytes = int(local_buffer_size or 0)
             self._store = Store(kv_engine, pool_bytes=int(global_segment_size or 0))
             return 0
         except (KvfabricError, ValueError, TypeError, OSError) as e:
@@ -198,9 +232,43 @@ class MooncakeDistributedStore:
             return INVALID_PARAMS
 
     def setup_dummy(self, mem_pool_size: int, local_buffer_size: int, server_address: str) -> int:
-        _log("error", "setup_dummy: a store served by another local process is not in kvfabric yet; "
-                      "call setup() in this process instead")
-        return INTERNAL_ERROR
+        """Mooncake's standalone mode: this process gives no memory and reaches the store
+        through a process that does (Mooncake's ``mooncake_client`` at ``server_address``;
+        here a ``kvfabric store-node`` listening there). kvfabric has no dummy client:
+        this process is a store client of its own, over the members of
+        ``KVF_STORE_MEMBERS`` when set, else of the node at ``server_address`` alone.
+        ``mem_pool_size`` (the memory Mooncake shares with its real client) is not
+        needed. 0; -900 when no member answers; -600 for bad arguments."""
+        if self._store is not None:
+            _log("error", "setup_dummy: this store is set up already")
+            return INVALID_PARAMS
+        try:
+            host, _ = split_local_name(str(server_address))
+        except ValueError as e:
+            _log("error", f"setup_dummy: server_address {server_address!r}: {e}")
+            return INVALID_PARAMS
+        members = os.environ.get("KVF_STORE_MEMBERS") or str(server_address)
+        _log("info", f"setup_dummy: a store client (no pool) of {members}"
+                     + ("" if os.environ.get("KVF_STORE_MEMBERS") else " (KVF_STORE_MEMBERS names them all)"))
+        try:
+            engine, _ = start_engine(host, "P2PHANDSHAKE", "auto")
+        except (KvfabricError, ValueError, OSError) as e:
+            _log("error", f"setup_dummy: {e}")
+            return INVALID_PARAMS
+        self._te, self._kv_engine, self._own_engine = None, engine, True
+        try:
+            self._buffer_bytes = int(local_buffer_size or 0)
+            self._store = Store(engine, members=members)
+            if not self._store.members():
+                _log("error", f"setup_dummy: no store node answers at {members} (start one: kvfabric store-node "
+                              f"--listen {server_address} --members ...)")
+                self.close()
+                return RPC_FAIL
+            return 0
+        except (KvfabricError, ValueError, TypeError, OSError) as e:
+            _log("error", f"setup_dummy: {e}")
+            self.close()
+            return INVALID_PARAMS
 
     def close(self) -> int:
         store, self._store = self._store, None
@@ -212,7 +280,7 @@ class MooncakeDistributedStore:
                 engine.unregister(self._buffer)
             except KvfabricError:
                 pass
-        self._buffer = None
+        self._buffer, self._buffer_bytes = None, 0
         if engine is not None and self._own_engine:
             engine.close()
         self._own_engine = False
@@ -232,7 +300,7 @@ class MooncakeDistributedStore:
             _log("error", f"register_buffer({buffer_ptr:#x}, {size}): {e}")
             return INVALID_PARAMS
 
-    def unregister_buffer(self, buffer_ptr: int) -> int:
+    def unregister_buffer(self, buffer_ptr: int, size: Optional[int] = None) -> int:
         if self._store is None:
             return INVALID_PARAMS
         try:
@@ -384,27 +452,131 @@ class MooncakeDistributedStore:
             return INVALID_PARAMS
         return self.batch_get_into([key], [buffer_ptr], [size])[0]
 
+    def _local(self, call: str) -> Optional[bytearray]:
+        """The local buffer, made and registered at its first use (a 4 GiB default
+        costs nothing until then); None, logged, when there is none. _buffer_lock held."""
+        if self._store is None:
+            return None
+        if self._buffer is None:
+            if not self._buffer_bytes:
+                _log("error", f"{call}: no local buffer (setup's local_buffer_size was 0)")
+                return None
+            try:
+                buffer = bytearray(self._buffer_bytes)
+                self._engine().register(buffer)
+            except (KvfabricError, MemoryError) as e:
+                _log("error", f"{call}: the local buffer of {self._buffer_bytes} bytes: {e}")
+                return None
+            self._buffer = buffer
+        return self._buffer
+
     def put(self, key: str, value: Any, config: Optional[ReplicateConfig] = None) -> int:
         """Stores the bytes of ``value`` (any buffer), copied through the local buffer."""
-        if self._store is None or self._buffer is None:
-            if self._store is not None:
-                _log("error", "put: no local buffer (setup's local_buffer_size was 0)")
-            return INVALID_PARAMS
         data = memoryview(value).cast("B")
-        if data.nbytes == 0 or data.nbytes > len(self._buffer):
-            _log("error", f"put: {data.nbytes} bytes; the local buffer holds 1 to {len(self._buffer)}")
-            return INVALID_PARAMS
         with self._buffer_lock:
-            self._buffer[:data.nbytes] = data
+            buffer = self._local("put")
+            if buffer is None:
+                return INVALID_PARAMS
+            if data.nbytes == 0 or data.nbytes > len(buffer):
+                _log("error", f"put: {data.nbytes} bytes; the local buffer holds 1 to {len(buffer)}")
+                return INVALID_PARAMS
+            buffer[:data.nbytes] = data
             return self._batch(True, [key], [[self._buffer_address()]], [[data.nbytes]])[0]
 
     def get(self, key: str) -> bytes:
         """The page's bytes, or b"" for a miss or any failure (as Mooncake answers)."""
-        if self._store is None or self._buffer is None:
-            return b""
         with self._buffer_lock:
-            n = self._batch(False, [key], [[self._buffer_address()]], [[len(self._buffer)]])[0]
-            return bytes(self._buffer[:n]) if n > 0 else b""
+            buffer = self._local("get")
+            if buffer is None:
+                return b""
+            n = self._batch(False, [key], [[self._buffer_address()]], [[len(buffer)]])[0]
+            return bytes(buffer[:n]) if n > 0 else b""
+
+    def _runs(self, sizes: Sequence[int]):
+        """Runs of indices whose sizes fit the local buffer together (ValueError for one that never fits)."""
+        return runs_within(sizes, self._buffer_bytes,
+                           "a value of {size} bytes; the local buffer holds {capacity} (setup's local_buffer_size)")
+
+    def put_batch(self, keys: Sequence[str], values: Sequence[Any], config: Optional[ReplicateConfig] = None) -> int:
+        """Stores each value's bytes (any buffer) under its key, copied through the local
+        buffer: 0 when every key is stored, else the first failure's ErrorCode."""
+        if self._store is None:
+            return INVALID_PARAMS
+        if len(values) != len(keys):
+            _log("error", f"put_batch: {len(keys)} keys but {len(values)} values")
+            return INVALID_PARAMS
+        try:
+            data = [memoryview(v).cast("B") for v in values]
+            with self._buffer_lock:
+                if self._local("put_batch") is None:
+                    return INVALID_PARAMS
+                base = self._buffer_address()
+                for run in self._runs([d.nbytes for d in data]):
+                    ptrs, at = [], 0
+                    for i in run:
+                        self._buffer[at:at + data[i].nbytes] = data[i]
+                        ptrs.append([base + at])
+                        at += data[i].nbytes
+                    got = self._batch(True, [keys[i] for i in run], ptrs, [[data[i].nbytes] for i in run])
+                    failed = [c for c in got if c != 0]
+                    if failed:
+                        return failed[0]
+            return 0
+        except (ValueError, TypeError) as e:
+            _log("error", f"put_batch: {e}")
+            return INVALID_PARAMS
+
+    def get_batch(self, keys: Sequence[str]) -> List[bytes]:
+        """Each key's bytes, b"" for a miss or a failure (as Mooncake answers), read
+        through the local buffer."""
+        if self._store is None:
+            return [b""] * len(keys)
+        out = [b""] * len(keys)
+        try:
+            names = [k.decode() if isinstance(k, bytes) else str(k) for k in keys]
+            codes, pages = self._store.batch_locate(names)
+            present = [i for i, c in enumerate(codes) if c == 0 and 0 < pages[i][2] <= self._buffer_bytes]
+            with self._buffer_lock:
+                if self._local("get_batch") is None:
+                    return out
+                base = self._buffer_address()
+                for run in self._runs([pages[i][2] for i in present]):
+                    run = [present[j] for j in run]
+                    ptrs, at = [], 0
+                    for i in run:
+                        ptrs.append([base + at])
+                        at += pages[i][2]
+                    got = self._batch(False, [names[i] for i in run], ptrs, [[pages[i][2]] for i in run])
+                    for i, p, n in zip(run, ptrs, got):
+                        if n > 0:
+                            start = p[0] - base
+                            out[i] = bytes(self._buffer[start:start + n])
+        except (KvfabricError, ValueError, TypeError) as e:
+            _log("error", f"get_batch: {e}")
+        return out
+
+    def get_size(self, key: str) -> int:
+        """The key's page size in bytes, or a negative ErrorCode (-704: no such key)."""
+        if self._store is None:
+            return INVALID_PARAMS
+        try:
+            codes, pages = self._store.batch_locate([key])
+        except (KvfabricError, ValueError, TypeError) as e:
+            _log("error", f"get_size: {e}")
+            return INVALID_PARAMS
+        return pages[0][2] if codes[0] == 0 else _mooncake_code(codes[0])
+
+    def batch_get_replica_desc(self, keys: Sequence[str]) -> dict:
+        """Per key, its replicas as Mooncake describes them: one memory replica where a
+        page is, none where not (kvfabric keeps one copy, in memory)."""
+        if self._store is None or not keys:
+            return {k: [] for k in keys}
+        try:
+            found = self._store.batch_exists(list(keys))
+        except (KvfabricError, ValueError, TypeError) as e:
+            _log("error", f"batch_get_replica_desc: {e}")
+            found = [False] * len(keys)
+        return {k: ([ReplicaDescriptor()] if f else []) for k, f in zip(keys, found)}
 
     def _buffer_address(self) -> int:
         from .. import _core
@@ -447,4 +619,5 @@ class MooncakeDistributedStore:
             pass
 
 
-__all__ = ["MooncakeDistributedStore", "ReplicateConfig", "SoftPinAction", "MooncakeHostMemAllocator"]
+__all__ = ["MooncakeDistributedStore", "ReplicateConfig", "SoftPinAction", "ObjectDataType",
+           "MooncakeHostMemAllocator", "ReplicaDescriptor"]

@@ -41,6 +41,7 @@ from ..compat.mooncake import start_engine
 from ..engine import buffer_address
 from ..errors import NotFoundError, error_for
 from ..store import Store
+from ..units import runs_within
 from .hicache_layout import BackendConfig, PoolPresence, key_scheme, page_buffers, pool_hits
 
 __all__ = ["HiCacheKvfabric"]
@@ -303,20 +304,10 @@ class HiCacheKvfabric(HiCacheStorage):
         return addr, nbytes
 
     def _chunks(self, sizes: List[int]):
-        """Runs of indices whose sizes fit the staging buffer together."""
-        cap = self.config.staging_bytes
-        run, used = [], 0
-        for i, n in enumerate(sizes):
-            if n > cap:
-                raise ValueError(f"kvfabric HiCache backend: a page of {n} bytes is larger than staging_bytes "
-                                 f"({cap}); raise staging_bytes or use interface_v1")
-            if used + n > cap:
-                yield run
-                run, used = [], 0
-            run.append(i)
-            used += n
-        if run:
-            yield run
+        """Runs of indices whose sizes fit the staging buffer together (ValueError for one that never fits)."""
+        return runs_within(sizes, self.config.staging_bytes,
+                           "kvfabric HiCache backend: a page of {size} bytes is larger than staging_bytes ({capacity}); "
+                           "raise staging_bytes or use interface_v1")
 
     def batch_get(self, keys: List[str], target_locations: Optional[Any] = None,
                   target_sizes: Optional[Any] = None) -> List[Any]:
