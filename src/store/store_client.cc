@@ -645,14 +645,18 @@ const Status& StoreClient::LandPage(Reads* reads, const PageRead& page) {
   ReadFlight& f = reads->flights[page.flight];
   // This page's READs alone: its checksum runs while the flight's later
   // pages still move (verified one by one as they land, not all after the
-  // last). The flight's deadline still bounds the wait.
+  // last). Polled, yielding the core, for KVF_STORE_SPIN_US (a lone page
+  // lands within it), then in short sleeps; the flight's deadline still
+  // bounds the wait.
+  const auto spin_until = Clock::now() + std::chrono::microseconds(settings_.store_spin_us);
   while (!f.landed && Clock::now() < f.by) {
     Status failure;
     if (runner_.GroupEnded(f.flight, page.group, &failure)) {
       if (!failure.ok() && f.outcomes[page.group].ok()) f.outcomes[page.group] = failure;
       return f.outcomes[page.group];
     }
-    std::this_thread::yield();
+    if (Clock::now() < spin_until) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
   return Land(reads, page);
 }
