@@ -10,7 +10,7 @@ SGLANG_SRC := $(BUILD)/sglang-$(SGLANG_VERSION)
 # Tests run this many at once (the lab test alone: RUN_SERIAL).
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build python run test check fuzz stress soak bench store-compare store-sweep lab-bench docs clean
+.PHONY: all deps build python run test check fuzz stress soak bench store-compare store-sweep lab-bench hicache-bench docs clean
 
 all: build
 
@@ -89,6 +89,12 @@ soak: python
 # The libFuzzer targets (descriptor, handshake and store message parsers), FUZZ_SECONDS each.
 fuzz: deps
 	scripts/fuzz.sh
+
+# SGLang's HiCache calls on MLA and MHA pages beside the store's own GET and
+# PUT and the bare READ and WRITE (docs/sglang.md), over tcp then shm.
+hicache-bench: build python $(SGLANG_SRC)/.unpacked
+	KVF_SGLANG_SRC=$(SGLANG_SRC) $(PY) tools/bench/hicache_bench.py --protocol tcp --json_out $(BUILD)/hicache-bench-tcp.json
+	KVF_SGLANG_SRC=$(SGLANG_SRC) $(PY) tools/bench/hicache_bench.py --protocol shm --json_out $(BUILD)/hicache-bench-shm.json
 
 # The figures of docs/benchmarks.md: more repetitions, medians.
 bench: build python
