@@ -461,6 +461,21 @@ TEST_F(ControlChannelTest, AuthUnprovenClientsNeverReachTheHandler) {
   EXPECT_EQ(seen_.load(), 0);
 }
 
+// A peer of another protocol version is refused at its first frame, naming both versions.
+TEST_F(ControlChannelTest, APeerOfAnotherProtocolVersionIsRefusedNamingBoth) {
+  StartEcho();
+  const int old = RawConnect();
+  SendRaw(old, Header(control::kMagicPrefix | '1', control::kRequest, 3, 1) + "abc");
+  const Status refusal = Refusal(old);
+  EXPECT_EQ(refusal.code(), Status::Code::kProtocolError);
+  EXPECT_NE(refusal.message().find("store protocol version 1 and this process version 2"), std::string::npos)
+      << refusal.ToString();
+  EXPECT_EQ(seen_.load(), 0);
+  ControlClient client(TestSettings());
+  std::string reply;
+  ASSERT_TRUE(client.CallSync(address_, "still", DeadlineIn(2000), &reply).ok());
+}
+
 // Garbage and a header announcing too much close that connection only.
 TEST_F(ControlChannelTest, MalformedFramesCloseOnlyTheirConnection) {
   StartEcho();

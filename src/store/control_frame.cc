@@ -68,8 +68,15 @@ bool FrameReader::Next(const HeaderCheck& check, Frame* out, Status* error) {
   if (!in_frame_) {
     if (end_ - begin_ < kHeaderSize) return false;
     const char* h = buffer_.data() + begin_;
-    if (Get(h, 4) != kMagic) {
-      *error = Status::ProtocolError("bad magic number (not a kvfabric store control client or server?)");
+    if (const uint64_t magic = Get(h, 4); magic != kMagic) {
+      const uint64_t digit = magic & 0xFF;
+      if ((magic & 0xFFFFFF00) == kMagicPrefix && digit >= '0' && digit <= '9')
+        *error = Status::ProtocolError(text::Format(
+            "the peer speaks store protocol version {} and this process version {}: every store member and "
+            "client must run the same kvfabric release (upgrade them together)",
+            digit - '0', kProtocolVersion));
+      else
+        *error = Status::ProtocolError("bad magic number (not a kvfabric store control client or server?)");
       return false;
     }
     frame_.type = static_cast<uint16_t>(Get(h + 4, 2));

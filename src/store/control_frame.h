@@ -6,7 +6,8 @@
 //
 // A frame is a 20-byte header, every field big-endian, then the payload:
 //
-//   offset 0   magic    u32  0x4B565331, "KVS1"
+//   offset 0   magic    u32  "KVS" and the protocol version as a digit:
+//                            0x4B565332, "KVS2"
 //   offset 4   type     u16  FrameType
 //   offset 6   flags    u16  0 (reserved; ignored by readers)
 //   offset 8   length   u32  payload bytes: at most KVF_HANDSHAKE_MAX_FRAME,
@@ -54,7 +55,14 @@ enum FrameType : uint16_t {
   kWelcome = 7,    // payload: empty
 };
 
-constexpr uint32_t kMagic = 0x4B565331;  // "KVS1"
+// The store's wire version: of this framing and of every message
+// (messages.h). Bumped whenever either changes shape; it is the magic's last
+// byte, so peers of different versions refuse each other at the first
+// frame, naming both versions, instead of misreading a message. Version 1
+// was the store before PUT by WRITE's reserve and commit.
+constexpr uint32_t kProtocolVersion = 2;
+constexpr uint32_t kMagicPrefix = 0x4B565300;  // "KVS", then the version's digit
+constexpr uint32_t kMagic = kMagicPrefix | ('0' + kProtocolVersion);
 constexpr size_t kHeaderSize = 20;
 // Largest payload either side reads before the other has proven itself: a
 // nonce, a challenge, a proof, or the text of a refusal.
