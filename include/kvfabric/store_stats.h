@@ -35,6 +35,7 @@
   X(removals, "pages removed")                                                                            \
   X(overwrites, "pages replaced by a put of the same key")                                                \
   X(refusals, "puts refused: the pool was full of pages in use")                                          \
+  X(pins_released, "pins released because the connection that took them closed (its process died or closed)") \
   /* Members now in placement (reachable, with a pool). */                                                \
   X(members, "members in placement now")
 

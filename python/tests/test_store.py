@@ -31,6 +31,12 @@ class Nodes:
             assert json.loads(line)["name"] == name
             self.procs.append(p)
 
+    def stats(self, i: int) -> dict:
+        """Node i's own counters (its pool, pins, evictions)."""
+        self.procs[i].stdin.write("stats\n")
+        self.procs[i].stdin.flush()
+        return json.loads(self.procs[i].stdout.readline())
+
     def kill(self, i: int) -> None:
         self.procs[i].kill()
         self.procs[i].wait()
@@ -228,3 +234,48 @@ def test_the_store_node_command_serves_until_sigterm():
     bad = subprocess.run([sys.executable, "-m", "kvfabric", "store-node", "--pool", "lots"], capture_output=True,
                          text=True, timeout=30)
     assert bad.returncode == 1 and "--pool" in bad.stderr and "not a byte count" in bad.stderr
+
+
+PINNER = """
+import sys, numpy as np, kvfabric
+e = kvfabric.Engine(protocol="tcp", settings={"KVF_LOG_LEVEL": "error"})
+s = kvfabric.Store(e, members=sys.argv[1])
+page = np.full(64 << 10, 7, dtype=np.uint8)
+e.register(page)
+keys = [f"pinned/{i}" for i in range(4)]
+assert s.batch_put(keys, [page] * 4) == [0] * 4
+assert s.batch_pin(keys) == [0] * 4
+print("pinned", flush=True)
+sys.stdin.readline()  # until killed
+"""
+
+
+def test_pins_of_a_process_that_died_are_released_and_only_their_owner_unpins():
+    nodes = Nodes("tcp", 1)
+    try:
+        pinner = subprocess.Popen([sys.executable, "-c", PINNER, nodes.members], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True)
+        assert pinner.stdout.readline().strip() == "pinned"
+        assert nodes.stats(0)["pinned_pages"] == 4
+        with kvfabric.Engine(protocol="tcp", settings={"KVF_LOG_LEVEL": "error"}) as engine:
+            store = kvfabric.Store(engine, members=nodes.members)
+            # Another client cannot end those pins: they are not its own.
+            assert store.batch_unpin(["pinned/0"]) == [MISS]
+            assert nodes.stats(0)["pinned_pages"] == 4
+            # Its own pin, and unpin, of the same key count apart from the other's.
+            assert store.batch_pin(["pinned/1"]) == [0]
+            assert store.batch_unpin(["pinned/1"]) == [0]
+            pinner.kill()
+            pinner.wait()
+            deadline = time.monotonic() + 5
+            while nodes.stats(0)["pinned_pages"] and time.monotonic() < deadline:
+                time.sleep(0.05)
+            stats = nodes.stats(0)
+            assert stats["pinned_pages"] == 0 and stats["pins_released"] == 4
+            # The pages are still there, now evictable, and read back whole.
+            back = np.zeros(64 << 10, dtype=np.uint8)
+            engine.register(back)
+            assert store.batch_get(["pinned/3"], [back]) == [64 << 10] and (back == 7).all()
+            store.close()
+    finally:
+        nodes.close()

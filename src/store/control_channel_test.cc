@@ -49,7 +49,7 @@ bool Eventually(F done, int ms = 2000) {
 
 // A handler that answers "echo:<payload>" at once, counting what it sees.
 ControlServer::Handler Echo(std::atomic<int>* seen) {
-  return [seen](std::string payload, Reply reply) {
+  return [seen](uint64_t, std::string payload, Reply reply) {
     ++*seen;
     reply(Status::OK(), "echo:" + payload);
   };
@@ -61,7 +61,7 @@ struct Holder {
   std::mutex mu;
   std::vector<std::pair<std::string, Reply>> held;
   ControlServer::Handler Handler(std::string only = "") {
-    return [this, only](std::string payload, Reply reply) {
+    return [this, only](uint64_t, std::string payload, Reply reply) {
       if (!only.empty() && payload != only) return reply(Status::OK(), "echo:" + payload);
       std::lock_guard<std::mutex> g(mu);
       held.emplace_back(std::move(payload), std::move(reply));
@@ -207,7 +207,7 @@ TEST_F(ControlChannelTest, TenThousandCallsInFlightAnsweredOutOfOrder) {
   std::vector<std::pair<std::string, Reply>> queue;
   bool stop = false;
   std::atomic<int> reordered{0};
-  Start(TestSettings(), [&](std::string payload, Reply reply) {
+  Start(TestSettings(), [&](uint64_t, std::string payload, Reply reply) {
     std::lock_guard<std::mutex> g(mu);
     queue.emplace_back(std::move(payload), std::move(reply));
     cv.notify_one();
@@ -270,7 +270,7 @@ TEST_F(ControlChannelTest, ErrorRepliesKeepTheirCodeAndMessage) {
       KVF_STATUS_CODES(KVF_TEST_ERROR_)
 #undef KVF_TEST_ERROR_
   };
-  Start(TestSettings(), [&](std::string payload, Reply reply) { reply(errors.at(std::stoul(payload)), "ignored"); });
+  Start(TestSettings(), [&](uint64_t, std::string payload, Reply reply) { reply(errors.at(std::stoul(payload)), "ignored"); });
   ControlClient client(TestSettings());
   for (size_t i = 0; i < errors.size(); ++i) {
     std::string reply = "untouched";
@@ -283,7 +283,7 @@ TEST_F(ControlChannelTest, ErrorRepliesKeepTheirCodeAndMessage) {
 }
 
 TEST_F(ControlChannelTest, DroppedReplyAnswersInternal) {
-  Start(TestSettings(), [](std::string, Reply) {});
+  Start(TestSettings(), [](uint64_t, std::string, Reply) {});
   ControlClient client(TestSettings());
   std::string reply;
   Status s = client.CallSync(address_, "x", DeadlineIn(5000), &reply);

@@ -60,6 +60,7 @@ struct ControlServer::Loop : std::enable_shared_from_this<ControlServer::Loop> {
     std::string client_nonce, server_nonce;
     FrameReader reader;
     bool want_out = false;  // EPOLLOUT armed
+    bool served = false;    // a request reached the handler: Closed is called for it
     // Under `mu`.
     FrameWriter writer;
     bool closing = false;      // refused: nothing more is queued; write side shut once flushed
@@ -111,6 +112,7 @@ struct ControlServer::Loop : std::enable_shared_from_this<ControlServer::Loop> {
   size_t max_connections = 0;
   std::chrono::milliseconds auth_timeout{0};
   Handler handler;
+  Closed closed;
   int listen_fd = -1, epoll_fd = -1, wake_fd = -1;
 
   std::mutex mu;
@@ -208,7 +210,7 @@ void ControlServer::Loop::SyncOutputLocked(Connection* c) {
 }
 
 Status ControlServer::Start(const std::string& listen, const Settings& settings, Handler handler,
-                            std::unique_ptr<ControlServer>* out) {
+                            std::unique_ptr<ControlServer>* out, Closed closed) {
   std::string host;
   uint16_t port = 0;
   KVF_RETURN_IF_ERROR(net::ParseHostPort(listen, &host, &port).Annotate("store control server"));
@@ -222,6 +224,7 @@ Status ControlServer::Start(const std::string& listen, const Settings& settings,
   loop->max_connections = static_cast<size_t>(settings.store_max_connections);
   loop->auth_timeout = std::chrono::milliseconds(settings.handshake_auth_timeout_ms);
   loop->handler = std::move(handler);
+  loop->closed = std::move(closed);
   KVF_RETURN_IF_ERROR(net::OpenTcpSocket(sa.family(), listen, &loop->listen_fd).Annotate("store control server"));
   int one = 1;
   setsockopt(loop->listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
@@ -261,6 +264,7 @@ void ControlServer::Stop() {
   // take `mu` to find the server stopped.
   Handler gone = std::move(loop_->handler);
   loop_->handler = nullptr;
+  loop_->closed = nullptr;
 }
 
 size_t ControlServer::connection_count() const { return loop_->count.load(); }
@@ -416,7 +420,8 @@ bool ControlServer::Loop::OnFrame(Connection* c, Frame&& f) {
         Refuse(c, Status::ProtocolError("request with id 0"));
         return false;
       }
-      handler(std::move(f.payload), MakeReply(c->key, f.id));
+      c->served = true;
+      handler(c->key, std::move(f.payload), MakeReply(c->key, f.id));
       return true;
     case State::kAwaitHello: {
       if (f.payload.size() != metadata::auth::kNonceSize) {
@@ -458,11 +463,16 @@ void ControlServer::Loop::Refuse(Connection* c, const Status& status) {
 }
 
 void ControlServer::Loop::Close(Connection* c) {
-  std::lock_guard<std::mutex> g(mu);
-  epoll_ctl(epoll_fd, EPOLL_CTL_DEL, c->fd, nullptr);
-  close(c->fd);
-  connections.erase(c->key);
-  count.fetch_sub(1);
+  const uint64_t key = c->key;
+  const bool served = c->served;
+  {
+    std::lock_guard<std::mutex> g(mu);
+    epoll_ctl(epoll_fd, EPOLL_CTL_DEL, c->fd, nullptr);
+    close(c->fd);
+    connections.erase(key);
+    count.fetch_sub(1);
+  }
+  if (served && closed) closed(key);
 }
 
 void ControlServer::Loop::ProcessDirty() {

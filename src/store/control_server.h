@@ -33,10 +33,16 @@ class ControlServer {
   // pass 64 MiB is closed (its client reads too slowly).
   using Reply = std::function<void(Status status, std::string payload)>;
   // Called on the server's thread for every request, in the order each
-  // connection sent them, never for a connection that has not authenticated.
-  // Must not block: a handler with slow work hands `reply` to another thread.
-  // Must not call Stop or destroy the server.
-  using Handler = std::function<void(std::string payload, Reply reply)>;
+  // connection sent them, never for a connection that has not authenticated,
+  // with the id of the connection that carried it (unique for the server's
+  // life; never 0). Must not block: a handler with slow work hands `reply`
+  // to another thread. Must not call Stop or destroy the server.
+  using Handler = std::function<void(uint64_t connection, std::string payload, Reply reply)>;
+  // Called on the server's thread when a connection that carried at least
+  // one request is closed: its client closed it, died or broke it, or the
+  // server gave up on it. Not for the connections Stop closes. Must not
+  // block, call Stop or destroy the server.
+  using Closed = std::function<void(uint64_t connection)>;
 
   // Binds `listen` ("host:port" or "[v6addr]:port"; port 0 picks a free one)
   // and starts the thread. Uses from `settings`: auth_token (when set, every
@@ -47,7 +53,7 @@ class ControlServer {
   // then is closed). InvalidArgument for an address that does not parse,
   // NetworkError when it cannot be bound.
   static Status Start(const std::string& listen, const Settings& settings, Handler handler,
-                      std::unique_ptr<ControlServer>* out);
+                      std::unique_ptr<ControlServer>* out, Closed closed = nullptr);
   ~ControlServer();  // Stop()
   ControlServer(const ControlServer&) = delete;
   ControlServer& operator=(const ControlServer&) = delete;

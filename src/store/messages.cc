@@ -26,7 +26,7 @@ constexpr std::array kStatsFields = {
     &NodeStats::pool_bytes, &NodeStats::used_bytes, &NodeStats::reserved_bytes, &NodeStats::quarantined_bytes,
     &NodeStats::pages,      &NodeStats::pinned_pages, &NodeStats::evictions,    &NodeStats::removals,
     &NodeStats::overwrites, &NodeStats::refusals,   &NodeStats::puts,           &NodeStats::put_failures,
-    &NodeStats::lookups,    &NodeStats::lookup_hits, &NodeStats::exists,
+    &NodeStats::lookups,    &NodeStats::lookup_hits, &NodeStats::exists,    &NodeStats::pins_released,
 };
 
 void WriteStatus(WireWriter& w, const Status& s) {

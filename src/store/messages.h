@@ -128,6 +128,7 @@ struct NodeStats {
   uint64_t pages = 0, pinned_pages = 0;
   uint64_t evictions = 0, removals = 0, overwrites = 0, refusals = 0;
   uint64_t puts = 0, put_failures = 0, lookups = 0, lookup_hits = 0, exists = 0;
+  uint64_t pins_released = 0;  // pins whose connection closed before their unpin
 };
 
 // Requests.

@@ -108,8 +108,11 @@ Status NodeService::Start(Engine* engine, const Settings& settings, std::unique_
   KVF_RETURN_IF_ERROR(ListenAddress(*engine, settings, &listen));
   NodeService* self = node.get();
   KVF_RETURN_IF_ERROR(ControlServer::Start(
-      listen, settings, [self](std::string payload, ControlServer::Reply reply) { self->Handle(std::move(payload), std::move(reply)); },
-      &node->server_));
+      listen, settings,
+      [self](uint64_t connection, std::string payload, ControlServer::Reply reply) {
+        self->Handle(connection, std::move(payload), std::move(reply));
+      },
+      &node->server_, [self](uint64_t connection) { self->ConnectionClosed(connection); }));
   node->address_ = node->server_->address();
   for (int64_t i = 0; i < settings.store_put_threads; ++i) node->workers_.emplace_back([self] { self->PutLoop(); });
   KVF_LOG_INFO("store node {} serving a pool of {} bytes (segment {})", node->address_, node->pool_bytes_, info.segment);
@@ -149,7 +152,7 @@ void NodeService::Stop() {
   }
 }
 
-void NodeService::Handle(std::string payload, ControlServer::Reply reply) {
+void NodeService::Handle(uint64_t connection, std::string payload, ControlServer::Reply reply) {
   Op op;
   if (Status s = PeekOp(payload, &op); !s.ok()) return reply(s, {});
   if (op == Op::kPut) {
@@ -164,7 +167,7 @@ void NodeService::Handle(std::string payload, ControlServer::Reply reply) {
   }
   if (op == Op::kCommit) return TakeCommit(payload, std::move(reply));
   Status status;
-  std::string answer = Answer(op, payload, &status);
+  std::string answer = Answer(connection, op, payload, &status);
   reply(status, std::move(answer));
 }
 
@@ -291,13 +294,14 @@ std::vector<Status> NodeService::FinishCommit(PutJob* job) {
   return results;
 }
 
-std::string NodeService::Answer(Op op, std::string_view payload, Status* status) {
+std::string NodeService::Answer(uint64_t connection, Op op, std::string_view payload, Status* status) {
   const auto now = Clock::now();
   if (op == Op::kHello) return EncodeNodeInfo(info_);
   if (op == Op::kReserve) return ReserveSlots(payload, status);
   if (op == Op::kStats) return EncodeNodeStats(Stats());
   if (op == Op::kRemoveAll) {
     std::lock_guard<std::mutex> g(table_mu_);
+    pins_by_connection_.clear();  // the pins went with the pages
     return EncodeCount(table_.RemoveAll(now));
   }
   std::vector<std::string_view> keys;
@@ -320,9 +324,13 @@ std::string NodeService::Answer(Op op, std::string_view payload, Status* status)
   for (size_t i = 0; i < keys.size(); ++i) {
     switch (op) {
       case Op::kExists: bits[i] = table_.Contains(keys[i], now); break;
-      case Op::kRemove: bits[i] = table_.Remove(keys[i], now); break;
-      case Op::kPin: bits[i] = table_.Pin(keys[i]); break;
-      case Op::kUnpin: bits[i] = table_.Unpin(keys[i]); break;
+      case Op::kRemove:
+        bits[i] = table_.Remove(keys[i], now);
+        if (bits[i])  // the key's pins went with its page
+          for (auto& [c, pins] : pins_by_connection_) pins.erase(std::string(keys[i]));
+        break;
+      case Op::kPin: bits[i] = PinLocked(connection, keys[i]); break;
+      case Op::kUnpin: bits[i] = UnpinLocked(connection, keys[i]); break;
       case Op::kTouch: bits[i] = table_.Contains(keys[i], now); break;
       default: break;
     }
@@ -458,6 +466,40 @@ std::vector<Status> NodeService::FinishPut(PutJob* job) {
   }
   for (const Status& s : job->results) counters_.put_failures += s.ok() ? 0 : 1;
   return std::move(job->results);
+}
+
+bool NodeService::PinLocked(uint64_t connection, std::string_view key) {
+  if (!table_.Pin(key)) return false;
+  ++pins_by_connection_[connection][std::string(key)];
+  return true;
+}
+
+bool NodeService::UnpinLocked(uint64_t connection, std::string_view key) {
+  // Only a pin this connection took: after a reconnect, or from another
+  // client, an unpin must not end someone else's pin.
+  auto c = pins_by_connection_.find(connection);
+  if (c == pins_by_connection_.end()) return false;
+  auto k = c->second.find(std::string(key));
+  if (k == c->second.end()) return false;
+  if (--k->second == 0) c->second.erase(k);
+  if (c->second.empty()) pins_by_connection_.erase(c);
+  return table_.Unpin(key);
+}
+
+void NodeService::ConnectionClosed(uint64_t connection) {
+  uint64_t released = 0;
+  {
+    std::lock_guard<std::mutex> g(table_mu_);
+    auto c = pins_by_connection_.find(connection);
+    if (c == pins_by_connection_.end()) return;
+    for (const auto& [key, n] : c->second)
+      for (uint32_t i = 0; i < n; ++i) released += table_.Unpin(key) ? 1 : 0;
+    pins_by_connection_.erase(c);
+    counters_.pins_released += released;
+  }
+  if (released > 0)
+    KVF_LOG_INFO("store node {}: released {} pin(s) of a client whose control connection closed (it exited, "
+                 "closed its store, or lost the connection)", address_, released);
 }
 
 NodeStats NodeService::Stats() {

@@ -59,8 +59,13 @@ class NodeService {
   const NodeInfo& info() const { return info_; }
   NodeStats Stats();
 
-  // The request handler, also called directly for this node's own keys.
-  void Handle(std::string payload, ControlServer::Reply reply);
+  // The request handler, with the control connection that carried the
+  // request; also called directly for this node's own keys (kLocal).
+  static constexpr uint64_t kLocal = 0;
+  void Handle(uint64_t connection, std::string payload, ControlServer::Reply reply);
+  // A control connection closed: the pins it took and did not end are
+  // released (its process died, or closed its store).
+  void ConnectionClosed(uint64_t connection);
 
   // Test hook: the pool's bytes (to corrupt a page on purpose).
   uint8_t* pool_for_testing() { return pool_; }
@@ -90,7 +95,10 @@ class NodeService {
   static_assert(RegionVersions::kBytes + sizeof(uint64_t) <= kVersionsMapBytes);  // the versions, then the epoch
 
   NodeService(Engine* engine, const Settings& settings, uint64_t* version_words);
-  std::string Answer(Op op, std::string_view payload, Status* status);
+  std::string Answer(uint64_t connection, Op op, std::string_view payload, Status* status);
+  // A pin or unpin of `key` by `connection` (table_mu_ held): whether it took or ended one.
+  bool PinLocked(uint64_t connection, std::string_view key);
+  bool UnpinLocked(uint64_t connection, std::string_view key);
   void PutLoop();
   // Queues `job` for a put thread (or replies Closed when stopping).
   void Queue(PutJob job);
@@ -136,6 +144,10 @@ class NodeService {
   PageTable table_;
   Reservations reservations_;  // under table_mu_
   NodeStats counters_;  // the request counters (under table_mu_); the table's own come from table_.stats()
+  // The pins each control connection took and has not ended: key -> count
+  // (under table_mu_). A pin belongs to its connection: only that
+  // connection's unpin ends it, and its close releases it.
+  std::unordered_map<uint64_t, std::unordered_map<std::string, uint32_t>> pins_by_connection_;
 
   std::unique_ptr<ControlServer> server_;
 

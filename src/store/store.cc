@@ -194,6 +194,7 @@ StoreStats Store::Stats() const {
     out.removals = n.removals;
     out.overwrites = n.overwrites;
     out.refusals = n.refusals;
+    out.pins_released = n.pins_released;
   }
   out.members = impl_->members->Current()->nodes.size();
   return out;

@@ -155,7 +155,7 @@ std::shared_ptr<StoreClient::Fanout> StoreClient::Send(std::vector<NodeCall>* ca
     };
     Add(counters_.control_calls, 1);
     if (self_ != nullptr && call.node->name == self_->address())
-      self_->Handle(std::move(call.request), std::move(done));
+      self_->Handle(NodeService::kLocal, std::move(call.request), std::move(done));
     else
       remote.push_back({call.node->name, std::move(call.request), std::move(done)});
   }

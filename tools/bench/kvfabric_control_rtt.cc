@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<kvfabric::store::ControlServer> server;
   Check(kvfabric::store::ControlServer::Start(
             listen, settings,
-            [](std::string payload, kvfabric::store::ControlServer::Reply reply) {
+            [](uint64_t, std::string payload, kvfabric::store::ControlServer::Reply reply) {
               reply(Status::OK(), std::move(payload));
             },
             &server),
