@@ -279,3 +279,55 @@ def test_pins_of_a_process_that_died_are_released_and_only_their_owner_unpins():
             store.close()
     finally:
         nodes.close()
+
+
+def test_a_member_that_comes_back_takes_its_keys_and_their_copies_elsewhere_go():
+    names = [f"127.0.0.1:{free_port()}" for _ in range(2)]
+    members = ",".join(names)
+
+    def start(name):
+        p = subprocess.Popen([sys.executable, os.path.join(HERE, "store_node.py"), "tcp", name, members],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=HERE)
+        assert json.loads(p.stdout.readline())["name"] == name
+        return p
+
+    def stats(p):
+        p.stdin.write("stats\n")
+        p.stdin.flush()
+        return json.loads(p.stdout.readline())
+
+    a = start(names[0])  # the second member is not running yet
+    b = None
+    try:
+        with kvfabric.Engine(protocol="tcp", settings={"KVF_LOG_LEVEL": "error"}) as engine:
+            store = kvfabric.Store(engine, members=members, settings={"KVF_STORE_DOWN_RETRY_MS": 300})
+            assert store.members() == [names[0]]
+            pages = [np.full(8192, i, dtype=np.uint8) for i in range(40)]
+            for p in pages:
+                engine.register(p)
+            keys = [f"back/{i}" for i in range(40)]
+            assert store.batch_put(keys, pages) == [0] * 40
+            assert stats(a)["pages"] == 40, "every key on the only member"
+            b = start(names[1])
+            deadline = time.monotonic() + 8
+            while (stats(a)["pages"] == 40 or len(store.members()) < 2) and time.monotonic() < deadline:
+                store.batch_exists(keys[:1])  # the client's view catches up too
+                time.sleep(0.1)
+            left = stats(a)
+            assert 0 < left["pages"] < 40, "the keys that home on the member that came back left the other"
+            assert left["removals"] == 40 - left["pages"]
+            back = [np.zeros(8192, dtype=np.uint8) for _ in range(40)]
+            for p in back:
+                engine.register(p)
+            got = store.batch_get(keys, back)
+            hits = [i for i, g in enumerate(got) if g == 8192]
+            assert len(hits) == left["pages"], "the keys homed on the first member still read"
+            assert all(g == MISS for g in got if g != 8192), "the others are misses (their home restarted empty)"
+            assert all((back[i] == i).all() for i in hits)
+            store.close()
+    finally:
+        for p in (a, b):
+            if p is not None and p.poll() is None:
+                p.stdin.write("quit\n")
+                p.stdin.flush()
+                p.wait(timeout=15)

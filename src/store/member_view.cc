@@ -27,6 +27,13 @@ void MemberView::Start() {
       g.unlock();
       Refresh();
       g.lock();
+      if (join_due_ && joined_) {
+        join_due_ = false;
+        const std::shared_ptr<const MemberSnapshot> now = current_;
+        g.unlock();
+        joined_(*now);
+        g.lock();
+      }
     }
   });
 }
@@ -169,6 +176,12 @@ void MemberView::Publish() {
     members.push_back(Member{name, k.view->info.pool_bytes});
     snap->nodes.push_back(k.view);
   }
+  std::set<std::string> placed;
+  for (const Member& m : members) placed.insert(m.name);
+  for (const std::string& name : placed)
+    if (placed_once_ && !placed_.contains(name)) join_due_ = true;
+  placed_ = std::move(placed);
+  placed_once_ = true;
   snap->placement = Placement(std::move(members));
   current_ = std::move(snap);
 }

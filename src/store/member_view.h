@@ -8,9 +8,11 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -40,6 +42,13 @@ class MemberView {
  public:
   MemberView(Engine* engine, ControlClient* client, Membership* membership, const Settings& settings);
   ~MemberView();  // Stop()
+
+  // Called on the refresh thread after placement gained a member it did
+  // not have at the last call (one that joined, or came back after being
+  // down), with the snapshot that has it; not for the first placement. Set
+  // before Start.
+  using Joined = std::function<void(const MemberSnapshot& now)>;
+  void OnJoined(Joined joined) { joined_ = std::move(joined); }
 
   // Reads the members once (blocking, bounded by the store deadline per
   // member), then keeps refreshing every KVF_STORE_MEMBERSHIP_REFRESH_MS.
@@ -85,6 +94,10 @@ class MemberView {
   std::map<std::string, std::shared_ptr<std::mutex>> greet_locks_;  // under mu_; each taken before mu_
   std::map<std::string, Known> known_;
   std::shared_ptr<const MemberSnapshot> current_;
+  Joined joined_;
+  std::set<std::string> placed_;  // the members of the last placement (under mu_)
+  bool placed_once_ = false;      // placement was published at least once (under mu_)
+  bool join_due_ = false;         // a member joined placement since joined_ was last called (under mu_)
   std::condition_variable cv_;
   bool stopping_ = false;
   std::thread thread_;

@@ -486,6 +486,21 @@ bool NodeService::UnpinLocked(uint64_t connection, std::string_view key) {
   return table_.Unpin(key);
 }
 
+size_t NodeService::DropPagesHomedElsewhere(const std::function<bool(std::string_view key)>& elsewhere) {
+  size_t n = 0;
+  {
+    std::lock_guard<std::mutex> g(table_mu_);
+    const std::vector<std::string> gone = table_.RemoveWhere(elsewhere, Clock::now());
+    for (const std::string& key : gone)
+      for (auto& [c, pins] : pins_by_connection_) pins.erase(key);
+    n = gone.size();
+  }
+  if (n > 0)
+    KVF_LOG_INFO("store node {}: dropped {} page(s) whose keys home on a member that came back (put here while it "
+                 "was out of placement)", address_, n);
+  return n;
+}
+
 void NodeService::ConnectionClosed(uint64_t connection) {
   uint64_t released = 0;
   {

@@ -26,6 +26,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -66,6 +67,10 @@ class NodeService {
   // A control connection closed: the pins it took and did not end are
   // released (its process died, or closed its store).
   void ConnectionClosed(uint64_t connection);
+  // Removes the unpinned pages whose keys `elsewhere` says now home on
+  // another member (copies put here while their home was out of
+  // placement); returns how many. Pinned ones stay (a caller uses them).
+  size_t DropPagesHomedElsewhere(const std::function<bool(std::string_view key)>& elsewhere);
 
   // Test hook: the pool's bytes (to corrupt a page on purpose).
   uint8_t* pool_for_testing() { return pool_; }

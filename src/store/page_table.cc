@@ -192,6 +192,15 @@ size_t PageTable::RemoveAll(TimePoint now) {
   return n;
 }
 
+std::vector<std::string> PageTable::RemoveWhere(const std::function<bool(std::string_view key)>& drop,
+                                                TimePoint now) {
+  std::vector<std::string> keys;
+  for (const Page& p : unpinned_)
+    if (drop(p.key)) keys.push_back(p.key);
+  for (const std::string& k : keys) Remove(k, now);
+  return keys;
+}
+
 bool PageTable::Pin(std::string_view key) {
   auto page = Find(key);
   if (page == unpinned_.end()) return false;

@@ -118,6 +118,9 @@ class PageTable {
   // Removes every page, as Remove does; returns how many. Reserved slots of
   // puts in progress stay reserved.
   size_t RemoveAll(TimePoint now);
+  // Removes, as Remove does, every unpinned page whose key `drop` says
+  // (pinned pages stay: a caller is using them); returns their keys.
+  std::vector<std::string> RemoveWhere(const std::function<bool(std::string_view key)>& drop, TimePoint now);
 
   // A pinned page is never evicted; Remove and an overwrite still apply.
   // Pins are counted (n Pins need n Unpins) and belong to the key. Pin of a

@@ -545,5 +545,19 @@ TEST(RegionVersionsTest, APageLeavingItsKeyBumpsItsRegionAndNothingElseDoes) {
   for (size_t r = 0; r < RegionVersions::kRegions; ++r) EXPECT_GE(words[r], 1u) << "region " << r;
 }
 
+
+TEST(PageTableTest, RemoveWhereTakesTheUnpinnedPagesItIsToldAndLeavesPinnedOnes) {
+  PageTable t(MiB, 100ms);
+  const TimePoint now = std::chrono::steady_clock::now();
+  for (const char* k : {"a1", "a2", "b1", "b2"}) Put(t, k, 4096, now);
+  ASSERT_TRUE(t.Pin("a2"));
+  const auto gone = t.RemoveWhere([](std::string_view k) { return k[0] == 'a'; }, now);
+  EXPECT_EQ(gone, std::vector<std::string>{"a1"});
+  EXPECT_FALSE(t.Contains("a1", now));
+  EXPECT_TRUE(t.Contains("a2", now)) << "pinned: a caller is using it";
+  EXPECT_TRUE(t.Contains("b1", now) && t.Contains("b2", now));
+  EXPECT_EQ(t.stats().removals, 1u);
+}
+
 }  // namespace
 }  // namespace kvfabric::store

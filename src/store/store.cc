@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <shared_mutex>
 #include <string>
 #include <utility>
@@ -84,6 +85,20 @@ Status Store::Create(Engine* engine, const Settings& settings, std::unique_ptr<S
     KVF_RETURN_IF_ERROR(s.membership->Join({s.name, info.segment, info.pool_bytes}).Annotate("store: joining " + s.membership->Describe()));
   }
   s.members = std::make_unique<store::MemberView>(engine, s.control.get(), s.membership.get(), settings);
+  if (s.node) {
+    // A member that joins or comes back takes its keys again: copies of them
+    // put here while it was out of placement are dropped (clients read them
+    // from it now), instead of lingering unread, or read again the next time
+    // it drops out.
+    store::NodeService* node = s.node.get();
+    s.members->OnJoined([node, self = s.name](const store::MemberSnapshot& now) {
+      const auto& members = now.placement.members();
+      if (std::none_of(members.begin(), members.end(), [&](const store::Member& m) { return m.name == self; }))
+        return;  // this node is not in its own placement (its hello failed): it cannot judge
+      node->DropPagesHomedElsewhere(
+          [&](std::string_view key) { return members[now.placement.Home(key)].name != self; });
+    });
+  }
   s.members->Start();
   s.client = std::make_unique<store::StoreClient>(engine, settings, s.control.get(), s.members.get(), s.node.get());
   KVF_LOG_INFO("store {} ({}): {} members in placement", s.name.empty() ? "client" : "node " + s.name,

@@ -79,6 +79,28 @@ int FreePort(const std::string& host) {
   return TryBind(host, 0);
 }
 
+bool StopProcess(pid_t pid) {
+  if (kill(pid, SIGSTOP) != 0) return false;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
+  while (std::chrono::steady_clock::now() < until) {
+    bool all = true;
+    std::error_code ec;
+    for (const auto& task : std::filesystem::directory_iterator(tasks, ec)) {
+      std::ifstream f(task.path() / "stat");
+      std::string line;
+      std::getline(f, line);
+      // "pid (comm) S ...": the state follows the last ')'.
+      const size_t close = line.rfind(')');
+      if (close == std::string::npos || close + 2 >= line.size() || (line[close + 2] != 'T' && line[close + 2] != 't'))
+        all = false;
+    }
+    if (all && !ec) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
 bool WaitHttpReady(const std::string& host, int port, const std::string& method, const std::string& path, pid_t pid) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (std::chrono::steady_clock::now() < until) {

@@ -26,6 +26,12 @@ class Server {
 // binds it; 0 if none, e.g. no IPv6 loopback.
 int FreePort(const std::string& host = "127.0.0.1");
 
+// Sends SIGSTOP to `pid` and waits (at most 2 s) until every thread of it
+// is stopped: a stop lands asynchronously, and a process still running for
+// a moment after kill() returns can answer what a test expects to hang.
+// False when it is not stopped by then.
+bool StopProcess(pid_t pid);
+
 // Whether an HTTP server on host:port answers `method` `path` (any status
 // below 500) within 20 s, while process `pid` runs.
 bool WaitHttpReady(const std::string& host, int port, const std::string& method, const std::string& path, pid_t pid);

@@ -670,7 +670,7 @@ TEST_P(StoreTest, AHungHomeCostsOnlyItsOwnKeys) {
   ASSERT_TRUE(store_->BatchRemove({on_b[0], on_a[0]}, &removed).ok());  // versions move on both homes
   std::vector<Page> asked(pages.begin() + 1, pages.begin() + 4);
   asked.insert(asked.end(), pages.begin() + 5, pages.end());
-  kill(nodes_[0].child->pid(), SIGSTOP);
+  ASSERT_TRUE(test::StopProcess(nodes_[0].child->pid())) << "the node did not stop";
   const auto t0 = Clock::now();
   const auto st = Get(asked, &exact);
   const auto took = Clock::now() - t0;
