@@ -71,6 +71,11 @@ def _storage_metrics():
     return StorageMetrics()
 
 
+def _tag(name: Any) -> str:
+    """A pool's name as text: SGLang's PoolName members ("kv", "mamba", ...) or a plain string."""
+    return str(getattr(name, "value", name))
+
+
 def _logical(pool: Any) -> bool:
     """A KV pool that holds no bytes (DeepSeek V4's anchor: its side pools, through
     the v2 calls, carry the data)."""
@@ -205,7 +210,7 @@ class HiCacheKvfabric(HiCacheStorage):
 
     # -- pool calls (v2: hybrid models' extra pools) -----------------------------
     def _pool(self, name: Any) -> Any:
-        if str(getattr(name, "value", name)) == "kv":
+        if _tag(name) == "kv":
             return self.mem_pool_host
         pools = getattr(self, "registered_pools", {})
         pool = pools.get(name, pools.get(str(name)))
@@ -217,8 +222,7 @@ class HiCacheKvfabric(HiCacheStorage):
     def _pool_keys(self, name: Any, hashes: List[str]) -> List[str]:
         """The KV pool's keys are v1's; another pool's part of a page is its own key, "@pool" after it."""
         keys = self.scheme.keys(hashes)
-        tag = str(getattr(name, "value", name))
-        return keys if tag == "kv" else [f"{k}@{tag}" for k in keys]
+        return keys if _tag(name) == "kv" else [f"{k}@{_tag(name)}" for k in keys]
 
     def _transfer_pages(self, transfers: list) -> tuple[list, list, list]:
         """Every transfer's store keys and page buffers, in one list, with (transfer, page) of each."""
@@ -255,11 +259,11 @@ class HiCacheKvfabric(HiCacheStorage):
         at = 0 if _logical(self.mem_pool_host) else n
         pools = []
         for transfer in transfers:
-            policy = getattr(transfer.hit_policy, "value", transfer.hit_policy)
-            pools.append(PoolPresence(str(getattr(transfer.name, "value", transfer.name)), str(policy), len(transfer.keys or []), present[at:at + n]))
+            pools.append(PoolPresence(_tag(transfer.name), _tag(transfer.hit_policy), len(transfer.keys or []),
+                                      present[at:at + n]))
             at += n
         pages, hits, restorable = pool_hits(kv, pools)
-        names = {str(getattr(t.name, "value", t.name)): t.name for t in transfers}
+        names = {_tag(t.name): t.name for t in transfers}
         names["kv"] = PoolName.KV
         return PoolTransferResult(pages, {names[k]: v for k, v in hits.items()}, restorable)
 
