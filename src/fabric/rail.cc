@@ -261,6 +261,10 @@ void Rail::Enqueue(Slice* slices, size_t n, bool post_now) {
   uint64_t bytes = 0;
   {
     std::lock_guard<std::mutex> g(queue_mu_);
+    // The stall clock starts when an idle rail gets work (not at each
+    // post: a post that the provider refuses with -FI_EAGAIN, as tcp does
+    // forever on a link that is down, must not restart it).
+    if (queued_.load() == 0 && inflight_.load() == 0) health_.WorkStarted(SteadyNowNs());
     for (size_t i = 0; i < n; ++i) {
       bytes += slices[i].length;
       pending_.push_back(std::move(slices[i]));
@@ -336,8 +340,7 @@ void Rail::DrainLocked() {
     }
     op->peer = peer;
     if (peer != nullptr) peer->inflight.fetch_add(1);
-    // The stall clock starts when an idle rail gets work.
-    if (inflight_.fetch_add(1) == 0) health_.WorkStarted(SteadyNowNs());
+    inflight_.fetch_add(1);
     op->posted = true;
     int rc = PostOne(op);
     if (rc == 0) {
@@ -455,7 +458,11 @@ size_t Rail::Poll() {
 }
 
 void Rail::CheckStall(int64_t now) {
-  if (!health_.CheckStall(now, inflight_.load(std::memory_order_relaxed) > 0)) return;
+  // Work waiting counts as well as work in flight: slices the provider keeps
+  // refusing (-FI_EAGAIN) sit queued with nothing in flight.
+  if (!health_.CheckStall(now, inflight_.load(std::memory_order_relaxed) > 0 ||
+                                   queued_.load(std::memory_order_relaxed) > 0))
+    return;
   size_t moved = 0, kept = 0;
   const int64_t in_flight = inflight_.load();
   // Posted operations stay posted until this thread reads the CQ, so the
