@@ -142,16 +142,18 @@ class MultiRailTest(unittest.TestCase):
         self.assertLess(b[2] + b[3], (b[0] + b[1]) * 0.05, p)
 
     def test_rail_link_down_mid_run_does_not_fail_the_transfer(self):
-        # Rail 2's link goes down 1.5 s into a 5 s run and stays down: its
+        # Rail 2's link goes down 3 s into a 6 s run and stays down: its
         # in-flight work must move to the other rails (stall detection at
-        # 500 ms) and every byte still arrive.
+        # 500 ms) and every byte still arrive. (At 1.5 s, after the whole
+        # suite had run, rail 2 had sometimes not carried its first bytes
+        # yet: the cut came before the rail was in use.)
         def cut():
-            time.sleep(1.5)
+            time.sleep(3.0)
             lab("link", "a2", "down")
         t = threading.Thread(target=cut)
         t.start()
         try:
-            p = initiate(self.target.segment, "write", 1 << 20, 5, {"KVF_RAIL_STALL_MS": "500"})
+            p = initiate(self.target.segment, "write", 1 << 20, 6, {"KVF_RAIL_STALL_MS": "500"})
         finally:
             t.join()
             lab("link", "a2", "up")
