@@ -326,8 +326,7 @@ std::string NodeService::Answer(uint64_t connection, Op op, std::string_view pay
       case Op::kExists: bits[i] = table_.Contains(keys[i], now); break;
       case Op::kRemove:
         bits[i] = table_.Remove(keys[i], now);
-        if (bits[i])  // the key's pins went with its page
-          for (auto& [c, pins] : pins_by_connection_) pins.erase(std::string(keys[i]));
+        if (bits[i]) ForgetPinsLocked(keys[i]);  // the key's pins went with its page
         break;
       case Op::kPin: bits[i] = PinLocked(connection, keys[i]); break;
       case Op::kUnpin: bits[i] = UnpinLocked(connection, keys[i]); break;
@@ -474,6 +473,14 @@ bool NodeService::PinLocked(uint64_t connection, std::string_view key) {
   return true;
 }
 
+void NodeService::ForgetPinsLocked(std::string_view key) {
+  const std::string k(key);
+  for (auto c = pins_by_connection_.begin(); c != pins_by_connection_.end();) {
+    c->second.erase(k);
+    c = c->second.empty() ? pins_by_connection_.erase(c) : std::next(c);
+  }
+}
+
 bool NodeService::UnpinLocked(uint64_t connection, std::string_view key) {
   // Only a pin this connection took: after a reconnect, or from another
   // client, an unpin must not end someone else's pin.
@@ -491,8 +498,7 @@ size_t NodeService::DropPagesHomedElsewhere(const std::function<bool(std::string
   {
     std::lock_guard<std::mutex> g(table_mu_);
     const std::vector<std::string> gone = table_.RemoveWhere(elsewhere, Clock::now());
-    for (const std::string& key : gone)
-      for (auto& [c, pins] : pins_by_connection_) pins.erase(key);
+    for (const std::string& key : gone) ForgetPinsLocked(key);
     n = gone.size();
   }
   if (n > 0)

@@ -104,6 +104,8 @@ class NodeService {
   // A pin or unpin of `key` by `connection` (table_mu_ held): whether it took or ended one.
   bool PinLocked(uint64_t connection, std::string_view key);
   bool UnpinLocked(uint64_t connection, std::string_view key);
+  // The key's page went, and its pins with it: no connection holds them any more.
+  void ForgetPinsLocked(std::string_view key);
   void PutLoop();
   // Queues `job` for a put thread (or replies Closed when stopping).
   void Queue(PutJob job);

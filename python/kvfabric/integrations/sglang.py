@@ -251,12 +251,13 @@ class HiCacheKvfabric(HiCacheStorage):
 
         transfers = list(pool_transfers or [])
         n = len(keys)
-        asked = [] if _logical(self.mem_pool_host) else self.scheme.keys(keys)
+        logical = _logical(self.mem_pool_host)  # no KV pages to ask for: its side pools decide
+        asked = [] if logical else self.scheme.keys(keys)
         for transfer in transfers:
             asked += self._pool_keys(transfer.name, keys)
         present = self.store.batch_exists(asked) if asked and n else [False] * len(asked)
-        kv = [True] * n if _logical(self.mem_pool_host) else present[:n]
-        at = 0 if _logical(self.mem_pool_host) else n
+        kv = [True] * n if logical else present[:n]
+        at = 0 if logical else n
         pools = []
         for transfer in transfers:
             pools.append(PoolPresence(_tag(transfer.name), _tag(transfer.hit_policy), len(transfer.keys or []),
