@@ -10,6 +10,7 @@
   X(put_bytes, "bytes of the pages it put")                                                               \
   X(put_failures, "keys whose put failed")                                                                \
   X(put_bounced, "pages put from GPU memory no rail exposes, copied through host memory first")          \
+  X(put_granted, "pages written into slots their home granted ahead, with no reserve round trip (KVF_STORE_PUT_GRANTS)") \
   X(get_keys, "keys it asked to get")                                                                     \
   X(get_hits, "keys whose page it got")                                                                   \
   X(get_bytes, "bytes of the pages it got")                                                               \

@@ -19,7 +19,7 @@ TEST(SettingsTest, DefaultsComeFromTheDeclaration) {
   EXPECT_EQ(s.write_completion, "delivery");
   EXPECT_TRUE(s.same_host_shm);
   EXPECT_EQ(s.store_put_mode, "push");
-  EXPECT_EQ(Settings::Table().size(), 47u);
+  EXPECT_EQ(Settings::Table().size(), 48u);
   for (const auto& i : Settings::Table()) {
     EXPECT_EQ(i.env.rfind("KVF_", 0), 0u) << i.env;
     EXPECT_FALSE(i.meaning.empty()) << i.env;

@@ -105,7 +105,16 @@ void Progress::Run(Worker* w) {
       last_work = now;
       backoff_us = 0;
     }
-    if (done > 0 || now - last_work < spin) continue;
+    if (done > 0) continue;
+    if (now - last_work < spin) {
+      // Spin politely: a thread waiting for this core (a peer process's
+      // copies on shm, the caller's checksums) gets it. Measured on 2
+      // vCPUs with three store nodes and a client: shm PUTs 2.5-3.0 ->
+      // 4.7-5.0 GB/s, bare shm WRITEs 5.1-5.8 -> 8.6-9.7 GB/s; tcp and
+      // shm GETs unchanged.
+      sched_yield();
+      continue;
+    }
     if (busy && !w->all_waitable) {
       // shm has no wait object: keep polling, but let the other process run.
       sched_yield();

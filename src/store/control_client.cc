@@ -108,6 +108,8 @@ struct ControlClient::Loop {
 
   std::mutex mu;
   std::vector<Op> inbox;
+  mutable std::mutex losses_mu;
+  std::unordered_map<std::string, uint64_t> losses;  // connections ended, by address (Losses)
   bool closing = false;   // the destructor runs
   bool finished = false;  // the thread took its last operation
 
@@ -494,7 +496,17 @@ void ControlClient::Loop::Finish(Connection* c, uint64_t id, Status status, std:
   done(std::move(status), std::move(reply));
 }
 
+uint64_t ControlClient::Losses(const std::string& address) const {
+  std::lock_guard<std::mutex> g(loop_->losses_mu);
+  auto it = loop_->losses.find(address);
+  return it == loop_->losses.end() ? 0 : it->second;
+}
+
 void ControlClient::Loop::Fail(Connection* c, const Status& status) {
+  {
+    std::lock_guard<std::mutex> g(losses_mu);
+    ++losses[c->address];
+  }
   if (c->fd >= 0) {
     epoll_ctl(epoll_fd, EPOLL_CTL_DEL, c->fd, nullptr);
     close(c->fd);

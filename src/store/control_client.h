@@ -68,6 +68,11 @@ class ControlClient {
   // Drops the connection to `address`, after the calls made before: they
   // fail with NetworkError unless answered already; the next Call reconnects.
   void Disconnect(const std::string& address);
+  // How many connections to `address` have ended (broken, failed or
+  // dropped) so far: a reply that came after this was read came from the
+  // same process as every reply until the count moves (a node that
+  // restarted broke its connection). Any thread.
+  uint64_t Losses(const std::string& address) const;
 
  private:
   struct Loop;  // the thread's state

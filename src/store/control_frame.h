@@ -59,8 +59,9 @@ enum FrameType : uint16_t {
 // (messages.h). Bumped whenever either changes shape; it is the magic's last
 // byte, so peers of different versions refuse each other at the first
 // frame, naming both versions, instead of misreading a message. Version 1
-// was the store before PUT by WRITE's reserve and commit.
-constexpr uint32_t kProtocolVersion = 2;
+// was the store before PUT by WRITE's reserve and commit; version 2 before
+// commits that name keys, ask for slots ahead and answer with them.
+constexpr uint32_t kProtocolVersion = 3;
 constexpr uint32_t kMagicPrefix = 0x4B565300;  // "KVS", then the version's digit
 constexpr uint32_t kMagic = kMagicPrefix | ('0' + kProtocolVersion);
 constexpr size_t kHeaderSize = 20;

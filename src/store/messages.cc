@@ -255,8 +255,9 @@ Status DecodeReserve(std::string_view payload, ReserveRequest* out) {
   return r.done() ? Status::OK() : Malformed("reserve");
 }
 
-std::string EncodeSlots(const Slots& slots) {
-  WireWriter w;
+namespace {
+
+void WriteSlots(WireWriter& w, const Slots& slots) {
   w.U64(slots.ticket);
   w.U64(slots.epoch);
   w.U32(static_cast<uint32_t>(slots.statuses.size()));
@@ -264,20 +265,35 @@ std::string EncodeSlots(const Slots& slots) {
     WriteStatus(w, slots.statuses[i]);
     if (slots.statuses[i].ok()) w.U64(slots.addrs[i]);
   }
+}
+
+// Slots as WriteSlots wrote them; `expected` items, or any number when
+// `expected` is SIZE_MAX.
+bool ReadSlots(WireReader& r, size_t expected, Slots* out) {
+  r.U64(&out->ticket);
+  r.U64(&out->epoch);
+  uint32_t n = 0;
+  if (!r.Count(1, &n) || (expected != SIZE_MAX && n != expected)) return false;
+  out->statuses.assign(n, Status::OK());
+  out->addrs.assign(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    if (!ReadStatus(r, &out->statuses[i])) return false;
+    if (out->statuses[i].ok()) r.U64(&out->addrs[i]);
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string EncodeSlots(const Slots& slots) {
+  WireWriter w;
+  WriteSlots(w, slots);
   return w.Take();
 }
 
 Status DecodeSlots(std::string_view payload, size_t expected, Slots* out) {
   WireReader r(payload);
-  r.U64(&out->ticket);
-  r.U64(&out->epoch);
-  if (!CountIs(r, 1, expected)) return Malformed("reserve reply");
-  out->statuses.assign(expected, Status::OK());
-  out->addrs.assign(expected, 0);
-  for (size_t i = 0; i < expected; ++i) {
-    if (!ReadStatus(r, &out->statuses[i])) return Malformed("reserve reply");
-    if (out->statuses[i].ok()) r.U64(&out->addrs[i]);
-  }
+  if (!ReadSlots(r, expected, out)) return Malformed("reserve reply");
   return r.done() ? Status::OK() : Malformed("reserve reply");
 }
 
@@ -287,13 +303,17 @@ std::string EncodeCommit(const CommitRequest& commit) {
   w.U64(commit.ticket);
   w.U32(static_cast<uint32_t>(commit.items.size()));
   for (const CommitItem& item : commit.items) {
-    // 0: not written; 1: written; 2: written, its checksum follows.
-    w.U8(!item.written ? 0 : item.has_checksum ? 2 : 1);
-    if (item.written && item.has_checksum) {
+    // The state, 2 for "written, its checksum follows"; then the key.
+    const bool sum = item.written() && item.has_checksum;
+    w.U8(sum ? 2 : static_cast<uint8_t>(item.state));
+    if (sum) {
       w.U64(item.checksum.low);
       w.U64(item.checksum.high);
     }
+    w.Bytes(item.key);
   }
+  w.U32(static_cast<uint32_t>(commit.grant.size()));
+  for (uint64_t length : commit.grant) w.U64(length);
   return w.Take();
 }
 
@@ -303,20 +323,44 @@ Status DecodeCommit(std::string_view payload, CommitRequest* out) {
   uint32_t n = 0;
   r.U8(&op);
   r.U64(&out->ticket);
-  if (!r.Count(1, &n)) return Malformed("commit");
+  if (!r.Count(5, &n)) return Malformed("commit");
   out->items.assign(n, CommitItem{});
   for (CommitItem& item : out->items) {
     uint8_t state = 0;
     r.U8(&state);
-    if (state > 2) return Malformed("commit");
-    item.written = state != 0;
+    if (state > 3) return Malformed("commit");
+    item.state = state == 2 ? CommitState::kWritten : static_cast<CommitState>(state);
     item.has_checksum = state == 2;
     if (item.has_checksum) {
       r.U64(&item.checksum.low);
       r.U64(&item.checksum.high);
     }
+    std::string_view key;
+    r.Bytes(&key);
+    item.key = key;
   }
+  if (!r.Count(8, &n)) return Malformed("commit");
+  out->grant.assign(n, 0);
+  for (uint64_t& length : out->grant) r.U64(&length);
   return r.done() ? Status::OK() : Malformed("commit");
+}
+
+std::string EncodeCommitReply(const CommitReply& reply) {
+  WireWriter w;
+  w.U32(static_cast<uint32_t>(reply.statuses.size()));
+  for (const Status& s : reply.statuses) WriteStatus(w, s);
+  WriteSlots(w, reply.granted);
+  return w.Take();
+}
+
+Status DecodeCommitReply(std::string_view payload, size_t expected, CommitReply* out) {
+  WireReader r(payload);
+  if (!CountIs(r, 1, expected)) return Malformed("commit reply");
+  out->statuses.assign(expected, Status::OK());
+  for (Status& s : out->statuses)
+    if (!ReadStatus(r, &s)) return Malformed("commit reply");
+  if (!ReadSlots(r, SIZE_MAX, &out->granted)) return Malformed("commit reply");
+  return r.done() ? Status::OK() : Malformed("commit reply");
 }
 
 std::string EncodeCount(uint64_t n) {

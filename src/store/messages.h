@@ -109,18 +109,41 @@ struct Slots {
   std::vector<Status> statuses;
   std::vector<uint64_t> addrs;
 };
-// Second step: which items' WRITEs completed, and the checksum of each
-// written page when the writer took it (its bytes were in host memory):
-// the node commits those pages, checksumming the others itself, and
-// abandons the slots not written.
+// Second step, one item per slot of the reservation, in its order: whether
+// the writer's WRITE of it completed, and the checksum of each written
+// page when the writer took it (its bytes were in host memory). The node
+// commits those pages (checksumming the others itself), frees at once the
+// slots the writer never started a WRITE into, and holds the others back
+// (a WRITE given up on may still land). A granted slot (see `grant`) names
+// the key of its page here; a reserved one has its key already.
+enum class CommitState : uint8_t {
+  kNotWritten = 0,  // a WRITE was started and did not complete
+  kWritten = 1,
+  kUnused = 3,      // no WRITE was ever started into it
+};
 struct CommitItem {
-  bool written = false;
-  bool has_checksum = false;
+  CommitState state = CommitState::kNotWritten;
+  bool has_checksum = false;  // kWritten only
   Checksum checksum;
+  std::string key;  // a granted slot's page: its key; empty otherwise
+  bool written() const { return state == CommitState::kWritten; }
 };
 struct CommitRequest {
   uint64_t ticket = 0;
   std::vector<CommitItem> items;
+  // Slots the writer asks for its next PUT to this node, by length: the
+  // reply grants them under a new ticket (as many as the node gives), so
+  // that PUT WRITEs at once and costs one round trip, not two.
+  std::vector<uint64_t> grant;
+};
+// A home grants at most this many slots per commit, of at most this share
+// of its pool (1/kGrantPoolShare): a writer asks for no more.
+constexpr size_t kMaxGrantSlots = 1024;
+constexpr uint64_t kGrantPoolShare = 16;
+// The commit's answer: a status per item, and the slots granted.
+struct CommitReply {
+  std::vector<Status> statuses;
+  Slots granted;  // ticket 0: none
 };
 
 struct NodeStats {
@@ -136,12 +159,15 @@ std::string EncodeKeys(Op op, const std::vector<std::string_view>& keys);  // kL
 std::string EncodePut(const PutRequest& put);
 std::string EncodeReserve(const ReserveRequest& reserve);
 std::string EncodeCommit(const CommitRequest& commit);
+std::string EncodeCommitReply(const CommitReply& reply);
 std::string EncodeBare(Op op);  // kRemoveAll, kStats, kHello
 // The keys of a keys request (views into `payload`).
 Status DecodeKeys(std::string_view payload, std::vector<std::string_view>* keys);
 Status DecodePut(std::string_view payload, PutRequest* out);
 Status DecodeReserve(std::string_view payload, ReserveRequest* out);
 Status DecodeCommit(std::string_view payload, CommitRequest* out);
+// `expected`: the items of the commit.
+Status DecodeCommitReply(std::string_view payload, size_t expected, CommitReply* out);
 
 // Replies.
 std::string EncodeNodeInfo(const NodeInfo& info);

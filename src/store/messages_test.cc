@@ -60,24 +60,46 @@ TEST(MessagesTest, PutByWriteRoundTrip) {
   EXPECT_EQ(slots_back.addrs, (std::vector<uint64_t>{4096, 0, 8192}));
   EXPECT_FALSE(DecodeSlots(EncodeSlots(slots), 2, &slots_back).ok()) << "a reply for other keys";
 
-  CommitRequest commit{99, {{true, true, {5, 6}}, {false, false, {}}, {true, false, {}}}};
+  CommitRequest commit{99,
+                      {{CommitState::kWritten, true, {5, 6}, ""},
+                       {CommitState::kNotWritten, false, {}, ""},
+                       {CommitState::kWritten, false, {}, std::string("g\0k", 3)},
+                       {CommitState::kUnused, false, {}, ""}},
+                      {131072, 4096}};
   wire = EncodeCommit(commit);
   EXPECT_EQ(OpOf(wire), static_cast<uint8_t>(Op::kCommit));
   CommitRequest commit_back;
   ASSERT_TRUE(DecodeCommit(wire, &commit_back).ok());
   EXPECT_EQ(commit_back.ticket, 99u);
-  ASSERT_EQ(commit_back.items.size(), 3u);
-  EXPECT_TRUE(commit_back.items[0].written && commit_back.items[0].has_checksum);
+  ASSERT_EQ(commit_back.items.size(), 4u);
+  EXPECT_TRUE(commit_back.items[0].written() && commit_back.items[0].has_checksum);
   EXPECT_EQ(commit_back.items[0].checksum, (Checksum{5, 6}));
-  EXPECT_FALSE(commit_back.items[1].written);
-  EXPECT_TRUE(commit_back.items[2].written);
+  EXPECT_EQ(commit_back.items[1].state, CommitState::kNotWritten);
+  EXPECT_TRUE(commit_back.items[2].written());
   EXPECT_FALSE(commit_back.items[2].has_checksum);
+  EXPECT_EQ(commit_back.items[2].key, std::string("g\0k", 3));
+  EXPECT_EQ(commit_back.items[3].state, CommitState::kUnused);
+  EXPECT_EQ(commit_back.grant, (std::vector<uint64_t>{131072, 4096}));
 
   for (size_t n = 0; n < wire.size(); ++n) EXPECT_FALSE(DecodeCommit(wire.substr(0, n), &commit_back).ok()) << n;
   EXPECT_FALSE(DecodeCommit(wire + "x", &commit_back).ok());
-  std::string bad_state = EncodeCommit({1, {{false, false, {}}}});
-  bad_state.back() = 3;
+  CommitRequest one{1, {{CommitState::kNotWritten, false, {}, ""}}, {}};
+  std::string bad_state = EncodeCommit(one);
+  bad_state[1 + 8 + 4] = 4;  // op, ticket, count, then the first item's state
   EXPECT_EQ(DecodeCommit(bad_state, &commit_back).code(), Status::Code::kProtocolError);
+
+  CommitReply reply{{Status::OK(), Status::Unavailable("not written")}, slots};
+  CommitReply reply_back;
+  const std::string reply_wire = EncodeCommitReply(reply);
+  ASSERT_TRUE(DecodeCommitReply(reply_wire, 2, &reply_back).ok());
+  EXPECT_EQ(reply_back.statuses[1].code(), Status::Code::kUnavailable);
+  EXPECT_EQ(reply_back.granted.ticket, 99u);
+  EXPECT_EQ(reply_back.granted.addrs, (std::vector<uint64_t>{4096, 0, 8192}));
+  EXPECT_FALSE(DecodeCommitReply(reply_wire, 3, &reply_back).ok()) << "a reply for another commit";
+  for (size_t n = 0; n < reply_wire.size(); ++n)
+    EXPECT_FALSE(DecodeCommitReply(reply_wire.substr(0, n), 2, &reply_back).ok()) << n;
+  ASSERT_TRUE(DecodeCommitReply(EncodeCommitReply({{Status::OK()}, {}}), 1, &reply_back).ok());
+  EXPECT_EQ(reply_back.granted.ticket, 0u) << "nothing granted";
   const std::string reserve_wire = EncodeReserve(reserve);
   for (size_t n = 0; n < reserve_wire.size(); ++n)
     EXPECT_FALSE(DecodeReserve(reserve_wire.substr(0, n), &reserve_back).ok()) << n;

@@ -192,7 +192,7 @@ void NodeService::AbandonExpired(Clock::time_point now) {
     for (const Reservations::Slot& slot : e.slots) {
       if (!slot.reserved) continue;
       table_.Abandon(slot.offset, now, PushHold());
-      ++counters_.put_failures;
+      if (!slot.key.empty()) ++counters_.put_failures;  // a granted slot left unused is no failed put
     }
   }
 }
@@ -261,37 +261,84 @@ void NodeService::TakeCommit(std::string_view payload, ControlServer::Reply repl
     }
   }
   job.commit_items = std::move(request.items);
+  job.grant = std::move(request.grant);
   job.reply = std::move(reply);
   const bool sums_needed = std::any_of(job.commit_items.begin(), job.commit_items.end(),
-                                       [](const CommitItem& item) { return item.written && !item.has_checksum; });
+                                       [](const CommitItem& item) { return item.written() && !item.has_checksum; });
   if (sums_needed) return Queue(std::move(job));
-  job.reply(Status::OK(), EncodeStatuses(FinishCommit(&job)));
+  job.reply(Status::OK(), EncodeCommitReply(FinishCommit(&job)));
 }
 
-std::vector<Status> NodeService::FinishCommit(PutJob* job) {
-  const std::vector<Reservations::Slot>& slots = job->reservation.slots;
+CommitReply NodeService::FinishCommit(PutJob* job) {
+  std::vector<Reservations::Slot>& slots = job->reservation.slots;
   const size_t n = slots.size();
+  CommitReply reply;
+  reply.statuses.assign(n, Status::OK());
+  // A granted slot's page is named by the commit; its key is checked as a
+  // reserve checks one.
+  const bool granted = job->reservation.granted;
+  for (size_t i = 0; granted && i < n; ++i) {
+    CommitItem& item = job->commit_items[i];
+    if (!slots[i].reserved) continue;
+    if (Status s = item.written() ? CheckKey(item.key) : Status::OK(); !s.ok()) {
+      reply.statuses[i] = s;
+      item.state = CommitState::kNotWritten;  // its slot is held back like any page not committed
+    }
+    slots[i].key = std::move(item.key);
+  }
   std::vector<Checksum> sums(n);
   for (size_t i = 0; i < n; ++i) {
     const CommitItem& item = job->commit_items[i];
-    if (!slots[i].reserved || !item.written) continue;
+    if (!slots[i].reserved || !item.written()) continue;
     sums[i] = item.has_checksum ? item.checksum : ChecksumOfBytes(pool_ + slots[i].offset, slots[i].length);
   }
-  std::vector<Status> results(n, Status::OK());
   const auto now = Clock::now();
   std::lock_guard<std::mutex> g(table_mu_);
   for (size_t i = 0; i < n; ++i) {
+    const CommitState state = job->commit_items[i].state;
+    if (granted && !slots[i].key.empty()) ++counters_.puts;  // a reserve counts its puts as it reserves
     if (!slots[i].reserved) {
-      results[i] = Status::Unavailable("store: no slot was reserved for '" + slots[i].key + "'");
-    } else if (job->commit_items[i].written) {
+      reply.statuses[i] = Status::Unavailable("store: no slot was reserved for '" + slots[i].key + "'");
+    } else if (state == CommitState::kWritten) {
       table_.Commit(slots[i].key, slots[i].offset, slots[i].length, sums[i], now);
+    } else if (state == CommitState::kUnused) {
+      // The writer never started a WRITE into it: nothing can land there.
+      table_.Unreserve(slots[i].offset, now);
+      if (!slots[i].key.empty()) {
+        reply.statuses[i] = Status::Unavailable("store: the writer did not write the page of '" + slots[i].key + "'");
+        ++counters_.put_failures;
+      }
     } else {
       table_.Abandon(slots[i].offset, now, PushHold());
-      results[i] = Status::Unavailable("store: the writer did not write the page of '" + slots[i].key + "'");
-      ++counters_.put_failures;
+      if (reply.statuses[i].ok())
+        reply.statuses[i] = Status::Unavailable("store: the writer did not write the page of '" + slots[i].key + "'");
+      if (!slots[i].key.empty()) ++counters_.put_failures;
     }
   }
-  return results;
+  if (!job->grant.empty()) reply.granted = GrantSlots(job->grant, now);
+  return reply;
+}
+
+Slots NodeService::GrantSlots(const std::vector<uint64_t>& lengths, Clock::time_point now) {
+  Slots granted;
+  granted.epoch = info_.epoch;
+  std::vector<Reservations::Slot> held;
+  uint64_t bytes = 0;
+  for (uint64_t length : lengths) {
+    if (held.size() == kMaxGrantSlots || bytes + length > info_.pool_bytes / kGrantPoolShare) break;
+    Reservations::Slot slot;
+    if (!CheckPageLength("(granted)", length).ok() || !table_.Reserve(length, now, &slot.offset).ok()) break;
+    slot.length = length;
+    slot.reserved = true;
+    bytes += length;
+    granted.statuses.push_back(Status::OK());
+    granted.addrs.push_back(info_.pool_addr + slot.offset);
+    held.push_back(std::move(slot));
+  }
+  if (held.empty()) return granted;
+  const auto hold = 2 * std::chrono::milliseconds(settings_.store_deadline_ms) + std::chrono::seconds(1);
+  granted.ticket = reservations_.Open(std::move(held), now + hold, /*granted=*/true);
+  return granted;
 }
 
 std::string NodeService::Answer(uint64_t connection, Op op, std::string_view payload, Status* status) {
@@ -349,7 +396,7 @@ void NodeService::PutLoop() {
       jobs_.pop_front();
     }
     if (job.commit) {
-      job.reply(Status::OK(), EncodeStatuses(FinishCommit(&job)));
+      job.reply(Status::OK(), EncodeCommitReply(FinishCommit(&job)));
       continue;
     }
     if (!job.started) {

@@ -81,6 +81,7 @@ class NodeService {
     bool commit = false;
     Reservations::Entry reservation;
     std::vector<CommitItem> commit_items;
+    std::vector<uint64_t> grant;  // lengths of the slots the writer asks for its next PUT
     // A PUT by READ:
     PutRequest request;
     net::Deadline deadline;  // from its arrival: the writer's budget, at most KVF_STORE_DEADLINE_MS
@@ -113,9 +114,16 @@ class NodeService {
   std::string ReserveSlots(std::string_view payload, Status* status);
   // kCommit: takes the reservation and queues its commit, or replies.
   void TakeCommit(std::string_view payload, ControlServer::Reply reply);
-  // Checksums and commits the written slots of a reservation, abandons the
-  // others; the per-item statuses.
-  std::vector<Status> FinishCommit(PutJob* job);
+  // Checksums and commits the written slots of a reservation, frees the
+  // unused and holds back the others; the per-item statuses, and the slots
+  // granted for the writer's next PUT.
+  CommitReply FinishCommit(PutJob* job);
+  // Reserves slots of `lengths` for a writer's next PUT (table_mu_ held):
+  // as many as the pool gives, at most kMaxGrantSlots and 1/kGrantPoolShare
+  // of the pool (messages.h), held until twice the deadline has passed (the
+  // writer uses them within one deadline of receiving them, and commits
+  // within the next).
+  Slots GrantSlots(const std::vector<uint64_t>& lengths, std::chrono::steady_clock::time_point now);
   // Abandons the slots of reservations whose writer's budget has passed
   // (under table_mu_).
   void AbandonExpired(std::chrono::steady_clock::time_point now);

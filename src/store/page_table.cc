@@ -128,6 +128,14 @@ void PageTable::Abandon(uint64_t offset, TimePoint now, std::chrono::steady_cloc
   reserved_.erase(it);
 }
 
+void PageTable::Unreserve(uint64_t offset, TimePoint now) {
+  auto it = reserved_.find(offset);
+  if (it == reserved_.end()) return;
+  reserved_bytes_ -= it->second;
+  Release(offset, it->second, now, now);
+  reserved_.erase(it);
+}
+
 PageEntry PageTable::Commit(std::string_view key, uint64_t offset, uint64_t length, Checksum checksum,
                             TimePoint now) {
   auto slot = reserved_.find(offset);

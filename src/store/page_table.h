@@ -93,6 +93,10 @@ class PageTable {
   // gave up on may land later than a READ this node gave up on). Anything
   // but a reserved slot is ignored.
   void Abandon(uint64_t offset, TimePoint now, std::chrono::steady_clock::duration hold = {});
+  // Gives back the reserved slot at `offset` that no transfer was ever
+  // started into (a granted slot its writer did not use): free at once.
+  // Anything but a reserved slot is ignored.
+  void Unreserve(uint64_t offset, TimePoint now);
 
   // Makes the reserved slot at `offset` the page of `key` and returns its
   // entry. `length` is the one given to Reserve (any length with the same

@@ -258,6 +258,22 @@ TEST(PageTableTest, AbandonHoldsTheSlotForTheLongerOfReadWindowAndHold) {
   EXPECT_EQ(Reserve(t, 64 * KiB, t0 + 1s + 100ms), a);
 }
 
+TEST(PageTableTest, UnreserveFreesTheSlotAtOnce) {
+  PageTable t(64 * KiB, 100ms);
+  const uint64_t a = Reserve(t, 64 * KiB, t0);
+  t.Unreserve(a, t0 + 1ms);
+  t.Unreserve(a, t0 + 1ms);  // no longer reserved: ignored
+  PageTableStats s = t.stats();
+  EXPECT_EQ(s.reserved_bytes, 0u);
+  EXPECT_EQ(s.quarantined_bytes, 0u) << "nothing was written into it: no wait";
+  ExpectBalanced(s);
+  EXPECT_EQ(t.Commit("a", a, 64 * KiB, {}, t0 + 1ms).generation, 0u) << "no longer reserved";
+  EXPECT_EQ(t.Commit("b", Reserve(t, 64 * KiB, t0 + 1ms), 64 * KiB, {}, t0 + 1ms).offset, a);
+  t.Unreserve(a, t0 + 2ms);  // a page now, not a reserved slot: ignored
+  EXPECT_EQ(Offsets(t, {"b"}, t0 + 2ms), (std::vector<uint64_t>{a}));
+  ExpectBalanced(t.stats());
+}
+
 TEST(PageTableTest, RemoveAllKeepsPutsInProgress) {
   PageTable t(MiB, 100ms);
   for (const char* k : {"a", "b", "c"}) Put(t, k, 64 * KiB, t0);

@@ -4,11 +4,11 @@
 
 namespace kvfabric::store {
 
-uint64_t Reservations::Open(std::vector<Slot> slots, TimePoint expires) {
+uint64_t Reservations::Open(std::vector<Slot> slots, TimePoint expires, bool granted) {
   if (next_ == 0) ++next_;
   const uint64_t ticket = next_++;
   auto expiry = by_expiry_.emplace(expires, ticket);
-  open_.emplace(ticket, Held{Entry{expires, std::move(slots)}, expiry});
+  open_.emplace(ticket, Held{Entry{expires, std::move(slots), granted}, expiry});
   return ticket;
 }
 

@@ -17,7 +17,7 @@ class Reservations {
  public:
   using TimePoint = std::chrono::steady_clock::time_point;
   struct Slot {
-    std::string key;
+    std::string key;  // empty in a granted reservation: the commit names the page
     uint64_t offset = 0;  // in the pool (meaningful when reserved)
     uint64_t length = 0;
     bool reserved = false;  // false: the item was refused, nothing to commit
@@ -25,6 +25,7 @@ class Reservations {
   struct Entry {
     TimePoint expires;
     std::vector<Slot> slots;  // in the order of the request's items
+    bool granted = false;     // slots handed out ahead of a PUT, keys unknown yet
   };
 
   // Tickets start at `first_ticket` (a random number per node life, so a
@@ -33,7 +34,7 @@ class Reservations {
   explicit Reservations(uint64_t first_ticket) : next_(first_ticket) {}
 
   // Keeps `slots` until `expires`; their ticket.
-  uint64_t Open(std::vector<Slot> slots, TimePoint expires);
+  uint64_t Open(std::vector<Slot> slots, TimePoint expires, bool granted = false);
   // Takes the entry of `ticket` (true), or false when there is none: never
   // opened, taken already, or expired and taken by TakeExpired.
   bool Take(uint64_t ticket, Entry* out);

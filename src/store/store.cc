@@ -44,6 +44,7 @@ struct Store::Impl {
   ~Impl() { Shutdown(); }
   // Idempotent; also of a half-built store.
   void Shutdown() {
+    if (client) client->GiveBackCredits();
     if (membership) (void)membership->Leave();
     if (members) members->Stop();
     if (node) node->Stop();

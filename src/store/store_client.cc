@@ -195,6 +195,11 @@ bool StoreClient::Next(Fanout* fanout, std::vector<NodeCall>* calls, net::Deadli
   return false;
 }
 
+bool StoreClient::Answered(Fanout* fanout) {
+  std::lock_guard<std::mutex> g(fanout->mu);
+  return !fanout->arrived.empty();
+}
+
 void StoreClient::Settle(NodeCall* call, Status status, std::string reply) {
   call->status = std::move(status);
   call->reply = std::move(reply);
@@ -278,45 +283,66 @@ void StoreClient::Put(const std::vector<std::string>& keys, const std::vector<st
 
 void StoreClient::PutFrom(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& sources,
                           const std::vector<Memory>& memory, const std::vector<size_t>& which,
-                          std::vector<Status>* results) {
+                          std::vector<Status>* results, bool grants) {
   if (settings_.store_put_mode == "pull") return PullFrom(keys, sources, which, results);
+  grants = grants && settings_.store_put_grants;
   std::vector<NodeCall> calls = GroupByHome(keys, which, results);
   if (calls.empty()) return;
   const int64_t deadline_ms = settings_.store_deadline_ms;
   const net::Deadline deadline = net::DeadlineIn(deadline_ms);
   // The WRITEs end early enough to leave the commits their time.
   const net::Deadline writes_by = deadline - std::chrono::milliseconds(std::min<int64_t>(deadline_ms / 5, 500));
-  for (NodeCall& call : calls) {
+  // A home that granted slots ahead which fit its pages is written at once;
+  // the others are asked for slots first.
+  std::vector<Push> pushes(calls.size());
+  std::vector<size_t> asking;  // the calls that reserve, by their index in `reserving`
+  std::vector<NodeCall> reserving;
+  for (size_t c = 0; c < calls.size(); ++c) {
+    if (grants && TakeCredit(calls[c], sources, &pushes[c])) continue;
     ReserveRequest reserve;
     reserve.budget_ms = static_cast<uint32_t>(deadline_ms);
-    for (size_t i : call.keys) reserve.items.push_back({keys[i], TotalBytes(sources[i])});
-    call.request = EncodeReserve(reserve);
+    for (size_t i : calls[c].keys) reserve.items.push_back({keys[i], TotalBytes(sources[i])});
+    reserving.push_back(NodeCall{calls[c].node, calls[c].keys, EncodeReserve(reserve), {}, {}});
+    asking.push_back(c);
   }
   // Each home's WRITEs start as soon as its slots come, and each home's
   // commit goes as soon as its WRITEs end: one home's round trips overlap
   // the others' bytes.
-  auto reserves = Send(&calls, writes_by);
-  std::vector<Push> pushes(calls.size());
-  std::vector<size_t> started;  // the calls whose reservations need a commit, in the order they started
+  std::shared_ptr<Fanout> reserves = reserving.empty() ? nullptr : Send(&reserving, writes_by);
+  // The writer checksums its pages in host memory (the home then commits
+  // them at once; it checksums GPU pages from its slots itself), first
+  // while it waits for the reservations, then while the WRITEs move: on
+  // few cores the hashing then takes the idle round trip instead of the
+  // copies' CPU (measured, shm on 2 vCPUs: see docs/store.md).
   std::vector<std::optional<Checksum>> sums(keys.size());
-  size_t c = 0;
-  std::vector<size_t> unanswered;
-  for (size_t n = 0; n < calls.size(); ++n) {
-    if (!Next(reserves.get(), &calls, writes_by + std::chrono::seconds(1), Wait::kSleep, &c, &unanswered)) break;
-    if (!StartPush(keys, sources, writes_by, &calls[c], &pushes[c], results)) continue;
+  std::vector<size_t> to_sum;
+  for (const NodeCall& call : calls)
+    for (size_t i : call.keys)
+      if (memory[i] == Memory::kHost) to_sum.push_back(i);
+  size_t summed = 0;
+  const auto sum_next = [&] {
+    const size_t i = to_sum[summed++];
+    sums[i] = ChecksumOfBuffers(sources[i], TotalBytes(sources[i]));
+  };
+  std::vector<size_t> started;  // the calls whose reservations need a commit, in the order they started
+  for (size_t c = 0; c < calls.size(); ++c) {
+    if (!pushes[c].granted) continue;
+    StartWrites(keys, sources, calls[c], &pushes[c], results);
     started.push_back(c);
-    // While the home's pages move, the writer checksums those in host
-    // memory (the home then commits them at once; it checksums GPU pages
-    // from its slots itself).
-    for (size_t j = 0; j < calls[c].keys.size(); ++j) {
-      const size_t i = calls[c].keys[j];
-      const size_t g = pushes[c].group_of[j];
-      if (g == SIZE_MAX || memory[i] != Memory::kHost || !pushes[c].wrote[g].ok()) continue;
-      sums[i] = ChecksumOfBuffers(sources[i], TotalBytes(sources[i]));
-    }
   }
+  size_t r = 0;
+  std::vector<size_t> unanswered;
+  for (size_t n = 0; n < reserving.size(); ++n) {
+    while (summed < to_sum.size() && !Answered(reserves.get())) sum_next();
+    if (!Next(reserves.get(), &reserving, writes_by + std::chrono::seconds(1), Wait::kSleep, &r, &unanswered)) break;
+    NodeCall& call = calls[asking[r]];
+    call.status = std::move(reserving[r].status);
+    call.reply = std::move(reserving[r].reply);
+    if (StartPush(keys, sources, writes_by, &call, &pushes[asking[r]], results)) started.push_back(asking[r]);
+  }
+  while (summed < to_sum.size()) sum_next();
   for (size_t u : unanswered) {
-    for (size_t i : calls[u].keys) (*results)[i] = calls[u].status;
+    for (size_t i : reserving[u].keys) (*results)[i] = reserving[u].status;
   }
   std::vector<std::vector<NodeCall>> commits(started.size());
   std::vector<std::shared_ptr<Fanout>> replies(started.size());
@@ -324,38 +350,176 @@ void StoreClient::PutFrom(const std::vector<std::string>& keys, const std::vecto
     NodeCall& call = calls[started[k]];
     Push& push = pushes[started[k]];
     runner_.Finish(&push.flight, writes_by, &push.wrote);
-    // The commit says which slots were written; the home abandons the others.
-    push.commit = CommitRequest{push.slots.ticket, std::vector<CommitItem>(call.keys.size())};
+    // The commit says which slots were written: the home frees the slots
+    // no WRITE went to and holds back those whose WRITE failed.
+    push.commit = CommitRequest{push.slots.ticket, std::vector<CommitItem>(push.slots.statuses.size()), {}};
+    for (CommitItem& item : push.commit.items)
+      item.state = push.granted ? CommitState::kUnused : CommitState::kNotWritten;
     for (size_t j = 0; j < call.keys.size(); ++j) {
       const size_t i = call.keys[j];
       if (push.group_of[j] == SIZE_MAX) continue;
       const Status& w = push.wrote[push.group_of[j]];
-      CommitItem& item = push.commit.items[j];
-      item.written = w.ok();
+      CommitItem& item = push.commit.items[push.slot_of[j]];
+      item.state = w.ok() ? CommitState::kWritten : CommitState::kNotWritten;
+      if (push.granted) item.key = keys[i];
       if (sums[i]) {
         item.has_checksum = true;
         item.checksum = *sums[i];
       }
       if (!w.ok()) {
         (*results)[i] = w.Annotate("store: writing the page of '" + keys[i] + "' to " + call.node->name);
-        MarkDownIfUnreachable(call.node->name, w);
+        // A granted slot of a home that restarted since is in its old
+        // engine: its commit says so (below), and the key is put again.
+        if (!push.granted) MarkDownIfUnreachable(call.node->name, w);
       }
+    }
+    if (grants) {
+      push.commit.grant = GrantFor(call, sources);
+      push.losses = control_->Losses(call.node->name);  // before the commit goes: see Credit::losses
     }
     commits[k].push_back(NodeCall{call.node, call.keys, EncodeCommit(push.commit), {}, {}});
     replies[k] = Send(&commits[k], deadline);
   }
+  std::vector<size_t> again;  // keys whose granted slots their home no longer knew
   for (size_t k = 0; k < started.size(); ++k) {
     std::vector<size_t> late;
     size_t one = 0;
     Next(replies[k].get(), &commits[k], deadline + std::chrono::seconds(1), Wait::kSleep, &one, &late);
     const NodeCall& call = commits[k][0];
-    std::vector<Status> per_key;
+    const Push& push = pushes[started[k]];
+    CommitReply reply;
     Status s = call.status;
-    if (s.ok()) s = DecodeStatuses(call.reply, call.keys.size(), &per_key);
-    const CommitRequest& commit = pushes[started[k]].commit;
-    for (size_t j = 0; j < call.keys.size(); ++j)
-      if (commit.items[j].written) (*results)[call.keys[j]] = s.ok() ? per_key[j] : s;
+    if (s.ok()) s = DecodeCommitReply(call.reply, push.commit.items.size(), &reply);
+    for (size_t j = 0; j < call.keys.size(); ++j) {
+      if (push.group_of[j] == SIZE_MAX) continue;
+      const size_t i = call.keys[j];
+      if (push.granted && s.code() == Status::Code::kNotFound) {
+        again.push_back(i);
+        continue;
+      }
+      if (push.commit.items[push.slot_of[j]].written()) (*results)[i] = s.ok() ? reply.statuses[push.slot_of[j]] : s;
+      if (push.granted && (*results)[i].ok()) Add(counters_.put_granted, 1);
+    }
+    if (s.ok() && reply.granted.ticket != 0) {
+      Credit credit{call.node, reply.granted.ticket, reply.granted.epoch, push.losses,
+                    std::move(reply.granted.addrs),
+                    std::vector<uint64_t>(push.commit.grant.begin(),
+                                          push.commit.grant.begin() + reply.granted.statuses.size()),
+                    Clock::now() + std::chrono::milliseconds(deadline_ms)};
+      // A grant short of this call's own pages (the home's pool is small
+      // for such batches) would fit no PUT like it: back at once.
+      if (credit.addrs.size() < call.keys.size()) ReleaseCredits({std::move(credit)}, Clock::now());
+      else KeepCredit(std::move(credit));
+    }
   }
+  // Granted slots a home no longer holds (it restarted, or they outlived
+  // their time): those keys go the usual way, reserved first.
+  if (again.empty()) return;
+  const bool in_time = Clock::now() + LateMargin() < writes_by;
+  for (size_t i : again)
+    (*results)[i] = in_time ? Status::OK()  // GroupByHome takes the keys whose results are OK
+                            : Status::Unavailable("store: the slots granted for '" + keys[i] +
+                                                  "' were gone, and no time was left to put it again");
+  if (in_time) PutFrom(keys, sources, memory, again, results, false);
+}
+
+bool StoreClient::TakeCredit(const NodeCall& call, const std::vector<std::vector<StoreBuffer>>& sources, Push* push) {
+  std::lock_guard<std::mutex> g(credits_mu_);
+  auto it = credits_.find(call.node->name);
+  if (it == credits_.end()) return false;
+  std::vector<Credit>& held = it->second;
+  const auto now = Clock::now();
+  // Past use, or of an earlier life of the home, or granted over a
+  // connection that has ended since (the home may have restarted: its
+  // grant would be in the old engine, where WRITEs hang until the
+  // deadline): its slots expire there.
+  const uint64_t losses = control_->Losses(call.node->name);
+  std::erase_if(held, [&](const Credit& c) {
+    return now >= c.usable_until || c.epoch != call.node->info.epoch || c.losses != losses;
+  });
+  for (size_t h = 0; h < held.size(); ++h) {
+    Credit& credit = held[h];
+    if (credit.lengths.size() < call.keys.size()) continue;
+    std::vector<bool> used(credit.lengths.size(), false);
+    std::vector<size_t> slot_of(call.keys.size(), SIZE_MAX);
+    bool fits = true;
+    for (size_t j = 0; j < call.keys.size() && fits; ++j) {
+      const uint64_t n = TotalBytes(sources[call.keys[j]]);
+      for (size_t s = 0; s < credit.lengths.size(); ++s)
+        if (!used[s] && credit.lengths[s] == n) {
+          used[s] = true;
+          slot_of[j] = s;
+          break;
+        }
+      fits = slot_of[j] != SIZE_MAX;
+    }
+    if (!fits) continue;
+    push->granted = true;
+    push->slot_of = std::move(slot_of);
+    push->slots = Slots{credit.ticket, credit.epoch, std::vector<Status>(credit.addrs.size(), Status::OK()),
+                        std::move(credit.addrs)};
+    held.erase(held.begin() + static_cast<std::ptrdiff_t>(h));
+    return true;
+  }
+  return false;
+}
+
+void StoreClient::KeepCredit(Credit credit) {
+  std::vector<Credit> back;
+  {
+    std::lock_guard<std::mutex> g(credits_mu_);
+    std::vector<Credit>& held = credits_[credit.node->name];
+    held.push_back(std::move(credit));
+    if (held.size() > kCreditsPerHome) {
+      back.push_back(std::move(held.front()));
+      held.erase(held.begin());
+    }
+  }
+  if (!back.empty()) ReleaseCredits(std::move(back), Clock::now());
+}
+
+void StoreClient::ReleaseCredits(std::vector<Credit> credits, net::Deadline by) {
+  std::vector<NodeCall> calls;
+  for (const Credit& c : credits) {
+    CommitRequest nothing{c.ticket, std::vector<CommitItem>(c.addrs.size()), {}};
+    for (CommitItem& item : nothing.items) item.state = CommitState::kUnused;
+    calls.push_back(NodeCall{c.node, {}, EncodeCommit(nothing), {}, {}});
+  }
+  if (calls.empty()) return;
+  // Answered or not, the slots are the home's again: only a close waits.
+  auto fanout = Send(&calls, net::DeadlineIn(settings_.store_deadline_ms));
+  size_t which = 0;
+  std::vector<size_t> unanswered;
+  for (size_t n = 0; n < calls.size() && Clock::now() < by; ++n)
+    if (!Next(fanout.get(), &calls, by, Wait::kSleep, &which, &unanswered)) break;
+}
+
+void StoreClient::GiveBackCredits() {
+  std::vector<Credit> all;
+  {
+    std::lock_guard<std::mutex> g(credits_mu_);
+    for (auto& [home, held] : credits_)
+      for (Credit& c : held) all.push_back(std::move(c));
+    credits_.clear();
+  }
+  ReleaseCredits(std::move(all), net::DeadlineIn(std::min<int64_t>(settings_.store_deadline_ms, 500)));
+}
+
+std::vector<uint64_t> StoreClient::GrantFor(const NodeCall& call,
+                                            const std::vector<std::vector<StoreBuffer>>& sources) const {
+  std::vector<uint64_t> lengths;
+  uint64_t bytes = 0;
+  for (size_t i : call.keys) {
+    lengths.push_back(TotalBytes(sources[i]));
+    bytes += lengths.back();
+  }
+  // A home grants no more than its share: a batch larger than that would
+  // get slots it could never use.
+  if (lengths.empty() || lengths.size() > kMaxGrantSlots || bytes > call.node->info.pool_bytes / kGrantPoolShare)
+    return {};
+  const uint64_t first = lengths.front();
+  lengths.insert(lengths.end(), lengths.size() / 2 + 2, first);
+  return lengths;
 }
 
 bool StoreClient::StartPush(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& sources,
@@ -367,6 +531,8 @@ bool StoreClient::StartPush(const std::vector<std::string>& keys, const std::vec
     return false;
   }
   push->group_of.assign(call->keys.size(), SIZE_MAX);
+  push->slot_of.resize(call->keys.size());
+  for (size_t j = 0; j < call->keys.size(); ++j) push->slot_of[j] = j;
   if (push->slots.epoch != call->node->info.epoch) {
     // The home restarted since this process greeted it: its slots are in
     // the new engine, whose segment the view does not hold.
@@ -381,26 +547,32 @@ bool StoreClient::StartPush(const std::vector<std::string>& keys, const std::vec
     }
     call->node = std::move(fresh);
   }
-  // The home's pages in one engine batch, a group per page.
+  StartWrites(keys, sources, *call, push, results);
+  return push->slots.ticket != 0;
+}
+
+void StoreClient::StartWrites(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& sources,
+                              const NodeCall& call, Push* push, std::vector<Status>* results) {
+  push->group_of.assign(call.keys.size(), SIZE_MAX);
   std::vector<TransferRequest> writes;
   std::vector<std::pair<size_t, size_t>> groups;
-  for (size_t j = 0; j < call->keys.size(); ++j) {
-    const size_t i = call->keys[j];
-    if (!push->slots.statuses[j].ok()) {
-      (*results)[i] = push->slots.statuses[j];
+  for (size_t j = 0; j < call.keys.size(); ++j) {
+    const size_t i = call.keys[j];
+    const size_t slot = push->slot_of[j];
+    if (!push->slots.statuses[slot].ok()) {
+      (*results)[i] = push->slots.statuses[slot];
       continue;
     }
     push->group_of[j] = groups.size();
     groups.push_back({writes.size(), 0});
-    uint64_t at = push->slots.addrs[j];
+    uint64_t at = push->slots.addrs[slot];
     for (const StoreBuffer& b : sources[i]) {
-      writes.push_back({OpCode::kWrite, b.addr, call->node->segment, at, b.length});
+      writes.push_back({OpCode::kWrite, b.addr, call.node->segment, at, b.length});
       at += b.length;
     }
     groups.back().second = writes.size();
   }
   runner_.Start(writes, groups, &push->flight, &push->wrote);
-  return push->slots.ticket != 0;
 }
 
 void StoreClient::PullFrom(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& sources,
@@ -1105,6 +1277,7 @@ void StoreClient::AddStats(StoreStats* out) const {
   out->get_cached_stale = get(counters_.get_cached_stale);
   out->get_no_lookup = get(counters_.get_no_lookup);
   out->put_bounced = get(counters_.put_bounced);
+  out->put_granted = get(counters_.put_granted);
   out->exists_keys = get(counters_.exists_keys);
   out->exists_hits = get(counters_.exists_hits);
   out->control_calls = get(counters_.control_calls);

@@ -47,6 +47,9 @@ class StoreClient {
   Status RemoveAll(uint64_t* removed);
   // The client's counters, into `out`.
   void AddStats(StoreStats* out) const;
+  // Gives the slots homes granted for this process's next PUTs back (at
+  // close: they are free at once instead of when their time is up).
+  void GiveBackCredits();
 
   // One message to one member, for the keys `keys` (indices into the batch).
   struct NodeCall {
@@ -89,6 +92,8 @@ class StoreClient {
   // when none came by `until`: the calls not taken yet are then settled
   // with Timeout, and `unanswered` lists them).
   std::shared_ptr<Fanout> Send(std::vector<NodeCall>* calls, net::Deadline deadline);
+  // Whether a reply of `fanout` waits to be taken by Next (never blocks).
+  static bool Answered(Fanout* fanout);
   bool Next(Fanout* fanout, std::vector<NodeCall>* calls, net::Deadline until, Wait wait, size_t* which,
             std::vector<size_t>* unanswered);
   // A call's end: its status named after the member, the counters, and the
@@ -222,22 +227,62 @@ class StoreClient {
   // WRITEs in one engine batch, a commit per home) or by PullFrom.
   // `memory` says where each key's sources are: the writer checksums the
   // pages in host memory itself.
+  // `grants`: whether slots homes granted ahead (KVF_STORE_PUT_GRANTS) may
+  // be used; a retry of keys whose grant failed passes false.
   void PutFrom(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& sources,
-               const std::vector<Memory>& memory, const std::vector<size_t>& which, std::vector<Status>* results);
+               const std::vector<Memory>& memory, const std::vector<size_t>& which, std::vector<Status>* results,
+               bool grants = true);
   // A home's part of a PUT by WRITE.
   struct Push {
-    Slots slots;                     // its reserve's reply
+    Slots slots;                     // its reserve's reply, or the slots it granted ahead
+    bool granted = false;            // slots from a Credit: the commit names each page's key
+    std::vector<size_t> slot_of;     // per key of its call: its slot in `slots`
     std::vector<size_t> group_of;    // per key of its call: the key's group in the flight, or SIZE_MAX
     BatchRunner::Flight flight;      // its pages' WRITEs
     std::vector<Status> wrote;       // per group
     CommitRequest commit;
+    uint64_t losses = 0;             // ControlClient::Losses of the home as the commit went
   };
-  // Reads the home's reserve reply in `call` and starts the WRITEs of the
-  // pages it gave slots to (renewing, by `writes_by`, the view of a home
-  // that restarted); keys refused get their results. Whether the home
-  // holds a reservation, which a commit must then end.
+  // Reads the home's reserve reply in `call` (renewing, by `writes_by`, the
+  // view of a home that restarted) and StartWrites. Whether the home holds
+  // a reservation, which a commit must then end.
   bool StartPush(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& sources,
                  net::Deadline writes_by, NodeCall* call, Push* push, std::vector<Status>* results);
+  // Starts the WRITEs of the call's pages into the slots of `push` (one
+  // engine batch, a group per page); keys whose slot was refused get their
+  // results.
+  void StartWrites(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& sources,
+                   const NodeCall& call, Push* push, std::vector<Status>* results);
+
+  // Slots a home granted this process for its next PUT there, asked for
+  // in the commit of the last one (KVF_STORE_PUT_GRANTS): a PUT whose pages
+  // all fit a credit WRITEs at once, and costs one round trip, not two.
+  struct Credit {
+    std::shared_ptr<const NodeView> node;
+    uint64_t ticket = 0, epoch = 0;
+    // ControlClient::Losses of the home when the commit that asked went:
+    // the grant is used only while that connection lasts, so never one of
+    // a home that restarted since.
+    uint64_t losses = 0;
+    std::vector<uint64_t> addrs, lengths;
+    std::chrono::steady_clock::time_point usable_until;  // one deadline after it came: the home holds it for two
+  };
+  static constexpr size_t kCreditsPerHome = 4;
+  // Takes a credit of the call's home (of its epoch, still usable) whose
+  // slots fit every page of the call, one each by length, into `push`
+  // (true); credits past use are dropped.
+  bool TakeCredit(const NodeCall& call, const std::vector<std::vector<StoreBuffer>>& sources, Push* push);
+  // Keeps a credit for the next PUT; the oldest of its home is given back
+  // when the home has kCreditsPerHome.
+  void KeepCredit(Credit credit);
+  // Gives credits back to their homes (a commit of nothing), so their slots
+  // are free at once; waits for the answers up to `by`.
+  void ReleaseCredits(std::vector<Credit> credits, net::Deadline by);
+  // The slots a commit asks for the next PUT to the home of `call`: its
+  // pages' lengths, and half again as many of the first, since the next
+  // batch may send more pages there; none when its pages are more than the
+  // home grants at once (kMaxGrantSlots, 1/kGrantPoolShare of its pool).
+  std::vector<uint64_t> GrantFor(const NodeCall& call, const std::vector<std::vector<StoreBuffer>>& sources) const;
   // One PUT exchange per home, which READs the pages from `sources`.
   void PullFrom(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& sources,
                 const std::vector<size_t>& which, std::vector<Status>* results);
@@ -297,11 +342,15 @@ class StoreClient {
   std::unique_ptr<uint8_t[]> bounce_;
   SegmentHandle self_segment_ = -1;
 
+  std::mutex credits_mu_;
+  std::unordered_map<std::string, std::vector<Credit>> credits_;  // by home, oldest first
+
   struct Counters {
     std::atomic<uint64_t> put_keys{0}, put_bytes{0}, put_failures{0};
     std::atomic<uint64_t> get_keys{0}, get_hits{0}, get_bytes{0};
     std::atomic<uint64_t> misses_absent{0}, misses_checksum{0}, misses_late{0}, get_failures{0};
     std::atomic<uint64_t> get_unverified{0}, get_cached{0}, get_cached_stale{0}, get_no_lookup{0}, put_bounced{0};
+    std::atomic<uint64_t> put_granted{0};
     std::atomic<uint64_t> exists_keys{0}, exists_hits{0};
     std::atomic<uint64_t> control_calls{0}, control_failures{0};
   };

@@ -1,6 +1,7 @@
 // kvfabric-store-bench: the store's speed beside its ceiling, the bare
-// engine READ of the same pages from the same pools, measured in the same
-// run in alternating windows (medians and their ratio are reported).
+// engine READ of the same pages from the same pools (and for op put the
+// bare WRITE into them, the ceiling of a PUT by WRITE), measured in the
+// same run in alternating windows (medians and their ratios are reported).
 //
 //   serve  a node: an engine, a store with a pool, until SIGINT/SIGTERM
 //            kvfabric-store-bench serve --protocol tcp --pool 1G --listen 127.0.0.1:7400
@@ -36,6 +37,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -268,15 +270,19 @@ class Driver {
     return sum;
   }
 
-  // A batch of READs of random pages of the working set, where they lie in
-  // the pools: the ceiling of a GET of the same size and depth.
-  Rate BareRead(size_t t, std::mt19937_64& rng, size_t depth) {
+  // A batch of `op`s on random pages of the working set, where they lie in
+  // the pools, the ceiling of a store call of the same size and depth:
+  //  - kRead into this thread's destination pages: of a GET;
+  //  - kWrite from its source pages: of a PUT (which WRITEs into slots its
+  //    homes hand out). It overwrites those pages' bytes, so later GETs of
+  //    them miss (their checksums no longer match): only op put measures it.
+  Rate Bare(OpCode op, size_t t, std::mt19937_64& rng, size_t depth) {
     Slab& slab = *slabs_[t];
+    uint8_t* local = op == OpCode::kRead ? slab.dst : slab.src;
     std::vector<TransferRequest> reqs;
     for (size_t i = 0; i < depth; ++i) {
       const PageAt& page = pages_[rng() % pages_.size()];
-      reqs.push_back({OpCode::kRead, slab.dst + i * o_.page, page.segment, page.addr,
-                      std::min<size_t>(page.length, o_.page)});
+      reqs.push_back({op, local + i * o_.page, page.segment, page.addr, std::min<size_t>(page.length, o_.page)});
     }
     Rate r;
     Status s = engine_->Transfer(reqs);
@@ -342,8 +348,13 @@ class Driver {
     r.keys = o_.batch;
     if (!store_->BatchPut(keys, bufs, &st).ok()) return r;
     for (const Status& s : st) {
-      if (s.ok()) r.bytes += o_.page;
-      else ++r.failures;
+      if (s.ok()) {
+        r.bytes += o_.page;
+        continue;
+      }
+      ++r.failures;
+      static std::once_flag first;
+      std::call_once(first, [&] { std::fprintf(stderr, "store-bench: first failed put: %s\n", s.ToString().c_str()); });
     }
     return r;
   }
@@ -425,17 +436,22 @@ int Drive(const Options& o) {
   nlohmann::json out = {{"op", o.op},       {"page_bytes", o.page},    {"batch", o.batch},
                         {"threads", o.threads}, {"protocol", o.protocol}, {"members", d.store()->Members().size()},
                         {"working_set", o.working_set}, {"hit_ratio", o.hit_ratio}, {"rounds", nlohmann::json::array()}};
-  std::vector<double> bare, store, blind, keys_s, lone_get, lone_read, lone_rtt;
+  std::vector<double> bare, bare_write, store, blind, keys_s, lone_get, lone_read, lone_rtt;
   uint64_t wrong = 0, failures = 0;
   const size_t depth = o.op == "lone" ? 1 : o.batch;
   std::uniform_real_distribution<double> u(0, 1);
   for (size_t round = 0; round < o.rounds; ++round) {
     nlohmann::json r;
     if (o.op == "get" || o.op == "lone" || o.op == "put" || o.op == "mixed") {
-      const Rate b = d.Window([&](size_t t, std::mt19937_64& rng) { return d.BareRead(t, rng, depth); });
+      const Rate b = d.Window([&](size_t t, std::mt19937_64& rng) { return d.Bare(OpCode::kRead, t, rng, depth); });
       bare.push_back(b.gbps());
       r["bare_read_gbps"] = b.gbps();
       if (o.op == "lone") lone_read.push_back(b.seconds * 1e6 / std::max<uint64_t>(1, b.ops));
+    }
+    if (o.op == "put") {
+      const Rate w = d.Window([&](size_t t, std::mt19937_64& rng) { return d.Bare(OpCode::kWrite, t, rng, depth); });
+      bare_write.push_back(w.gbps());
+      r["bare_write_gbps"] = w.gbps();
     }
     Rate s;
     if (o.op == "get" || o.op == "lone") {
@@ -473,7 +489,9 @@ int Drive(const Options& o) {
     out["rounds"].push_back(r);
     std::printf("round %zu: store %s %.3f GB/s, %.0f keys/s (%llu of %llu hit)%s%s\n", round + 1, o.op.c_str(),
                 s.gbps(), s.kps(), static_cast<unsigned long long>(s.hits), static_cast<unsigned long long>(s.keys),
-                bare.empty() ? "" : ("; bare READ " + std::to_string(bare.back()).substr(0, 5) + " GB/s").c_str(),
+                (bare.empty() ? "" : "; bare READ " + std::to_string(bare.back()).substr(0, 5) + " GB/s" +
+                                         (bare_write.empty() ? "" : ", WRITE " + std::to_string(bare_write.back()).substr(0, 5) + " GB/s"))
+                    .c_str(),
                 blind.empty() ? "" : ("; GET unverified " + std::to_string(blind.back()).substr(0, 5) + " GB/s").c_str());
   }
   const double ms = Median(store), mb = Median(bare);
@@ -486,6 +504,12 @@ int Drive(const Options& o) {
     out["median_bare_read_gbps"] = mb;
     out["ratio_to_bare_read"] = mb > 0 ? ms / mb : 0;
     std::printf("; bare READ %.3f GB/s; ratio %.3f", mb, mb > 0 ? ms / mb : 0);
+  }
+  if (!bare_write.empty()) {
+    const double mw = Median(bare_write);
+    out["median_bare_write_gbps"] = mw;
+    out["ratio_to_bare_write"] = mw > 0 ? ms / mw : 0;
+    std::printf("; bare WRITE %.3f GB/s; ratio %.3f", mw, mw > 0 ? ms / mw : 0);
   }
   if (!blind.empty()) {
     out["median_get_unverified_gbps"] = Median(blind);
@@ -513,6 +537,13 @@ int Drive(const Options& o) {
                 "location and confirmed, %llu of them with no lookup; %llu guesses not confirmed\n",
                 static_cast<unsigned long long>(st.get_cached), static_cast<unsigned long long>(st.get_keys),
                 static_cast<unsigned long long>(st.get_no_lookup), static_cast<unsigned long long>(st.get_cached_stale));
+  }
+  if (o.op == "put" || o.op == "mixed") {
+    const StoreStats st = d.store()->Stats();
+    out["put_keys"] = st.put_keys;
+    out["put_granted"] = st.put_granted;
+    std::printf("granted slots (KVF_STORE_PUT_GRANTS): %llu of %llu pages written with no reserve round trip\n",
+                static_cast<unsigned long long>(st.put_granted), static_cast<unsigned long long>(st.put_keys));
   }
   if (o.json) std::printf("%s\n", out.dump().c_str());
   return wrong == 0 ? 0 : 3;
@@ -634,7 +665,7 @@ int main(int argc, char** argv) {
     c->add_option("--put_share", o.put_share, "mixed: share of batches that are puts")->check(CLI::Range(0.0, 1.0));
     c->add_option("--duration", o.duration, "seconds measured per window");
     c->add_option("--warmup", o.warmup, "seconds before each window is measured");
-    c->add_option("--rounds", o.rounds, "alternating windows (bare READ, store) whose medians are reported")
+    c->add_option("--rounds", o.rounds, "alternating windows (bare READ, bare WRITE for put, store) whose medians are reported")
         ->check(CLI::Range(1, 100));
     c->add_flag("--check", o.check, "pattern every page by its key and check every byte a GET returns");
     c->add_flag("--checksum_off_too", o.checksum_off_too, "also measure GETs without verification (what it costs)");

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "net/socket.h"
+#include "store/checksum.h"
 #include "store/control_client.h"
 #include "store/messages.h"
 #include "store/node_service.h"
@@ -232,6 +233,19 @@ class StoreTest : public ::testing::TestWithParam<std::string> {
     return stats;
   }
 
+  // A control call to node `name`, as any process on the network could make it.
+  Status CallNode(const std::string& name, const std::string& request, std::string* reply) {
+    if (!raw_control_) raw_control_ = std::make_unique<store::ControlClient>(engine_->settings());
+    return raw_control_->CallSync(name, request, net::DeadlineIn(2000), reply);
+  }
+  // Node `name`'s greeting, and its pool's segment opened in this engine.
+  void OpenPool(const std::string& name, store::NodeInfo* info, SegmentHandle* segment) {
+    std::string reply;
+    ASSERT_TRUE(CallNode(name, store::EncodeBare(store::Op::kHello), &reply).ok());
+    ASSERT_TRUE(store::DecodeNodeInfo(reply, info).ok());
+    ASSERT_TRUE(engine_->OpenSegment(info->segment, segment).ok());
+  }
+
   // Where keys live among the nodes named, all with pools of kPool (the
   // placement every client computes): Home(key) indexes `names`.
   static store::Placement PlacementOf(const std::vector<std::string>& names) {
@@ -245,6 +259,7 @@ class StoreTest : public ::testing::TestWithParam<std::string> {
     // regions (a key that failed with Timeout on a node that hung, then
     // went on) may land until the rails close.
     store_.reset();
+    raw_control_.reset();
     if (engine_) engine_->Close();
     src_.reset();
     dst_.reset();
@@ -257,6 +272,7 @@ class StoreTest : public ::testing::TestWithParam<std::string> {
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<Store> store_;
   std::unique_ptr<Region> src_, dst_;
+  std::unique_ptr<store::ControlClient> raw_control_;  // CallNode's
 };
 
 size_t CountOk(const std::vector<Status>& st) {
@@ -472,7 +488,8 @@ TEST_P(StoreTest, ANodeRestartedBetweenTwoCallsIsReadAgain) {
   nodes_[1].Kill();
   std::string error;
   ASSERT_TRUE(nodes_[1].Start(&error)) << error;
-  ASSERT_EQ(CountOk(Put(pages)), pages.size()) << "the client's view still has the three nodes";
+  const std::vector<Status> again = Put(pages);
+  for (const Status& s : again) ASSERT_TRUE(s.ok()) << "the client's view still has the three nodes: " << s.ToString();
   const auto until = Clock::now() + std::chrono::seconds(5);
   size_t exact_pages = 0;
   std::vector<bool> exact;
@@ -583,10 +600,7 @@ TEST_P(StoreTest, PutsByWriteThatGoWrongLeaveNothingBehind) {
   StartNodes(1);
   StartClient();
   const std::string node = member_names_[0];
-  store::ControlClient control(engine_->settings());
-  auto call = [&](const std::string& request, std::string* reply) {
-    return control.CallSync(node, request, net::DeadlineIn(2000), reply);
-  };
+  auto call = [&](const std::string& request, std::string* reply) { return CallNode(node, request, reply); };
   std::string reply;
   store::Slots slots;
   // Reserved and abandoned by its writer.
@@ -601,15 +615,15 @@ TEST_P(StoreTest, PutsByWriteThatGoWrongLeaveNothingBehind) {
   EXPECT_EQ(stats.reserved_bytes, 0u) << "slots of a writer that never committed are still reserved";
   EXPECT_EQ(stats.quarantined_bytes, 65536u) << "a late WRITE may still land there";
   EXPECT_EQ(stats.pages, 0u);
-  Status s = call(store::EncodeCommit({slots.ticket, {{true, false, {}}, {false, false, {}}}}), &reply);
+  Status s = call(store::EncodeCommit({slots.ticket, {{store::CommitState::kWritten, false, {}, ""}, {store::CommitState::kNotWritten, false, {}, ""}}, {}}), &reply);
   EXPECT_EQ(s.code(), Status::Code::kNotFound) << "a commit after the budget: " << s.ToString();
 
   // A commit for a ticket never handed out, and one of the wrong shape.
-  s = call(store::EncodeCommit({12345, {{true, false, {}}}}), &reply);
+  s = call(store::EncodeCommit({12345, {{store::CommitState::kWritten, false, {}, ""}}, {}}), &reply);
   EXPECT_EQ(s.code(), Status::Code::kNotFound) << s.ToString();
   ASSERT_TRUE(call(store::EncodeReserve({2000, {{"shape", 4096}}}), &reply).ok());
   ASSERT_TRUE(store::DecodeSlots(reply, 1, &slots).ok());
-  s = call(store::EncodeCommit({slots.ticket, {{true, false, {}}, {true, false, {}}}}), &reply);
+  s = call(store::EncodeCommit({slots.ticket, {{store::CommitState::kWritten, false, {}, ""}, {store::CommitState::kWritten, false, {}, ""}}, {}}), &reply);
   EXPECT_EQ(s.code(), Status::Code::kProtocolError) << s.ToString();
   stats = StatsOf(node);
   EXPECT_EQ(stats.reserved_bytes, 0u);
@@ -617,26 +631,148 @@ TEST_P(StoreTest, PutsByWriteThatGoWrongLeaveNothingBehind) {
 
   // Bytes written whole, committed with a checksum that is not theirs: a
   // miss, counted, and never the bytes.
-  ASSERT_TRUE(call(store::EncodeBare(store::Op::kHello), &reply).ok());
   store::NodeInfo info;
-  ASSERT_TRUE(store::DecodeNodeInfo(reply, &info).ok());
   SegmentHandle segment = -1;
-  ASSERT_TRUE(engine_->OpenSegment(info.segment, &segment).ok());
+  ASSERT_NO_FATAL_FAILURE(OpenPool(node, &info, &segment));
   ASSERT_TRUE(call(store::EncodeReserve({2000, {{"liar", 4096}}}), &reply).ok());
   ASSERT_TRUE(store::DecodeSlots(reply, 1, &slots).ok());
   ASSERT_TRUE(slots.statuses[0].ok());
   std::memset(src_->bytes, 0x5a, 4096);
   ASSERT_TRUE(engine_->Transfer({{OpCode::kWrite, src_->bytes, segment, slots.addrs[0], 4096}}).ok());
   const store::Checksum wrong{1, 2};
-  ASSERT_TRUE(call(store::EncodeCommit({slots.ticket, {{true, true, wrong}}}), &reply).ok());
+  ASSERT_TRUE(call(store::EncodeCommit({slots.ticket, {{store::CommitState::kWritten, true, wrong, ""}}, {}}), &reply).ok());
+  store::CommitReply committed;
+  ASSERT_TRUE(store::DecodeCommitReply(reply, 1, &committed).ok());
+  ASSERT_TRUE(committed.statuses[0].ok()) << committed.statuses[0].ToString();
   std::vector<Status> st;
-  ASSERT_TRUE(store::DecodeStatuses(reply, 1, &st).ok());
-  ASSERT_TRUE(st[0].ok()) << st[0].ToString();
   std::vector<uint64_t> len;
   std::memset(dst_->bytes, 0, 4096);
   ASSERT_TRUE(store_->BatchGet({"liar"}, {{{dst_->bytes, 4096}}}, &st, &len).ok());
   EXPECT_EQ(st[0].code(), Status::Code::kNotFound) << st[0].ToString();
   EXPECT_EQ(store_->Stats().misses_checksum, 1u);
+}
+
+// Granted slots (KVF_STORE_PUT_GRANTS) as any writer could drive them: a
+// commit asks for slots for the next PUT and gets them; a commit of those
+// names each page's key; a slot named with no key fails alone and is held
+// back (a WRITE may have gone there); a slot never used is free at once.
+TEST_P(StoreTest, GrantedSlotsAsAnyWriterCouldDriveThem) {
+  if (PutMode() != "push") GTEST_SKIP() << "the client puts by READ here";
+  StartNodes(1);
+  StartClient();
+  const std::string node = member_names_[0];
+  auto call = [&](const std::string& request, std::string* reply) { return CallNode(node, request, reply); };
+  std::string reply;
+  store::NodeInfo info;
+  SegmentHandle segment = -1;
+  ASSERT_NO_FATAL_FAILURE(OpenPool(node, &info, &segment));
+  auto write = [&](uint64_t addr, uint8_t fill, size_t n) {
+    std::memset(src_->bytes, fill, n);
+    return engine_->Transfer({{OpCode::kWrite, src_->bytes, segment, addr, n}});
+  };
+
+  // A PUT by WRITE whose commit asks for three slots ahead.
+  store::Slots slots;
+  ASSERT_TRUE(call(store::EncodeReserve({2000, {{"first", 4096}}}), &reply).ok());
+  ASSERT_TRUE(store::DecodeSlots(reply, 1, &slots).ok());
+  ASSERT_TRUE(write(slots.addrs[0], 0x11, 4096).ok());
+  store::CommitRequest commit{slots.ticket,
+                              {{store::CommitState::kWritten, true, store::ChecksumOfBytes(src_->bytes, 4096), ""}},
+                              {4096, 4096, 8192}};
+  ASSERT_TRUE(call(store::EncodeCommit(commit), &reply).ok());
+  store::CommitReply committed;
+  ASSERT_TRUE(store::DecodeCommitReply(reply, 1, &committed).ok());
+  ASSERT_TRUE(committed.statuses[0].ok()) << committed.statuses[0].ToString();
+  const store::Slots granted = committed.granted;
+  ASSERT_NE(granted.ticket, 0u);
+  EXPECT_EQ(granted.epoch, info.epoch);
+  ASSERT_EQ(granted.addrs.size(), 3u);
+  EXPECT_EQ(StatsOf(node).reserved_bytes, 16384u);
+
+  // Slot 0 written and named; slot 1 said written but named by no key;
+  // slot 2 never used.
+  ASSERT_TRUE(write(granted.addrs[0], 0x22, 4096).ok());
+  const store::Checksum sum = store::ChecksumOfBytes(src_->bytes, 4096);
+  store::CommitRequest use{granted.ticket,
+                           {{store::CommitState::kWritten, true, sum, "granted"},
+                            {store::CommitState::kWritten, true, sum, ""},
+                            {store::CommitState::kUnused, false, {}, ""}},
+                           {}};
+  ASSERT_TRUE(call(store::EncodeCommit(use), &reply).ok());
+  ASSERT_TRUE(store::DecodeCommitReply(reply, 3, &committed).ok());
+  EXPECT_TRUE(committed.statuses[0].ok()) << committed.statuses[0].ToString();
+  EXPECT_EQ(committed.statuses[1].code(), Status::Code::kInvalidArgument) << committed.statuses[1].ToString();
+  EXPECT_EQ(committed.granted.ticket, 0u) << "nothing asked, nothing granted";
+  store::NodeStats stats = StatsOf(node);
+  EXPECT_EQ(stats.pages, 2u);
+  EXPECT_EQ(stats.reserved_bytes, 0u);
+  EXPECT_EQ(stats.quarantined_bytes, 4096u) << "only the slot a WRITE may have gone to is held back";
+  EXPECT_EQ(call(store::EncodeCommit(use), &reply).code(), Status::Code::kNotFound) << "a ticket is used once";
+
+  std::vector<Status> st;
+  std::vector<uint64_t> len;
+  std::memset(dst_->bytes, 0, 4096);
+  ASSERT_TRUE(store_->BatchGet({"granted"}, {{{dst_->bytes, 4096}}}, &st, &len).ok());
+  ASSERT_TRUE(st[0].ok()) << st[0].ToString();
+  EXPECT_EQ(std::memcmp(dst_->bytes, src_->bytes, 4096), 0);
+}
+
+// The client's PUTs use what their homes granted: the second PUT of the
+// same pages costs one message per home, every page comes back byte-exact,
+// pages that fit no grant are reserved as before, and a closing client
+// gives its unused slots back at once.
+TEST_P(StoreTest, PutsIntoGrantedSlotsCostOneRoundTripAndGiveBackWhatTheyDoNotUse) {
+  if (PutMode() != "push") GTEST_SKIP() << "the client puts by READ here";
+  StartNodes(2);
+  StartClient();
+  // Pages of mixed sizes, fewer bytes than a home grants per commit (a
+  // sixteenth of its pool), wherever placement puts them.
+  auto pages = MakePages(60, 41);
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < pages.size(); ++i) {
+    if (bytes + pages[i].length >= kPool / 16) {
+      pages.resize(i);
+      break;
+    }
+    bytes += pages[i].length;
+  }
+  ASSERT_GE(pages.size(), 10u);
+  uint64_t calls = store_->Stats().control_calls;
+  ASSERT_EQ(CountOk(Put(pages)), pages.size());
+  EXPECT_EQ(store_->Stats().control_calls - calls, 4u) << "a reserve and a commit per home";
+  EXPECT_EQ(store_->Stats().put_granted, 0u);
+  calls = store_->Stats().control_calls;
+  ASSERT_EQ(CountOk(Put(pages)), pages.size());
+  EXPECT_EQ(store_->Stats().control_calls - calls, 2u) << "a commit per home, no reserve";
+  EXPECT_EQ(store_->Stats().put_granted, pages.size());
+  std::vector<bool> exact;
+  Get(pages, &exact);
+  EXPECT_EQ(std::count(exact.begin(), exact.end(), true), static_cast<long>(pages.size()));
+
+  // Larger pages than any granted: reserved first, and whole.
+  const auto big = MakePages(12, 43, "big-");
+  std::vector<Page> larger;
+  for (Page p : big) {
+    p.pieces = {{0, 600 << 10}};
+    p.length = 600 << 10;
+    larger.push_back(p);
+  }
+  const uint64_t granted = store_->Stats().put_granted;
+  ASSERT_EQ(CountOk(Put(larger)), larger.size());
+  EXPECT_EQ(store_->Stats().put_granted, granted);
+  Get(larger, &exact);
+  EXPECT_EQ(std::count(exact.begin(), exact.end(), true), static_cast<long>(larger.size()));
+
+  uint64_t held = 0;
+  for (const std::string& n : member_names_) held += StatsOf(n).reserved_bytes;
+  EXPECT_GT(held, 0u) << "slots granted for the next PUTs";
+  store_->Close();
+  for (const std::string& n : member_names_) {
+    const store::NodeStats stats = StatsOf(n);
+    EXPECT_EQ(stats.reserved_bytes, 0u) << n << ": granted slots not given back at close";
+    EXPECT_EQ(stats.quarantined_bytes, 0u) << n << ": unused slots must be free at once";
+    EXPECT_EQ(stats.put_failures, 0u) << n;
+  }
 }
 
 // One home hangs (SIGSTOP) during a GET whose other keys live on a healthy
