@@ -140,6 +140,10 @@ struct CommitRequest {
 // of its pool (1/kGrantPoolShare): a writer asks for no more.
 constexpr size_t kMaxGrantSlots = 1024;
 constexpr uint64_t kGrantPoolShare = 16;
+// A writer starts no WRITE into a grant later than this after it came (a
+// stream of PUTs uses it within milliseconds); the home holds it this long
+// and its deadline more, then abandons it.
+constexpr int64_t kGrantUsableMs = 1000;
 // The commit's answer: a status per item, and the slots granted.
 struct CommitReply {
   std::vector<Status> statuses;

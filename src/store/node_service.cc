@@ -336,7 +336,7 @@ Slots NodeService::GrantSlots(const std::vector<uint64_t>& lengths, Clock::time_
     held.push_back(std::move(slot));
   }
   if (held.empty()) return granted;
-  const auto hold = 2 * std::chrono::milliseconds(settings_.store_deadline_ms) + std::chrono::seconds(1);
+  const auto hold = std::chrono::milliseconds(kGrantUsableMs + settings_.store_deadline_ms) + std::chrono::seconds(1);
   granted.ticket = reservations_.Open(std::move(held), now + hold, /*granted=*/true);
   return granted;
 }

@@ -120,9 +120,9 @@ class NodeService {
   CommitReply FinishCommit(PutJob* job);
   // Reserves slots of `lengths` for a writer's next PUT (table_mu_ held):
   // as many as the pool gives, at most kMaxGrantSlots and 1/kGrantPoolShare
-  // of the pool (messages.h), held until twice the deadline has passed (the
-  // writer uses them within one deadline of receiving them, and commits
-  // within the next).
+  // of the pool (messages.h), held for kGrantUsableMs, the deadline and a
+  // second of grace (the writer starts its WRITEs within kGrantUsableMs of
+  // receiving them, and commits within its deadline).
   Slots GrantSlots(const std::vector<uint64_t>& lengths, std::chrono::steady_clock::time_point now);
   // Abandons the slots of reservations whose writer's budget has passed
   // (under table_mu_).

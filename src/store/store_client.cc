@@ -262,6 +262,7 @@ void StoreClient::CheckBuffers(const std::vector<std::string>& keys,
 void StoreClient::Put(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
                       std::vector<Status>* results) {
   const CallScope scope(&active_calls_);
+  SweepCredits();
   std::vector<Memory> memory;
   CheckBuffers(keys, buffers, results, &memory);
   std::vector<size_t> direct, bounced;
@@ -405,7 +406,7 @@ void StoreClient::PutFrom(const std::vector<std::string>& keys, const std::vecto
                     std::move(reply.granted.addrs),
                     std::vector<uint64_t>(push.commit.grant.begin(),
                                           push.commit.grant.begin() + reply.granted.statuses.size()),
-                    Clock::now() + std::chrono::milliseconds(deadline_ms)};
+                    Clock::now() + std::chrono::milliseconds(std::min(kGrantUsableMs, deadline_ms))};
       // A grant short of this call's own pages (the home's pool is small
       // for such batches) would fit no PUT like it: back at once.
       if (credit.addrs.size() < call.keys.size()) ReleaseCredits({std::move(credit)}, Clock::now());
@@ -462,6 +463,25 @@ bool StoreClient::TakeCredit(const NodeCall& call, const std::vector<std::vector
     return true;
   }
   return false;
+}
+
+void StoreClient::SweepCredits() {
+  const auto now = Clock::now();
+  const int64_t now_ns = now.time_since_epoch().count();
+  int64_t due = next_sweep_ns_.load(std::memory_order_relaxed);
+  if (now_ns < due || !next_sweep_ns_.compare_exchange_strong(
+                          due, now_ns + std::chrono::nanoseconds(kCreditSweep).count()))
+    return;
+  std::vector<Credit> stale;
+  {
+    std::lock_guard<std::mutex> g(credits_mu_);
+    for (auto& [home, held] : credits_) {
+      for (Credit& c : held)
+        if (now >= c.usable_until && c.losses == control_->Losses(home)) stale.push_back(std::move(c));
+      std::erase_if(held, [&](const Credit& c) { return now >= c.usable_until; });
+    }
+  }
+  ReleaseCredits(std::move(stale), now);
 }
 
 void StoreClient::KeepCredit(Credit credit) {
@@ -666,6 +686,7 @@ void StoreClient::PutBounced(const std::vector<std::string>& keys,
 void StoreClient::Get(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
                       std::vector<Status>* results, std::vector<uint64_t>* lengths) {
   const CallScope scope(&active_calls_);
+  SweepCredits();
   std::vector<Memory> memory;
   CheckBuffers(keys, buffers, results, &memory);
   lengths->assign(keys.size(), 0);
@@ -1125,6 +1146,7 @@ void StoreClient::Locate(const std::vector<std::string>& keys, std::vector<Store
 
 void StoreClient::Exists(const std::vector<std::string>& keys, std::vector<bool>* found) {
   const CallScope scope(&active_calls_);
+  SweepCredits();
   found->assign(keys.size(), false);
   std::vector<Status> results = CheckKeys(keys);
   std::vector<NodeCall> calls = GroupByHome(keys, &results);

@@ -265,7 +265,7 @@ class StoreClient {
     // a home that restarted since.
     uint64_t losses = 0;
     std::vector<uint64_t> addrs, lengths;
-    std::chrono::steady_clock::time_point usable_until;  // one deadline after it came: the home holds it for two
+    std::chrono::steady_clock::time_point usable_until;  // kGrantUsableMs (at most the deadline) after it came
   };
   static constexpr size_t kCreditsPerHome = 4;
   // Takes a credit of the call's home (of its epoch, still usable) whose
@@ -275,6 +275,13 @@ class StoreClient {
   // Keeps a credit for the next PUT; the oldest of its home is given back
   // when the home has kCreditsPerHome.
   void KeepCredit(Credit credit);
+  // Gives back, at most every kCreditSweep, the credits past use whose
+  // connection lasts (their homes would hold the slots a while longer, then
+  // quarantine them): an idle writer holds no pool space for long. Each
+  // public call runs it first.
+  void SweepCredits();
+  static constexpr auto kCreditSweep = std::chrono::milliseconds(100);
+  std::atomic<int64_t> next_sweep_ns_{0};
   // Gives credits back to their homes (a commit of nothing), so their slots
   // are free at once; waits for the answers up to `by`.
   void ReleaseCredits(std::vector<Credit> credits, net::Deadline by);

@@ -763,9 +763,28 @@ TEST_P(StoreTest, PutsIntoGrantedSlotsCostOneRoundTripAndGiveBackWhatTheyDoNotUs
   Get(larger, &exact);
   EXPECT_EQ(std::count(exact.begin(), exact.end(), true), static_cast<long>(larger.size()));
 
-  uint64_t held = 0;
-  for (const std::string& n : member_names_) held += StatsOf(n).reserved_bytes;
-  EXPECT_GT(held, 0u) << "slots granted for the next PUTs";
+  auto reserved = [&] {
+    uint64_t bytes = 0;
+    for (const std::string& n : member_names_) bytes += StatsOf(n).reserved_bytes;
+    return bytes;
+  };
+  EXPECT_GT(reserved(), 0u) << "slots granted for the next PUTs";
+  // Past use (a second), the client's next call gives them back.
+  std::this_thread::sleep_for(std::chrono::milliseconds(store::kGrantUsableMs + 100));
+  std::vector<bool> found;
+  size_t leading = 0;
+  ASSERT_TRUE(store_->BatchExists({pages[0].key}, &found, &leading).ok());
+  const auto until = Clock::now() + std::chrono::seconds(1);
+  while (reserved() != 0 && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(reserved(), 0u) << "granted slots past use not given back";
+
+  // Granted again (new keys: overwriting pages that were read would
+  // quarantine their old slots), and given back at close.
+  std::vector<Page> renamed = pages;
+  for (Page& p : renamed) p.key = "again-" + p.key;
+  ASSERT_EQ(CountOk(Put(renamed)), renamed.size());
+  ASSERT_EQ(CountOk(Put(renamed)), renamed.size());
+  EXPECT_GT(reserved(), 0u);
   store_->Close();
   for (const std::string& n : member_names_) {
     const store::NodeStats stats = StatsOf(n);
