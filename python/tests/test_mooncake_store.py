@@ -5,8 +5,9 @@ in other processes; every byte checked."""
 import numpy as np
 import pytest
 
-from kvfabric.compat.mooncake_store import (INVALID_PARAMS, OBJECT_NOT_FOUND, RPC_FAIL, MooncakeDistributedStore,
-                                            MooncakeHostMemAllocator, ObjectDataType, ReplicateConfig)
+from kvfabric.compat.mooncake_store import (INVALID_PARAMS, OBJECT_ALREADY_EXISTS, OBJECT_NOT_FOUND, RPC_FAIL,
+                                            MooncakeDistributedStore, MooncakeHostMemAllocator, ObjectDataType,
+                                            ReplicateConfig)
 from test_store import Nodes
 
 MiB = 1 << 20
@@ -289,3 +290,42 @@ def test_ranged_reads_in_a_session_read_parts_of_pages(mooncake_store):
     assert store.batch_get_session_end(keys) == 0
     assert store.batch_get_into_multi_buffer_ranges([keys[1]], [[dst.ctypes.data]], [[1]], [[0]]) == [
         OBJECT_NOT_FOUND], "after the session"
+
+
+def test_ranged_writes_in_a_session_put_whole_pages(mooncake_store):
+    """A layer-wise save (vLLM-Ascend's store backends): a put session per batch of keys,
+    each layer's range of every page written as it is computed, then the pages put whole;
+    a revoked session puts nothing; misuse answers Mooncake's codes and changes nothing."""
+    store = mooncake_store
+    layers, per_layer, n = 4, 8192, 6
+    page = layers * per_layer
+    rng = np.random.default_rng(12)
+    src = rng.integers(0, 256, n * page, dtype=np.uint8)
+    dst = np.zeros_like(src)
+    assert store.register_buffer(src.ctypes.data, src.nbytes) == 0
+    assert store.register_buffer(dst.ctypes.data, dst.nbytes) == 0
+    keys = [f"layersave/{i}" for i in range(n)]
+    assert store.batch_put_session_start(keys + ["layersave/bad"], [page] * n + [0]) == [0] * n + [INVALID_PARAMS]
+    assert store.batch_put_session_start([keys[0]], [page]) == [OBJECT_ALREADY_EXISTS], "a session already open"
+    assert store.batch_is_exist(keys) == [0] * n, "nothing is put before the session ends"
+    for layer in reversed(range(layers)):  # any order
+        got = store.batch_put_from_multi_buffer_ranges(
+            keys, [[src.ctypes.data + i * page + layer * per_layer] for i in range(n)],
+            [[per_layer]] * n, [[layer * per_layer]] * n)
+        assert got == [0] * n, (layer, got)
+    assert store.batch_put_from_multi_buffer_ranges([keys[1]], [[src.ctypes.data]], [[2]], [[page - 1]]) == [
+        INVALID_PARAMS], "a range past the page's end"
+    assert store.batch_put_from_multi_buffer_ranges(["layersave/none"], [[src.ctypes.data]], [[1]], [[0]]) == [
+        OBJECT_NOT_FOUND]
+    unregistered = np.ones(16, dtype=np.uint8)
+    assert store.batch_put_from_multi_buffer_ranges([keys[2]], [[unregistered.ctypes.data]], [[16]], [[0]]) == [
+        INVALID_PARAMS], "a range from memory the engine does not know"
+    assert store.batch_put_session_revoke([keys[-1], "layersave/none"]) == [0, OBJECT_NOT_FOUND]
+    assert store.batch_put_session_end(keys) == [0] * (n - 1) + [OBJECT_NOT_FOUND]
+    assert store.batch_put_session_end(keys[:1]) == [OBJECT_NOT_FOUND], "ended already"
+    assert store.batch_is_exist(keys) == [1] * (n - 1) + [0], "the revoked key was never put"
+    got = store.batch_get_into(keys[:-1], [dst.ctypes.data + i * page for i in range(n - 1)], [page] * (n - 1))
+    assert got == [page] * (n - 1)
+    assert np.array_equal(dst[:(n - 1) * page], src[:(n - 1) * page])
+    # A session left open at close is let go with it.
+    assert store.batch_put_session_start(["layersave/open"], [page]) == [0]

@@ -25,13 +25,17 @@ What differs from Mooncake (docs/python.md says it at length):
 - ``setup_dummy`` (Mooncake's standalone mode) makes this process a store
   client with no pool, of ``KVF_STORE_MEMBERS`` or else the node at its
   ``server_address`` (a ``kvfabric store-node``).
-- Not yet here: the ranged put sessions.
+- Ranged put sessions (``batch_put_session_start``, ``..._ranges``, ``..._end``,
+  ``..._revoke``) gather a page's ranges in host memory this process registers
+  and put it whole at the end: one copy more than Mooncake's, which writes the
+  ranges into the page's replica.
 """
 
 from __future__ import annotations
 
 import enum
 import mmap
+import operator
 import os
 import threading
 import time
@@ -49,6 +53,7 @@ NO_AVAILABLE_HANDLE = -200
 INVALID_PARAMS = -600
 ILLEGAL_CLIENT = -601
 OBJECT_NOT_FOUND = -704
+OBJECT_ALREADY_EXISTS = -705
 LEASE_EXPIRED = -707
 TRANSFER_FAIL = -800
 RPC_FAIL = -900
@@ -172,6 +177,34 @@ class MooncakeHostMemAllocator:
         return 0
 
 
+def _ranges_fit(ptrs: Sequence[int], sizes: Sequence[int], offsets: Sequence[int], length: int) -> bool:
+    """Whether the ranges (a pointer, a size and an offset each) are well formed and all
+    inside a page of ``length`` bytes."""
+    return len(ptrs) == len(sizes) == len(offsets) and all(
+        o >= 0 and n > 0 and o + n <= length for o, n in zip(offsets, sizes))
+
+
+class _PutArena:
+    """The host memory of one batch_put_session_start: registered with the engine,
+    its keys' ranges written into it, unregistered when its last key ends."""
+
+    def __init__(self, engine, nbytes: int, keys: int) -> None:
+        from .. import _core
+
+        self._buffer = bytearray(nbytes)
+        self.address = _core.buffer_info(self._buffer)[0]
+        engine.register(self.address, nbytes)
+        self._open = keys
+
+    def release(self, engine) -> None:
+        self._open -= 1
+        if self._open == 0 and engine is not None:
+            try:
+                engine.unregister(self.address)
+            except KvfabricError as e:
+                _log("warning", f"put session memory at {self.address:#x}: {e}")
+
+
 class MooncakeDistributedStore:
     """Mooncake's ``MooncakeDistributedStore`` over ``kvfabric.Store``."""
 
@@ -184,6 +217,7 @@ class MooncakeDistributedStore:
         self._buffer_bytes = 0  # its size (setup's local_buffer_size)
         self._buffer_lock = threading.Lock()  # the local buffer, and the sessions
         self._sessions: dict = {}  # key -> ((segment, address, length), expires): ranged-read sessions
+        self._puts: dict = {}  # key -> (_PutArena, offset, size): ranged-write sessions
 
     # -- set-up -----------------------------------------------------------
     def setup(self, local_hostname: Any, metadata_server: str = "", global_segment_size: int = 0,
@@ -271,6 +305,7 @@ class MooncakeDistributedStore:
             return INVALID_PARAMS
 
     def close(self) -> int:
+        self._close_puts(list(self._puts))  # their memory unregistered while the engine is open
         store, self._store = self._store, None
         if store is not None:
             store.close()
@@ -392,9 +427,7 @@ class MooncakeDistributedStore:
         """Reads byte ranges of each key's page (offsets into the page) into its buffers, in one
         engine batch. Per key the bytes read, or a negative ErrorCode."""
         n = len(keys)
-        if self._store is None:
-            return [INVALID_PARAMS] * n
-        if not (len(all_buffer_ptrs) == len(all_sizes) == len(all_src_offsets) == n):
+        if self._store is None or not (len(all_buffer_ptrs) == len(all_sizes) == len(all_src_offsets) == n):
             return [INVALID_PARAMS] * n
         out = [0] * n
         requests, owner = [], []
@@ -408,28 +441,16 @@ class MooncakeDistributedStore:
             (segment, addr, length), expires = session
             if now >= expires:
                 out[i] = LEASE_EXPIRED
-                continue
-            if len(ptrs) != len(sizes) or len(sizes) != len(offs) or any(
-                    o < 0 or n_ <= 0 or o + n_ > length for o, n_ in zip(offs, sizes)):
+            elif not _ranges_fit(ptrs, sizes, offs, length):
                 out[i] = INVALID_PARAMS
-                continue
-            for p, n_, o in zip(ptrs, sizes, offs):
-                requests.append(Request(Op.READ, int(p), addr + int(o), int(n_), segment))
-                owner.append(i)
-            out[i] = sum(int(x) for x in sizes)
+            else:
+                for p, n_, o in zip(ptrs, sizes, offs):
+                    requests.append(Request(Op.READ, int(p), addr + int(o), int(n_), segment))
+                    owner.append(i)
+                out[i] = sum(int(x) for x in sizes)
         if requests:
-            try:
-                transfer = self._engine().submit(requests)
-            except (KvfabricError, ValueError, TypeError) as e:
-                _log("error", f"batch_get_into_multi_buffer_ranges: {e}")
-                return [INVALID_PARAMS if out[i] > 0 else out[i] for i in range(n)]
-            try:
-                transfer.wait(max(0.0, max(sessions[i][1] for i in owner) - time.monotonic()))
-            except KvfabricError:
-                pass  # which requests failed is read below
-            for t, i in enumerate(owner):
-                if out[i] > 0 and transfer.task_status(t).state != TaskState.COMPLETED:
-                    out[i] = TRANSFER_FAIL
+            wait = max(0.0, max(sessions[i][1] for i in owner) - time.monotonic())
+            self._run_ranges("batch_get_into_multi_buffer_ranges", requests, owner, wait, out)
         return out
 
     def batch_get_session_end(self, keys: Sequence[str]) -> int:
@@ -438,6 +459,131 @@ class MooncakeDistributedStore:
             for k in keys:
                 self._sessions.pop(k, None)
         return 0
+
+    # -- ranged writes in a session (layer-wise saves) -----------------------
+    def batch_put_session_start(self, keys: Sequence[str], sizes: Sequence[int],
+                                config: Optional[ReplicateConfig] = None) -> List[int]:
+        """Opens a page of ``size`` bytes per key, written in ranges (a layer at a time)
+        and put whole at batch_put_session_end. The ranges gather in host memory this
+        process registers (one piece per call, freed when its last key ends), so pages
+        of GPU memory are copied by the engine. Per key 0, -600 for a bad size or
+        -705 for a key whose session is already open."""
+        n = len(keys)
+        if self._store is None:
+            return [INVALID_PARAMS] * n
+        if len(sizes) != n:
+            return [INVALID_PARAMS] * n
+        out = [0] * n
+        with self._buffer_lock:
+            opening = {}
+            for i, (key, size) in enumerate(zip(keys, sizes)):
+                try:
+                    size = operator.index(size)
+                except TypeError:
+                    size = 0
+                if key in self._puts or key in opening:
+                    out[i] = OBJECT_ALREADY_EXISTS
+                elif size <= 0:
+                    out[i] = INVALID_PARAMS
+                else:
+                    opening[key] = size
+            if not opening:
+                return out
+            try:
+                arena = _PutArena(self._engine(), sum(opening.values()), len(opening))
+            except (KvfabricError, ValueError, MemoryError) as e:
+                _log("error", f"batch_put_session_start: {e}")
+                return [INVALID_PARAMS if key in opening else c for key, c in zip(keys, out)]
+            offset = 0
+            for key, size in opening.items():
+                self._puts[key] = (arena, offset, size)
+                offset += size
+        return out
+
+    def batch_put_from_multi_buffer_ranges(self, keys: Sequence[str], all_buffer_ptrs: Sequence[Sequence[int]],
+                                           all_sizes: Sequence[Sequence[int]],
+                                           all_dst_offsets: Sequence[Sequence[int]]) -> List[int]:
+        """Writes byte ranges of each key's open page (offsets into the page) from
+        registered buffers, host or GPU, in one engine batch. Per key 0, or a negative
+        ErrorCode (-704: no session open for it; -600: a range outside its page)."""
+        n = len(keys)
+        if self._store is None or not (len(all_buffer_ptrs) == len(all_sizes) == len(all_dst_offsets) == n):
+            return [INVALID_PARAMS] * n
+        out = [0] * n
+        requests, owner = [], []
+        with self._buffer_lock:
+            sessions = [self._puts.get(k) for k in keys]
+        for i, (session, ptrs, sizes, offs) in enumerate(zip(sessions, all_buffer_ptrs, all_sizes, all_dst_offsets)):
+            if session is None:
+                out[i] = OBJECT_NOT_FOUND
+                continue
+            arena, offset, size = session
+            if not _ranges_fit(ptrs, sizes, offs, size):
+                out[i] = INVALID_PARAMS
+                continue
+            for p, n_, o in zip(ptrs, sizes, offs):
+                requests.append(Request(Op.WRITE, int(p), arena.address + offset + int(o), int(n_),
+                                        self._engine().name))
+                owner.append(i)
+        if requests:
+            self._run_ranges("batch_put_from_multi_buffer_ranges", requests, owner, None, out)
+        return out
+
+    def _run_ranges(self, call: str, requests: list, owner: List[int], timeout: Optional[float],
+                    out: List[int]) -> None:
+        """Runs the ranged requests in one engine batch (within ``timeout`` seconds, None:
+        the engine's own); a key (``owner`` per request) with a request that failed gets
+        -800 in ``out``, every key -600 when the engine refused the batch (an
+        unregistered buffer)."""
+        try:
+            transfer = self._engine().submit(requests)
+        except (KvfabricError, ValueError, TypeError) as e:
+            _log("error", f"{call}: {e}")
+            for i in owner:
+                out[i] = INVALID_PARAMS
+            return
+        try:
+            transfer.wait(timeout)
+        except KvfabricError:
+            pass  # which requests failed is read below
+        for t, i in enumerate(owner):
+            if transfer.task_status(t).state != TaskState.COMPLETED:
+                out[i] = TRANSFER_FAIL
+
+    def batch_put_session_end(self, keys: Sequence[str]) -> List[int]:
+        """Puts each open page whole, as batch_put_from would, and closes its session.
+        Per key 0, or a negative ErrorCode (-704: no session open for it)."""
+        n = len(keys)
+        if self._store is None:
+            return [INVALID_PARAMS] * n
+        with self._buffer_lock:
+            sessions = [self._puts.get(k) for k in keys]
+        ending = [i for i, s in enumerate(sessions) if s is not None]
+        out = [OBJECT_NOT_FOUND] * n
+        if ending:
+            codes = self._batch(True, [keys[i] for i in ending],
+                                [[sessions[i][0].address + sessions[i][1]] for i in ending],
+                                [[sessions[i][2]] for i in ending])
+            for i, code in zip(ending, codes):
+                out[i] = code
+        self._close_puts([keys[i] for i in ending])
+        return out
+
+    def batch_put_session_revoke(self, keys: Sequence[str]) -> List[int]:
+        """Closes the sessions of the keys, putting nothing. Per key 0, or -704 when none was open."""
+        if self._store is None:
+            return [INVALID_PARAMS] * len(keys)
+        with self._buffer_lock:
+            out = [0 if k in self._puts else OBJECT_NOT_FOUND for k in keys]
+        self._close_puts(keys)
+        return out
+
+    def _close_puts(self, keys: Sequence[str]) -> None:
+        with self._buffer_lock:
+            for k in keys:
+                session = self._puts.pop(k, None)
+                if session is not None:
+                    session[0].release(self._engine())
 
     # -- one key ------------------------------------------------------------
     def put_from(self, key: str, buffer_ptr: int, size: int, config: Optional[ReplicateConfig] = None) -> int:
