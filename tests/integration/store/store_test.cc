@@ -794,6 +794,53 @@ TEST_P(StoreTest, PutsIntoGrantedSlotsCostOneRoundTripAndGiveBackWhatTheyDoNotUs
   }
 }
 
+// Threads of one client PUT streams of same-shaped batches at once, each
+// over its own keys, and read them back: grants pass between the threads
+// (at most kCreditsPerHome kept per home, the oldest given back), every
+// page comes back byte-exact, and nothing stays reserved after close.
+TEST_P(StoreTest, ThreadsPuttingAtOnceShareGrantsAndEveryPageComesBack) {
+  if (PutMode() != "push") GTEST_SKIP() << "the client puts by READ here";
+  StartNodes(2);
+  StartClient();
+  constexpr size_t kThreads = 4, kRounds = 25, kPages = 8, kPage = 16384;
+  std::vector<std::thread> threads;
+  std::atomic<size_t> failed{0}, wrong{0};
+  for (size_t t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      uint8_t* src = src_->bytes + t * kPages * kPage;
+      uint8_t* dst = dst_->bytes + t * kPages * kPage;
+      for (size_t round = 0; round < kRounds; ++round) {
+        std::vector<std::string> keys;
+        std::vector<std::vector<StoreBuffer>> from, into;
+        for (size_t i = 0; i < kPages; ++i) {
+          keys.push_back("thread-" + std::to_string(t) + "-" + std::to_string(i));
+          tools::FillPattern(src + i * kPage, kPage, 0, static_cast<uint32_t>(t * 1000 + round * 10 + i));
+          from.push_back({{src + i * kPage, kPage}});
+          into.push_back({{dst + i * kPage, kPage}});
+        }
+        std::vector<Status> st;
+        std::vector<uint64_t> len;
+        if (!store_->BatchPut(keys, from, &st).ok()) ++failed;
+        failed += kPages - CountOk(st);
+        std::memset(dst, 0, kPages * kPage);
+        if (!store_->BatchGet(keys, into, &st, &len).ok()) ++failed;
+        failed += kPages - CountOk(st);
+        if (std::memcmp(src, dst, kPages * kPage) != 0) ++wrong;
+      }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failed.load(), 0u);
+  EXPECT_EQ(wrong.load(), 0u) << "rounds whose pages came back other than put";
+  const StoreStats stats = store_->Stats();
+  EXPECT_GT(stats.put_granted, kThreads * kPages * kRounds / 2) << "most pages into granted slots";
+  store_->Close();
+  for (const std::string& n : member_names_) {
+    const store::NodeStats node = StatsOf(n);
+    EXPECT_EQ(node.reserved_bytes, 0u) << n << ": granted slots not given back at close";
+    EXPECT_EQ(node.put_failures, 0u) << n;
+  }
+}
+
 // One home hangs (SIGSTOP) during a GET whose other keys live on a healthy
 // home, remembered by the client but with their region's version moved (a
 // neighbour removed): those keys must still come back, in time, and the
