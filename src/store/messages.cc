@@ -56,6 +56,21 @@ bool ReadStatus(WireReader& r, Status* out) {
   }
 }
 
+// A status per item: their count, then each as WriteStatus writes it.
+void WriteStatuses(WireWriter& w, const std::vector<Status>& statuses) {
+  w.U32(static_cast<uint32_t>(statuses.size()));
+  for (const Status& s : statuses) WriteStatus(w, s);
+}
+
+// Statuses as WriteStatuses wrote them, exactly `expected` of them.
+bool ReadStatuses(WireReader& r, size_t expected, std::vector<Status>* out) {
+  if (!CountIs(r, 1, expected)) return false;
+  out->assign(expected, Status::OK());
+  for (Status& s : *out)
+    if (!ReadStatus(r, &s)) return false;
+  return true;
+}
+
 }  // namespace
 
 Status CheckKey(std::string_view key) {
@@ -212,17 +227,13 @@ Status DecodeBits(std::string_view payload, size_t expected, std::vector<bool>* 
 
 std::string EncodeStatuses(const std::vector<Status>& statuses) {
   WireWriter w;
-  w.U32(static_cast<uint32_t>(statuses.size()));
-  for (const Status& s : statuses) WriteStatus(w, s);
+  WriteStatuses(w, statuses);
   return w.Take();
 }
 
 Status DecodeStatuses(std::string_view payload, size_t expected, std::vector<Status>* out) {
   WireReader r(payload);
-  if (!CountIs(r, 1, expected)) return Malformed("put reply");
-  out->assign(expected, Status::OK());
-  for (Status& s : *out)
-    if (!ReadStatus(r, &s)) return Malformed("put reply");
+  if (!ReadStatuses(r, expected, out)) return Malformed("put reply");
   return r.done() ? Status::OK() : Malformed("put reply");
 }
 
@@ -347,19 +358,15 @@ Status DecodeCommit(std::string_view payload, CommitRequest* out) {
 
 std::string EncodeCommitReply(const CommitReply& reply) {
   WireWriter w;
-  w.U32(static_cast<uint32_t>(reply.statuses.size()));
-  for (const Status& s : reply.statuses) WriteStatus(w, s);
+  WriteStatuses(w, reply.statuses);
   WriteSlots(w, reply.granted);
   return w.Take();
 }
 
 Status DecodeCommitReply(std::string_view payload, size_t expected, CommitReply* out) {
   WireReader r(payload);
-  if (!CountIs(r, 1, expected)) return Malformed("commit reply");
-  out->statuses.assign(expected, Status::OK());
-  for (Status& s : out->statuses)
-    if (!ReadStatus(r, &s)) return Malformed("commit reply");
-  if (!ReadSlots(r, SIZE_MAX, &out->granted)) return Malformed("commit reply");
+  if (!ReadStatuses(r, expected, &out->statuses) || !ReadSlots(r, SIZE_MAX, &out->granted))
+    return Malformed("commit reply");
   return r.done() ? Status::OK() : Malformed("commit reply");
 }
 

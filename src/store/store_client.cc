@@ -424,45 +424,60 @@ void StoreClient::PutFrom(const std::vector<std::string>& keys, const std::vecto
   if (in_time) PutFrom(keys, sources, memory, again, results, false);
 }
 
+void StoreClient::TakeStaleLocked(const std::string& home, std::vector<Credit>* held,
+                                  const std::function<bool(const Credit&)>& stale, std::vector<Credit>* back) {
+  const uint64_t losses = control_->Losses(home);
+  for (Credit& c : *held)
+    if (stale(c) && c.losses == losses) back->push_back(c);
+  std::erase_if(*held, stale);
+}
+
 bool StoreClient::TakeCredit(const NodeCall& call, const std::vector<std::vector<StoreBuffer>>& sources, Push* push) {
-  std::lock_guard<std::mutex> g(credits_mu_);
-  auto it = credits_.find(call.node->name);
-  if (it == credits_.end()) return false;
-  std::vector<Credit>& held = it->second;
-  const auto now = Clock::now();
-  // Past use, or of an earlier life of the home, or granted over a
-  // connection that has ended since (the home may have restarted: its
-  // grant would be in the old engine, where WRITEs hang until the
-  // deadline): its slots expire there.
-  const uint64_t losses = control_->Losses(call.node->name);
-  std::erase_if(held, [&](const Credit& c) {
-    return now >= c.usable_until || c.epoch != call.node->info.epoch || c.losses != losses;
-  });
-  for (size_t h = 0; h < held.size(); ++h) {
-    Credit& credit = held[h];
-    if (credit.lengths.size() < call.keys.size()) continue;
-    std::vector<bool> used(credit.lengths.size(), false);
-    std::vector<size_t> slot_of(call.keys.size(), SIZE_MAX);
-    bool fits = true;
-    for (size_t j = 0; j < call.keys.size() && fits; ++j) {
-      const uint64_t n = TotalBytes(sources[call.keys[j]]);
-      for (size_t s = 0; s < credit.lengths.size(); ++s)
-        if (!used[s] && credit.lengths[s] == n) {
-          used[s] = true;
-          slot_of[j] = s;
-          break;
-        }
-      fits = slot_of[j] != SIZE_MAX;
+  std::vector<Credit> back;
+  bool taken = false;
+  {
+    std::lock_guard<std::mutex> g(credits_mu_);
+    auto it = credits_.find(call.node->name);
+    if (it == credits_.end()) return false;
+    std::vector<Credit>& held = it->second;
+    const auto now = Clock::now();
+    // Past use, or of an earlier life of the home, or granted over a
+    // connection that has ended since (the home may have restarted: its
+    // grant would be in the old engine, where WRITEs hang until the
+    // deadline).
+    const uint64_t losses = control_->Losses(call.node->name);
+    TakeStaleLocked(
+        call.node->name, &held,
+        [&](const Credit& c) {
+          return now >= c.usable_until || c.epoch != call.node->info.epoch || c.losses != losses;
+        },
+        &back);
+    for (size_t h = 0; h < held.size() && !taken; ++h) {
+      Credit& credit = held[h];
+      if (credit.lengths.size() < call.keys.size()) continue;
+      // Each page takes the lowest free slot of its length.
+      std::unordered_map<uint64_t, std::vector<size_t>> free;  // by length, lowest slot last
+      for (size_t s = credit.lengths.size(); s-- > 0;) free[credit.lengths[s]].push_back(s);
+      std::vector<size_t> slot_of(call.keys.size());
+      bool fits = true;
+      for (size_t j = 0; j < call.keys.size() && fits; ++j) {
+        auto f = free.find(TotalBytes(sources[call.keys[j]]));
+        fits = f != free.end() && !f->second.empty();
+        if (!fits) break;
+        slot_of[j] = f->second.back();
+        f->second.pop_back();
+      }
+      if (!fits) continue;
+      push->granted = true;
+      push->slot_of = std::move(slot_of);
+      push->slots = Slots{credit.ticket, credit.epoch, std::vector<Status>(credit.addrs.size(), Status::OK()),
+                          std::move(credit.addrs)};
+      held.erase(held.begin() + static_cast<std::ptrdiff_t>(h));
+      taken = true;
     }
-    if (!fits) continue;
-    push->granted = true;
-    push->slot_of = std::move(slot_of);
-    push->slots = Slots{credit.ticket, credit.epoch, std::vector<Status>(credit.addrs.size(), Status::OK()),
-                        std::move(credit.addrs)};
-    held.erase(held.begin() + static_cast<std::ptrdiff_t>(h));
-    return true;
   }
-  return false;
+  ReleaseCredits(std::move(back), Clock::now());
+  return taken;
 }
 
 void StoreClient::SweepCredits() {
@@ -472,16 +487,13 @@ void StoreClient::SweepCredits() {
   if (now_ns < due || !next_sweep_ns_.compare_exchange_strong(
                           due, now_ns + std::chrono::nanoseconds(kCreditSweep).count()))
     return;
-  std::vector<Credit> stale;
+  std::vector<Credit> back;
   {
     std::lock_guard<std::mutex> g(credits_mu_);
-    for (auto& [home, held] : credits_) {
-      for (Credit& c : held)
-        if (now >= c.usable_until && c.losses == control_->Losses(home)) stale.push_back(std::move(c));
-      std::erase_if(held, [&](const Credit& c) { return now >= c.usable_until; });
-    }
+    for (auto& [home, held] : credits_)
+      TakeStaleLocked(home, &held, [&](const Credit& c) { return now >= c.usable_until; }, &back);
   }
-  ReleaseCredits(std::move(stale), now);
+  ReleaseCredits(std::move(back), now);
 }
 
 void StoreClient::KeepCredit(Credit credit) {

@@ -268,9 +268,15 @@ class StoreClient {
     std::chrono::steady_clock::time_point usable_until;  // kGrantUsableMs (at most the deadline) after it came
   };
   static constexpr size_t kCreditsPerHome = 4;
+  // Takes the credits `stale` marks out of `held` (credits_mu_ held); those
+  // granted over a connection to `home` that still lasts go into `back`,
+  // to be given back (the home holds them still).
+  void TakeStaleLocked(const std::string& home, std::vector<Credit>* held,
+                       const std::function<bool(const Credit&)>& stale, std::vector<Credit>* back);
   // Takes a credit of the call's home (of its epoch, still usable) whose
   // slots fit every page of the call, one each by length, into `push`
-  // (true); credits past use are dropped.
+  // (true); credits no PUT may use any more are taken out, and given back
+  // when their connection lasts.
   bool TakeCredit(const NodeCall& call, const std::vector<std::vector<StoreBuffer>>& sources, Push* push);
   // Keeps a credit for the next PUT; the oldest of its home is given back
   // when the home has kCreditsPerHome.
