@@ -145,7 +145,7 @@ Status Engine::Create(const EngineConfig& config, std::unique_ptr<Engine>* out) 
   KVF_RETURN_IF_ERROR(engine::ResolveListenAddress(config.local_server_name, &listen));
   const Status cuda = PrepareLibfabric(e.settings);
   std::string provider;
-  KVF_RETURN_IF_ERROR(e.rails.Open(config.protocol, config.nic_filter, listen.bind_ip, e.settings, &provider));
+  KVF_RETURN_IF_ERROR(e.rails.Open(config.protocol, config.nic_filter, listen.bind_ip, e.settings, cuda.ok(), &provider));
   KVF_RETURN_IF_ERROR(engine::DiscoverTopology(e.rails.infos, cuda.ok(), e.settings, &e.topo));
 
   const topology::Topology* topo = &e.topo;

@@ -16,9 +16,12 @@ constexpr int64_t kFreshSpeedNs = 500000000;
 }  // namespace
 
 Status RailSet::OpenProvider(const std::string& provider, const std::string& nic_filter, const std::string& bind_ip,
-                             const fabric::RailOptions& options, std::vector<size_t>* opened) {
+                             fabric::RailOptions options, bool hmem, std::vector<size_t>* opened) {
+  // shm stays host memory only: its same-host path is where libfabric
+  // copied host bytes into CUDA destinations (libfabric issue 12328).
+  options.hmem = hmem && provider != "shm";
   fabric::InfoList list;
-  KVF_RETURN_IF_ERROR(fabric::InfoList::Query(provider, &list));
+  KVF_RETURN_IF_ERROR(fabric::InfoList::Query(provider, &list, options.hmem));
   std::vector<fi_info*> chosen;
   KVF_RETURN_IF_ERROR(fabric::SelectDomains(list, nic_filter, bind_ip, &chosen));
   if (rails.size() + chosen.size() > kMaxLocalRails)
@@ -35,20 +38,35 @@ Status RailSet::OpenProvider(const std::string& provider, const std::string& nic
 }
 
 Status RailSet::Open(const std::string& protocol, const std::string& nic_filter, const std::string& bind_ip,
-                     const Settings& settings, std::string* provider) {
+                     const Settings& settings, bool gpu, std::string* provider) {
   const bool auto_protocol = protocol == "auto";
   KVF_RETURN_IF_ERROR(ResolveProvider(protocol, provider));
   fabric::RailOptions options;
   KVF_RETURN_IF_ERROR(RailOptionsFromSettings(settings, &options));
   KVF_RETURN_IF_ERROR(
-      OpenProvider(*provider, nic_filter, bind_ip, options, &primary).Annotate("protocol " + protocol));
+      OpenProvider(*provider, nic_filter, bind_ip, options, gpu, &primary).Annotate("protocol " + protocol));
   if (auto_protocol && settings.same_host_shm && *provider != "shm") {
     std::vector<size_t> opened;
-    Status s = OpenProvider("shm", "", bind_ip, options, &opened);
+    Status s = OpenProvider("shm", "", bind_ip, options, gpu, &opened);
     if (s.ok() && !opened.empty())
       shm = static_cast<int>(opened.front());
     else
       KVF_LOG_INFO("same-host shm rail not available ({}); same-host peers use {}", s.ToString(), *provider);
+  }
+  if (gpu) {
+    std::string staged;
+    for (const auto& r : rails) {
+      if (r->hmem()) {
+        KVF_LOG_INFO("{}: GPU memory is registered in place (FI_HMEM, {})", r->label(),
+                     r->dmabuf() ? "by dma-buf where the driver exports one" : "by device address");
+        continue;
+      }
+      staged += text::Format("{}{} ({})", staged.empty() ? "" : ", ", r->label(),
+                             r->info().provider == "shm" ? "kept to host memory" : "the provider grants no FI_HMEM");
+    }
+    if (!staged.empty())
+      KVF_LOG_INFO("GPU memory moves through pinned host staging on {}, libfabric {}.{} (docs/design.md, GPU memory)",
+                   staged, FI_MAJOR(fi_version()), FI_MINOR(fi_version()));
   }
   return Status::OK();
 }

@@ -26,9 +26,12 @@ struct RailSet {
   // Opens every rail of `protocol` (efa, tcp, shm, verbs, sockets, auto)
   // that `nic_filter` and `bind_ip` allow, then under auto (with
   // KVF_SAME_HOST_SHM) a shm rail for same-host peers when one opens.
-  // `provider` gets the protocol's libfabric provider name.
+  // `provider` gets the protocol's libfabric provider name. With `gpu` (the
+  // CUDA driver is loaded), rails ask for FI_HMEM so GPU memory registers
+  // in place (not the shm rail: see docs/design.md, GPU memory), and the
+  // rails that cannot are named once in the log: GPU memory is staged there.
   Status Open(const std::string& protocol, const std::string& nic_filter, const std::string& bind_ip,
-              const Settings& settings, std::string* provider);
+              const Settings& settings, bool gpu, std::string* provider);
 
   std::vector<fabric::Rail*> raw() const;
   fabric::Rail* operator[](size_t i) const { return rails[i].get(); }
@@ -41,9 +44,10 @@ struct RailSet {
             RailView* views) const;
 
  private:
-  // Opens the rails of one libfabric provider, appending their indices to `opened`.
+  // Opens the rails of one libfabric provider, appending their indices to
+  // `opened`; with `hmem`, asking for FI_HMEM (never on shm).
   Status OpenProvider(const std::string& provider, const std::string& nic_filter, const std::string& bind_ip,
-                      const fabric::RailOptions& options, std::vector<size_t>* opened);
+                      fabric::RailOptions options, bool hmem, std::vector<size_t>* opened);
 };
 
 }  // namespace kvfabric::engine

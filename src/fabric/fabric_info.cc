@@ -22,6 +22,26 @@ uint32_t ApiVersion() {
   return lib < hdr ? lib : hdr;
 }
 
+namespace {
+
+FakeAnswers& Fake() {
+  static FakeAnswers f;
+  return f;
+}
+
+}  // namespace
+
+void SetFakeAnswersForTesting(const FakeAnswers& answers) { Fake() = answers; }
+
+bool HmemGranted(const fi_info* info, bool asked) {
+  return (info->caps & FI_HMEM) != 0 || (asked && Fake().hmem);
+}
+
+bool DmabufOffered() {
+  const uint32_t v = Fake().api_version != 0 ? Fake().api_version : ApiVersion();
+  return v >= FI_VERSION(1, 20);
+}
+
 void ApplyProviderDefaults(bool rxm_fast_connect, bool host_memory_only) {
   // Otherwise a provider may create a CUDA context (and take GPU memory) in
   // a process that never touches the GPU.
@@ -89,14 +109,15 @@ InfoList::~InfoList() {
 
 namespace {
 
-fi_info* MakeHints(const std::string& provider) {
+fi_info* MakeHints(const std::string& provider, bool hmem) {
   fi_info* h = fi_allocinfo();
   h->ep_attr->type = FI_EP_RDM;
-  h->caps = FI_MSG | FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+  h->caps = FI_MSG | FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | (hmem ? FI_HMEM : 0);
   // Every operation carries a fi_context2 at the start of its OpContext.
   h->mode = FI_CONTEXT | FI_CONTEXT2;
   // The mr_mode bits we can honour; the provider returns those it requires.
-  h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+  h->domain_attr->mr_mode =
+      FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | (hmem ? FI_MR_HMEM : 0);
   // Posts are serialized per rail by us, but MR registration and CQ reads
   // happen on other threads than posting.
   h->domain_attr->threading = FI_THREAD_SAFE;
@@ -106,11 +127,20 @@ fi_info* MakeHints(const std::string& provider) {
 
 }  // namespace
 
-Status InfoList::Query(const std::string& provider, InfoList* out) {
-  fi_info* hints = MakeHints(provider);
+Status InfoList::Query(const std::string& provider, InfoList* out, bool hmem) {
   fi_info* head = nullptr;
-  int rc = fi_getinfo(ApiVersion(), nullptr, nullptr, 0, hints, &head);
-  fi_freeinfo(hints);
+  int rc = -FI_ENODATA;
+  if (hmem) {
+    fi_info* hints = MakeHints(provider, true);
+    rc = fi_getinfo(ApiVersion(), nullptr, nullptr, 0, hints, &head);
+    fi_freeinfo(hints);
+    if (rc == 0 && head == nullptr) rc = -FI_ENODATA;
+  }
+  if (rc == -FI_ENODATA) {
+    fi_info* hints = MakeHints(provider, false);
+    rc = fi_getinfo(ApiVersion(), nullptr, nullptr, 0, hints, &head);
+    fi_freeinfo(hints);
+  }
   if (rc == -FI_ENODATA || (rc == 0 && head == nullptr))
     return Status::Unavailable("libfabric provider '" + provider +
                                "' offers no RDM endpoint with RMA here (check `fi_info -p " +

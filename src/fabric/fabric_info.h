@@ -17,6 +17,24 @@ namespace kvfabric::fabric {
 // device RDMA on p5/p5e; `kvfabric doctor` warns when we run below that.
 uint32_t ApiVersion();
 
+// Whether the provider registers GPU memory on the rail `info` opens: it
+// granted FI_HMEM (or a test's FakeAnswers do, when it was `asked`).
+bool HmemGranted(const fi_info* info, bool asked);
+
+// Whether GPU memory may be registered by dma-buf: the API version we
+// request is 1.20 or later, so both the headers built against and the
+// library loaded know FI_MR_DMABUF (a build against Debian's 1.17 headers
+// never uses it; one against /opt/amazon/efa does where the library allows).
+bool DmabufOffered();
+
+// Answers a test puts in libfabric's mouth, on a host without the providers
+// or library they concern. For tests only.
+struct FakeAnswers {
+  bool hmem = false;          // every rail that asked for FI_HMEM has it (HmemGranted)
+  uint32_t api_version = 0;   // DmabufOffered() decides as if this were ApiVersion(); 0: the real one
+};
+void SetFakeAnswersForTesting(const FakeAnswers& answers);
+
 // Provider environment defaults kvfabric wants (KVF_RXM_FAST_CONNECT), set
 // with setenv(..., overwrite=0) so a user's own values win. Only effective
 // before libfabric first initializes in the process; call before fi_getinfo.
@@ -55,7 +73,10 @@ class InfoList {
     return *this;
   }
 
-  static Status Query(const std::string& provider, InfoList* out);
+  // With `hmem`, FI_HMEM and FI_MR_HMEM are asked for first (GPU memory
+  // registered in place), and where the provider has no such domain, asked
+  // again without: its rails then carry GPU memory through staging.
+  static Status Query(const std::string& provider, InfoList* out, bool hmem = false);
   const std::vector<fi_info*>& entries() const { return entries_; }
 
  private:

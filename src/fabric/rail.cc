@@ -52,6 +52,8 @@ Rail::Rail(const fi_info* info, const RailOptions& options, size_t index)
                         (options.post_mode == PostMode::kAuto && !PostsToHardware(info_.provider));
   // FI_MR_LOCAL needs no flag: every post passes the local MR descriptor.
   prov_key_ = (info->domain_attr->mr_mode & FI_MR_PROV_KEY) != 0;
+  hmem_ = HmemGranted(info, options.hmem);
+  dmabuf_ = hmem_ && DmabufOffered();
   const size_t key_size = info->domain_attr->mr_key_size;
   key_mask_ = key_size == 0 || key_size >= 8 ? ~0ull : (1ull << (8 * key_size)) - 1;
   write_flags_ = options.write_completion == WriteCompletion::kDelivery ? FI_COMPLETION | FI_DELIVERY_COMPLETE
@@ -231,9 +233,15 @@ void Rail::ReapDeadPeers() {
   }
 }
 
-Status Rail::RegisterMemory(void* addr, size_t len, std::unique_ptr<MemoryRegion>* out, bool local_only) {
+Status Rail::RegisterMemory(const MemorySource& m, std::unique_ptr<MemoryRegion>* out, bool local_only) {
+  const bool device = m.cuda_device >= 0;
+  if (device && !hmem_)
+    return Status::InvalidArgument(text::Format("{}: GPU memory of cuda:{} cannot be registered here (no FI_HMEM)",
+                                                label_, m.cuda_device));
   auto mr = std::make_unique<MemoryRegion>();
   const uint64_t access = FI_READ | FI_WRITE | (local_only ? 0 : FI_REMOTE_READ | FI_REMOTE_WRITE);
+  const RegAttrCall call{index_, label_};
+  MrRequest req;
   // Without FI_MR_PROV_KEY the application chooses keys, unique per domain:
   // random over the provider's key size, so a client that can reach the
   // rail's port cannot guess one (docs/security.md). A key already in use
@@ -242,13 +250,25 @@ Status Rail::RegisterMemory(void* addr, size_t len, std::unique_ptr<MemoryRegion
   for (int attempt = 0; attempt < 8; ++attempt) {
     uint64_t requested = 0;
     while (!prov_key_ && requested == 0) requested = crypto::RandomU64() & key_mask_;
-    rc = fi_mr_reg(domain_, addr, len, access, 0, requested, 0, &mr->mr_, nullptr);
+    BuildMrRequest(m, access, requested, dmabuf(), &req);
+    rc = RegAttr(call, domain_, req, &mr->mr_);
+    if (rc != 0 && rc != -FI_ENOKEY && req.uses_dmabuf()) {
+      // Not every provider build takes dma-bufs: the device address then.
+      KVF_LOG_WARN("{}: the provider refused GPU memory as a dma-buf ({}); registering device addresses from now "
+                   "on (GPUDirect still, through the driver's peer-memory path)",
+                   label_, fi_strerror(-rc));
+      dmabuf_ = false;
+      BuildMrRequest(m, access, requested, false, &req);
+      rc = RegAttr(call, domain_, req, &mr->mr_);
+    }
     if (rc != -FI_ENOKEY || prov_key_) break;
   }
   if (rc)
-    return Status::FabricError(text::Format("fi_mr_reg of {} bytes on {} failed: {}; check the locked-memory limit "
-                                            "(ulimit -l)",
-                                            len, label_, fi_strerror(-rc)));
+    return Status::FabricError(text::Format("registering {} bytes of {} memory on {} failed: {}; {}", m.length,
+                                            Describe(req), label_, fi_strerror(-rc),
+                                            device ? "check that the GPU driver's peer-memory or dma-buf support is "
+                                                     "loaded (kvfabric doctor)"
+                                                   : "check the locked-memory limit (ulimit -l)"));
   mr->desc_ = fi_mr_desc(mr->mr_);
   mr->key_ = fi_mr_key(mr->mr_);
   if (mr->key_ == FI_KEY_NOTAVAIL)

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "fabric/mr_request.h"
 #include "fabric/peer_table.h"
 #include "fabric/rail_health.h"
 #include "fabric/rail_info.h"
@@ -55,6 +56,7 @@ class Rail {
   Rail& operator=(const Rail&) = delete;
 
   size_t index() const { return index_; }
+  const std::string& label() const { return label_; }
   const RailInfo& info() const { return info_; }
   // The endpoint's raw address (fi_getname), published in the segment.
   const std::string& address() const { return address_; }
@@ -73,10 +75,22 @@ class Rail {
   // AV slots in use: inserted and not yet removed.
   size_t peer_slots();
 
-  // Registers [addr, addr+len) for local and remote access, or with
-  // `local_only` for local access alone (staging buffers: no peer may touch
-  // them, whatever key it guesses).
-  Status RegisterMemory(void* addr, size_t len, std::unique_ptr<MemoryRegion>* out, bool local_only = false);
+  // Registers `m` for local and remote access, or with `local_only` for
+  // local access alone (staging buffers: no peer may touch them, whatever
+  // key it guesses). GPU memory (m.cuda_device >= 0) needs hmem(); its
+  // dma-buf is used where dmabuf() says so, and a provider that refuses the
+  // dma-buf gets the device address instead (said once, and dmabuf() turns
+  // false).
+  Status RegisterMemory(const MemorySource& m, std::unique_ptr<MemoryRegion>* out, bool local_only = false);
+  // Host memory.
+  Status RegisterMemory(void* addr, size_t len, std::unique_ptr<MemoryRegion>* out, bool local_only = false) {
+    return RegisterMemory(MemorySource{addr, len}, out, local_only);
+  }
+  // The provider registers GPU memory (FI_HMEM granted), so the NIC reads
+  // and writes it in place.
+  bool hmem() const { return hmem_; }
+  // GPU memory is registered by dma-buf where the driver exports one.
+  bool dmabuf() const { return dmabuf_.load(std::memory_order_relaxed); }
 
   // Queues slices and posts as many as credits allow. Never fails: a slice
   // that cannot be posted now stays queued; one the provider rejects is
@@ -151,6 +165,8 @@ class Rail {
   std::string label_;  // "rail 2 (tcp;ofi_rxm lo)": how messages name this rail
   std::string address_;
   bool prov_key_ = false;
+  bool hmem_ = false;
+  std::atomic<bool> dmabuf_{false};
   uint64_t write_flags_ = 0;
   bool post_from_progress_ = false;
   uint64_t key_mask_ = ~0ull;  // the bits of a key the provider holds (mr_key_size)

@@ -37,6 +37,8 @@ struct RailOptions {
   // `retry_period` (see RailHealth). A zero stall period never does.
   std::chrono::nanoseconds stall_period = std::chrono::milliseconds(2000);
   std::chrono::nanoseconds retry_period = std::chrono::milliseconds(5000);
+  // GPU memory is wanted on this rail: its fi_info was asked for FI_HMEM.
+  bool hmem = false;
 };
 
 }  // namespace kvfabric::fabric

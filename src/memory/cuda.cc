@@ -19,6 +19,10 @@ using CUdeviceptr = unsigned long long;
 constexpr int kPointerMemoryType = 2;     // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
 constexpr int kPointerDeviceOrdinal = 9;  // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
 constexpr unsigned kMemoryTypeDevice = 2; // CU_MEMORYTYPE_DEVICE
+constexpr int kPointerRangeStart = 11;    // CU_POINTER_ATTRIBUTE_RANGE_START_ADDR
+constexpr int kPointerRangeSize = 12;     // CU_POINTER_ATTRIBUTE_RANGE_SIZE
+constexpr int kDeviceDmabufSupported = 124;  // CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED
+constexpr int kRangeHandleDmabufFd = 1;      // CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD
 
 struct Driver {
   void* lib = nullptr;
@@ -36,6 +40,9 @@ struct Driver {
   CUresult (*cuMemHostRegister_v2)(void*, size_t, unsigned) = nullptr;
   CUresult (*cuMemHostUnregister)(void*) = nullptr;
   CUresult (*cuStreamSynchronize)(void*) = nullptr;
+  // Optional (CUDA 11.7+ drivers): null where the driver lacks them.
+  CUresult (*cuDeviceGetAttribute)(int*, int, CUdevice) = nullptr;
+  CUresult (*cuMemGetHandleForAddressRange)(void*, CUdeviceptr, size_t, int, unsigned long long) = nullptr;
 
   Status status = Status::Unavailable("CUDA not loaded");
   int count = 0;
@@ -84,6 +91,8 @@ Status LoadOnce(const std::string& library) {
   KVF_BIND(cuMemHostUnregister)
   KVF_BIND(cuStreamSynchronize)
 #undef KVF_BIND
+  Bind(d.lib, "cuDeviceGetAttribute", &d.cuDeviceGetAttribute);
+  Bind(d.lib, "cuMemGetHandleForAddressRange", &d.cuMemGetHandleForAddressRange);
   if (missing != nullptr)
     return Status::Unavailable(path + " lacks " + missing + ": the NVIDIA driver is too old or not the CUDA driver");
   CUresult r = d.cuInit(0);
@@ -138,6 +147,40 @@ bool IsDevicePointer(const void* p, int* device) {
   if (d.cuPointerGetAttribute(&ordinal, kPointerDeviceOrdinal, reinterpret_cast<CUdeviceptr>(p)) != 0) return false;
   *device = ordinal;
   return true;
+}
+
+bool DmabufSupported(int device) {
+  if (!Load().ok()) return false;
+  Driver& d = D();
+  if (d.cuDeviceGetAttribute == nullptr || d.cuMemGetHandleForAddressRange == nullptr) return false;
+  CUdevice dev;
+  int supported = 0;
+  return d.cuDeviceGet(&dev, device) == 0 && d.cuDeviceGetAttribute(&supported, kDeviceDmabufSupported, dev) == 0 &&
+         supported != 0;
+}
+
+Status ExportDmabuf(const void* p, size_t n, int* fd, uint64_t* offset) {
+  KVF_RETURN_IF_ERROR(Load());
+  Driver& d = D();
+  const std::string what = text::Format("dma-buf of {}", text::Range(reinterpret_cast<uintptr_t>(p), n));
+  if (d.cuMemGetHandleForAddressRange == nullptr)
+    return Status::Unavailable(what + ": the driver has no cuMemGetHandleForAddressRange (CUDA 11.7 or later)");
+  // The whole allocation is exported: the range must be page-aligned, and
+  // an allocation's start and size are.
+  CUdeviceptr start = 0;
+  size_t size = 0;
+  const auto ptr = reinterpret_cast<CUdeviceptr>(p);
+  CUresult r = d.cuPointerGetAttribute(&start, kPointerRangeStart, ptr);
+  if (r == 0) r = d.cuPointerGetAttribute(&size, kPointerRangeSize, ptr);
+  if (r != 0) return Status::InvalidArgument(what + ": not device memory the driver knows: " + d.Error(r));
+  if (ptr < start || n > size || ptr - start > size - n)
+    return Status::InvalidArgument(what + ": crosses the end of its allocation");
+  int handle = -1;
+  r = d.cuMemGetHandleForAddressRange(&handle, start, size, kRangeHandleDmabufFd, 0);
+  if (r != 0 || handle < 0) return Status::Unavailable(what + ": cuMemGetHandleForAddressRange: " + d.Error(r));
+  *fd = handle;
+  *offset = ptr - start;
+  return Status::OK();
 }
 
 Status PciBusId(int device, std::string* out) {

@@ -26,6 +26,16 @@ int DeviceCount();
 // False (not an error) for host memory or when CUDA is not loaded.
 bool IsDevicePointer(const void* p, int* device);
 
+// Whether `device` can export its memory as dma-buf file descriptors (the
+// driver has cuMemGetHandleForAddressRange and says the device supports it).
+bool DmabufSupported(int device);
+
+// A dma-buf file descriptor exporting the device allocation that holds
+// [p, +n), and the offset of `p` within it. The caller closes `*fd` (a
+// registration that used it keeps its own reference). InvalidArgument when
+// the range is not inside one device allocation.
+Status ExportDmabuf(const void* p, size_t n, int* fd, uint64_t* offset);
+
 // The device's PCI bus id as sysfs writes it ("0000:4f:00.0").
 Status PciBusId(int device, std::string* out);
 // Every device's PCI bus id, in the driver's ordinal order (what

@@ -105,6 +105,24 @@ std::shared_ptr<const Buffer> MemoryRegistry::OverlapLocked(uintptr_t a, size_t 
   return nullptr;
 }
 
+MemoryRegistry::Dmabuf::~Dmabuf() {
+  if (fd >= 0) close(fd);
+}
+
+MemoryRegistry::Dmabuf MemoryRegistry::ExportFor(void* addr, size_t length, int device) const {
+  Dmabuf d;
+  bool wanted = false;
+  for (fabric::Rail* r : rails_) wanted |= r->hmem() && r->dmabuf();
+  if (!wanted) return d;
+  if (!cuda::DmabufSupported(device)) {
+    KVF_LOG_DEBUG("cuda:{} exports no dma-buf: registering device addresses", device);
+    return d;
+  }
+  Status s = cuda::ExportDmabuf(addr, length, &d.fd, &d.offset);
+  if (!s.ok()) KVF_LOG_WARN("{}; registering the device address instead", s.message());
+  return d;
+}
+
 Status MemoryRegistry::Register(void* addr, size_t length, const std::string& requested) {
   const std::string location = requested == kAnyLocation && addr != nullptr ? DetectLocation(addr, cuda_) : requested;
   const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
@@ -130,15 +148,19 @@ Status MemoryRegistry::Register(void* addr, size_t length, const std::string& re
   buf->location = text::Format("{}:{}", kind, index);
   if (near_rails_) buf->near_rails = near_rails_(buf->location);
   buf->device = kind == "cuda" ? index : -1;
+  // GPU memory goes on the rails that register it in place (FI_HMEM); the
+  // others stage it. One dma-buf of its allocation serves every chunk and
+  // rail, closed once they hold their own references.
+  const Dmabuf dmabuf = buf->device >= 0 ? ExportFor(addr, length, buf->device) : Dmabuf{};
   const size_t step = chunk_bytes_ == 0 ? length : chunk_bytes_;
   for (size_t off = 0; off < length; off += step) {
     Chunk c;
     c.addr = a + off;
     c.length = std::min(step, length - off);
     c.regions.resize(rails_.size());
-    if (buf->device < 0)  // no rail here registers GPU memory (FI_HMEM)
-      for (fabric::Rail* r : rails_)
-        KVF_RETURN_IF_ERROR(r->RegisterMemory(reinterpret_cast<void*>(c.addr), c.length, &c.regions[r->index()]));
+    fabric::MemorySource m{reinterpret_cast<void*>(c.addr), c.length, buf->device, dmabuf.fd, dmabuf.offset + off};
+    for (fabric::Rail* r : rails_)
+      if (buf->device < 0 || r->hmem()) KVF_RETURN_IF_ERROR(r->RegisterMemory(m, &c.regions[r->index()]));
     buf->chunks.push_back(std::move(c));
   }
 

@@ -9,6 +9,7 @@
 #include <memory>
 #include <shared_mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fabric/rail.h"
@@ -68,8 +69,9 @@ class MemoryRegistry {
 
   // `location` is cpu[:N], cuda:N or "*" (DetectLocation). GPU memory
   // (cuda:N) must be device memory of device N, and device memory must not
-  // be registered as cpu:N. It is registered on no rail yet
-  // (none here offers FI_HMEM): same-process copies only.
+  // be registered as cpu:N. GPU memory is registered on the rails that
+  // grant FI_HMEM (by dma-buf where the rail and driver allow), and on no
+  // other: transfers stage it there, and peers cannot reach it through them.
   Status Register(void* addr, size_t length, const std::string& location);
   // Whether cuda:N registrations are accepted (KVF_CUDA).
   void set_cuda(bool enabled) { cuda_ = enabled; }
@@ -88,6 +90,19 @@ class MemoryRegistry {
   // device memory for cpu:N.
   Status CheckLocation(void* addr, size_t length, const std::string& location, const std::string& kind,
                        int index) const;
+  // A dma-buf of the GPU allocation being registered, closed when done.
+  struct Dmabuf {
+    int fd = -1;
+    uint64_t offset = 0;  // of the buffer's start within the dma-buf
+    Dmabuf() = default;
+    Dmabuf(const Dmabuf&) = delete;
+    Dmabuf& operator=(const Dmabuf&) = delete;
+    Dmabuf(Dmabuf&& o) noexcept : fd(std::exchange(o.fd, -1)), offset(o.offset) {}
+    ~Dmabuf();
+  };
+  // A dma-buf for device memory [addr, +length) of `device` when a rail
+  // would register it so and the driver exports one; else none (fd -1).
+  Dmabuf ExportFor(void* addr, size_t length, int device) const;
   // A registered buffer sharing a byte with [a, +length), or null; mu_ held.
   std::shared_ptr<const Buffer> OverlapLocked(uintptr_t a, size_t length) const;
 

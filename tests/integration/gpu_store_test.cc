@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "fake_gpu_direct.h"
 #include "gpu_engine.h"
 #include "kvfabric/store.h"
 #include "memory/cuda.h"
@@ -22,8 +23,11 @@ constexpr size_t KiB = 1024;
 
 class GpuStoreTest : public ::testing::Test {
  protected:
-  // A node with a 16 MiB pool and a client whose bounce buffer holds `bounce` bytes.
-  void Start(int64_t bounce) {
+  // A node with a 16 MiB pool and a client whose bounce buffer holds
+  // `bounce` bytes; with `in_place`, the client's rails register GPU memory
+  // (FakeGpuDirect), as EFA's do.
+  void Start(int64_t bounce, bool in_place = false) {
+    if (in_place) fake_ = std::make_unique<FakeGpuDirect>(/*api_version=*/0);
     client_engine_ = NewGpuTestEngine(KVF_FAKE_CUDA_PATH, true);  // loads the fake driver
     node_engine_ = NewGpuTestEngine(KVF_FAKE_CUDA_PATH, false);
     ASSERT_TRUE(node_engine_ && client_engine_);
@@ -52,6 +56,7 @@ class GpuStoreTest : public ::testing::Test {
     if (client_engine_ && !host_.empty()) (void)client_engine_->UnregisterMemory(host_.data());
     client_engine_.reset();
     node_engine_.reset();
+    fake_.reset();
   }
   // Registered GPU memory of device 0.
   uint8_t* Device(size_t bytes) {
@@ -72,6 +77,7 @@ class GpuStoreTest : public ::testing::Test {
     ASSERT_TRUE(s.ok()) << s.ToString();
   }
 
+  std::unique_ptr<FakeGpuDirect> fake_;
   std::unique_ptr<Engine> node_engine_, client_engine_;
   std::unique_ptr<Store> node_, client_;
   SegmentHandle self_ = -1;
@@ -139,6 +145,54 @@ TEST_F(GpuStoreTest, FakeDriverPagesFromAndIntoGpuMemoryAreByteExact) {
   }
   EXPECT_EQ(client_->Stats().get_unverified, stats.get_unverified);
   EXPECT_EQ(client_->Stats().get_hits - stats.get_hits, keys.size());
+}
+
+TEST_F(GpuStoreTest, FakeDriverGpuPagesRegisteredInPlaceMoveWithoutBounceOrStaging) {
+  // Rails with FI_HMEM: the homes READ (or the client WRITEs) the GPU pages
+  // where they are, and GETs land in GPU memory directly; nothing goes
+  // through the bounce buffer or the driver's copies.
+  Start(64 * KiB, /*in_place=*/true);
+  constexpr size_t kPages = 24;
+  const std::vector<size_t> sizes = {128 * KiB, 100 * KiB, 4 * KiB, 77 * KiB};
+  uint8_t* dev = Device(4 << 20);
+  uint8_t* dev_back = Device(4 << 20);
+  std::vector<std::string> keys;
+  std::vector<std::vector<StoreBuffer>> from, into;
+  size_t off = 0;
+  for (size_t i = 0; i < kPages; ++i) {
+    const size_t n = sizes[i % sizes.size()];
+    keys.push_back("in-place-" + std::to_string(i));
+    tools::FillPattern(dev + off, n, 0, 3000 + i);  // fake device memory is host-addressable
+    from.push_back({{dev + off, n}});
+    into.push_back({{dev_back + off, n}});
+    off += n;
+  }
+  const unsigned long copies = fake_->copies();
+  std::vector<Status> st;
+  ASSERT_TRUE(client_->BatchPut(keys, from, &st).ok());
+  for (size_t i = 0; i < kPages; ++i) ASSERT_TRUE(st[i].ok()) << keys[i] << ": " << st[i].ToString();
+  const StoreStats stats = client_->Stats();
+  EXPECT_EQ(stats.put_bounced, 0u);
+  std::vector<uint64_t> len;
+  ASSERT_TRUE(client_->BatchGet(keys, into, &st, &len).ok());
+  off = 0;
+  for (size_t i = 0; i < kPages; ++i) {
+    const size_t n = sizes[i % sizes.size()];
+    ASSERT_TRUE(st[i].ok()) << keys[i] << ": " << st[i].ToString();
+    EXPECT_EQ(len[i], n);
+    EXPECT_EQ(tools::CheckPattern(dev_back + off, n, 0, 3000 + i), n) << keys[i];
+    off += n;
+  }
+  EXPECT_EQ(fake_->copies(), copies) << "GPU pages went through the driver instead of the NIC";
+  EXPECT_EQ(client_->Stats().get_unverified - stats.get_unverified, kPages);
+  // The GPU registrations the client made named the device.
+  size_t gpu = 0;
+  for (const Seen& s : fake_->SeenSince(0))
+    if (s.iface == FI_HMEM_CUDA) {
+      EXPECT_EQ(s.device, 0);
+      ++gpu;
+    }
+  EXPECT_GE(gpu, 2u);
 }
 
 TEST_F(GpuStoreTest, FakeDriverAGpuPageLargerThanTheBounceBufferFailsAlone) {

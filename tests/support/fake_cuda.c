@@ -4,12 +4,18 @@
  * engine's CUDA paths (pointer detection, location checks, device copies
  * under a device's context) run for real; what it cannot show is the speed
  * or the DMA of a real GPU, which the device tests measure where one is lent.
- * FAKE_CUDA_DEVICES (default 2) sets the device count. */
+ * FAKE_CUDA_DEVICES (default 2) sets the device count; FAKE_CUDA_DMABUF=0
+ * makes the devices say they cannot export dma-bufs. An exported dma-buf is
+ * a memfd whose allocation fake_cuda_dmabuf_range names, so a test can check
+ * what a registration was handed. */
+#define _GNU_SOURCE
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
@@ -26,6 +32,12 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static __thread void* current;
 static unsigned long copies;
 static unsigned long stream_syncs;
+static struct {
+  int fd;
+  uintptr_t addr;
+  size_t length;
+} exports[kMaxRanges];
+static int nexports;
 
 void* fake_cuda_alloc(size_t n, int device) {
   void* p = NULL;
@@ -61,13 +73,34 @@ unsigned long fake_cuda_stream_syncs(void) { return __atomic_load_n(&stream_sync
 /* cuMemcpy calls so far: proves a copy went through the driver. */
 unsigned long fake_cuda_copies(void) { return __atomic_load_n(&copies, __ATOMIC_RELAXED); }
 
-static int device_of(CUdeviceptr p) {
-  int d = -1;
-  pthread_mutex_lock(&mu);
+/* The allocation holding p: its index in ranges, or -1. mu held. */
+static int range_of(CUdeviceptr p) {
   for (int i = 0; i < nranges; ++i)
-    if (p >= ranges[i].addr && p - ranges[i].addr < ranges[i].length) d = ranges[i].device;
+    if (p >= ranges[i].addr && p - ranges[i].addr < ranges[i].length) return i;
+  return -1;
+}
+
+/* The allocation a dma-buf fd from cuMemGetHandleForAddressRange exports
+ * (0 when fd is not one, or was closed and reused). */
+int fake_cuda_dmabuf_range(int fd, uintptr_t* addr, size_t* length) {
+  int found = 0;
+  pthread_mutex_lock(&mu);
+  for (int i = nexports - 1; i >= 0 && !found; --i)
+    if (exports[i].fd == fd) {
+      *addr = exports[i].addr;
+      *length = exports[i].length;
+      found = 1;
+    }
   pthread_mutex_unlock(&mu);
-  return d;
+  return found;
+}
+
+/* dma-bufs exported so far. */
+unsigned long fake_cuda_dmabuf_exports(void) {
+  pthread_mutex_lock(&mu);
+  const unsigned long n = (unsigned long)nexports;
+  pthread_mutex_unlock(&mu);
+  return n;
 }
 
 static int device_count(void) {
@@ -92,11 +125,45 @@ CUresult cuDeviceGet(int* dev, int ordinal) {
 }
 
 CUresult cuPointerGetAttribute(void* data, int attribute, CUdeviceptr p) {
-  const int d = device_of(p);
-  if (d < 0) return kInvalidValue; /* what the driver says for unknown host memory */
-  if (attribute == 2) *(unsigned*)data = 2; /* CU_MEMORYTYPE_DEVICE */
-  else if (attribute == 9) *(int*)data = d;
-  else return kInvalidValue;
+  pthread_mutex_lock(&mu);
+  const int i = range_of(p);
+  CUresult r = 0;
+  if (i < 0) r = kInvalidValue; /* what the driver says for unknown host memory */
+  else if (attribute == 2) *(unsigned*)data = 2; /* CU_MEMORYTYPE_DEVICE */
+  else if (attribute == 9) *(int*)data = ranges[i].device;
+  else if (attribute == 11) *(CUdeviceptr*)data = ranges[i].addr; /* RANGE_START_ADDR */
+  else if (attribute == 12) *(size_t*)data = ranges[i].length;    /* RANGE_SIZE */
+  else r = kInvalidValue;
+  pthread_mutex_unlock(&mu);
+  return r;
+}
+
+CUresult cuDeviceGetAttribute(int* value, int attribute, int dev) {
+  if (dev < 0 || dev >= device_count()) return kInvalidValue;
+  if (attribute != 124) return kInvalidValue; /* only CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED */
+  const char* s = getenv("FAKE_CUDA_DMABUF");
+  *value = s ? atoi(s) : 1;
+  return 0;
+}
+
+/* Exports exactly one whole allocation (the real driver accepts any
+ * page-aligned range; kvfabric asks for whole allocations). */
+CUresult cuMemGetHandleForAddressRange(void* handle, CUdeviceptr p, size_t size, int type, unsigned long long flags) {
+  if (type != 1 || flags != 0) return kInvalidValue; /* CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD */
+  pthread_mutex_lock(&mu);
+  const int i = range_of(p);
+  const int whole = i >= 0 && ranges[i].addr == p && ranges[i].length == size;
+  int fd = -1;
+  if (whole && nexports < kMaxRanges) fd = memfd_create("fake-cuda-dmabuf", MFD_CLOEXEC);
+  if (fd >= 0) {
+    exports[nexports].fd = fd;
+    exports[nexports].addr = p;
+    exports[nexports].length = size;
+    ++nexports;
+  }
+  pthread_mutex_unlock(&mu);
+  if (fd < 0) return kInvalidValue;
+  *(int*)handle = fd;
   return 0;
 }
 
