@@ -26,6 +26,10 @@ struct FabricDomain {
   std::string fabric;    // e.g. "127.0.0.1/32"
   std::string ip;        // IPv4 source address for socket providers, else ""
   bool hmem = false;     // the provider offers FI_HMEM (device memory)
+  // efa: how the provider carries READ and WRITE on an enabled endpoint
+  // ("READ and WRITE by device RDMA", "READ by device RDMA, WRITE emulated",
+  // "not reported by this libfabric"); empty for other providers.
+  std::string rma;
 };
 
 // The usable domains of `protocol`; empty (and OK) when its provider is

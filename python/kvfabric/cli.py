@@ -107,6 +107,14 @@ def doctor_checks() -> list[tuple[str, str, str]]:
         any_rail = True
         names = ", ".join(d["domain"] for d in doms)
         rows.append(("ok", f"{p}: {len(doms)} rail(s) ({doms[0]['provider']}): {names}", ""))
+        if p == "efa":
+            emulated = [d for d in doms if "emulated" in d.get("rma", "")]
+            if emulated:
+                rows.append(("warn", f"efa: RMA {emulated[0]['rma']} on {len(emulated)} rail(s)",
+                             "emulated READ/WRITE run far below line rate: check the instance type's EFA generation, "
+                             "FI_EFA_USE_DEVICE_RDMA (unset or 1) and libfabric 1.18 or later"))
+            else:
+                rows.append(("ok", f"efa: RMA {doms[0].get('rma') or 'not reported'}", ""))
         if p in ("tcp", "sockets"):
             rows.append(("warn", f"{p}: RMA is emulated in software over sockets",
                          "fine for development and tests; use efa or verbs for line rate"))

@@ -501,7 +501,7 @@ NB_MODULE(_core, m) {
     std::vector<std::map<std::string, std::string>> out;
     for (const auto& d : domains)
       out.push_back({{"provider", d.provider}, {"domain", d.domain}, {"fabric", d.fabric}, {"ip", d.ip},
-                     {"hmem", d.hmem ? "yes" : "no"}});
+                     {"hmem", d.hmem ? "yes" : "no"}, {"rma", d.rma}});
     return out;
   }, nb::arg("protocol"), "The usable libfabric domains (rails) of a protocol; empty when it is absent.");
   m.def("log", &kvfabric::WriteLog, nb::arg("level"), nb::arg("message"),

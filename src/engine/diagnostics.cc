@@ -4,7 +4,9 @@
 
 #include "common/log.h"
 #include "common/text.h"
+#include "engine/rail_options.h"
 #include "fabric/fabric_info.h"
+#include "fabric/rail.h"
 #include "kvfabric/engine.h"
 #include "memory/cuda.h"
 #include "topology/topology.h"
@@ -14,10 +16,12 @@ namespace {
 
 Status SelectedDomains(const Settings& settings, const std::string& protocol, const std::string& devices,
                        fabric::InfoList* infos, std::vector<fi_info*>* chosen) {
-  (void)PrepareLibfabric(settings);  // GPU memory unusable is not an error here
+  // GPU memory unusable is not an error here; usable, the rails ask for
+  // FI_HMEM as an engine's would.
+  const bool gpu = PrepareLibfabric(settings).ok();
   std::string provider;
   KVF_RETURN_IF_ERROR(ResolveProvider(protocol, &provider));
-  KVF_RETURN_IF_ERROR(fabric::InfoList::Query(provider, infos));
+  KVF_RETURN_IF_ERROR(fabric::InfoList::Query(provider, infos, gpu && provider != "shm"));
   *chosen = infos->entries();
   if (!devices.empty()) KVF_RETURN_IF_ERROR(fabric::SelectDomains(*infos, devices, "", chosen));
   return Status::OK();
@@ -43,9 +47,20 @@ Status ListFabricDomains(const Settings& settings, const std::string& protocol, 
   Status s = SelectedDomains(settings, protocol, devices, &infos, &chosen);
   if (s.code() == Status::Code::kUnavailable || s.code() == Status::Code::kFabricError) return Status::OK();
   KVF_RETURN_IF_ERROR(s);
-  for (const fi_info* i : chosen)
-    out->push_back({i->fabric_attr->prov_name, i->domain_attr->name, i->fabric_attr->name, fabric::SourceIp(i),
-                    (i->caps & FI_HMEM) != 0});
+  fabric::RailOptions options;
+  if (Status o = engine::RailOptionsFromSettings(settings, &options); !o.ok()) return o;
+  for (const fi_info* i : chosen) {
+    FabricDomain d{i->fabric_attr->prov_name, i->domain_attr->name, i->fabric_attr->name, fabric::SourceIp(i),
+                   (i->caps & FI_HMEM) != 0, ""};
+    if (d.provider == "efa") {
+      // What the provider does for READ and WRITE is known only from an
+      // enabled endpoint: open one, as an engine's rail.
+      std::unique_ptr<fabric::Rail> rail;
+      Status r = fabric::Rail::Open(i, options, 0, &rail);
+      d.rma = r.ok() ? fabric::DescribeRma(rail->efa_report()) : "endpoint did not open: " + r.message();
+    }
+    out->push_back(std::move(d));
+  }
   return Status::OK();
 }
 

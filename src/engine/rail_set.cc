@@ -1,5 +1,7 @@
 #include "engine/rail_set.h"
 
+#include <cstdlib>
+
 #include "common/log.h"
 #include "common/text.h"
 #include "engine/peer.h"
@@ -63,6 +65,18 @@ Status RailSet::Open(const std::string& protocol, const std::string& nic_filter,
       }
       staged += text::Format("{}{} ({})", staged.empty() ? "" : ", ", r->label(),
                              r->info().provider == "shm" ? "kept to host memory" : "the provider grants no FI_HMEM");
+    }
+    if (*provider == "efa") {
+      const char* v = getenv("FI_EFA_ENABLE_SHM_TRANSFER");
+      const bool off = v != nullptr && (std::string(v) == "0" || std::string(v) == "false" || std::string(v) == "no");
+      if (off)
+        KVF_LOG_INFO("FI_EFA_ENABLE_SHM_TRANSFER={}: same-host GPU transfers over efa go through the NIC, not EFA's "
+                     "shm path (libfabric issue 12328)", v);
+      else
+        KVF_LOG_WARN("FI_EFA_ENABLE_SHM_TRANSFER={} in a process with GPU memory: EFA's same-host shm path copies host "
+                     "bytes into CUDA destinations and crashes (libfabric issue 12328); unset it (kvfabric then sets "
+                     "0) unless no two processes of this host move GPU memory between them over efa",
+                     v == nullptr ? "(set by another library first)" : v);
     }
     if (!staged.empty())
       KVF_LOG_INFO("GPU memory moves through pinned host staging on {}, libfabric {}.{} (docs/design.md, GPU memory)",

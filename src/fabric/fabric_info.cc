@@ -46,6 +46,11 @@ void ApplyProviderDefaults(bool rxm_fast_connect, bool host_memory_only) {
   // Otherwise a provider may create a CUDA context (and take GPU memory) in
   // a process that never touches the GPU.
   if (host_memory_only) setenv("FI_HMEM", "system", 0);
+  // A process that may register GPU memory on efa keeps same-host peers off
+  // EFA's shm path, which copied host bytes into CUDA destinations and
+  // crashed (libfabric issue 12328); they go through the NIC, which is
+  // GPU-aware. kvfabric's own shm rail carries same-host host memory.
+  else setenv("FI_EFA_ENABLE_SHM_TRANSFER", "0", 0);
   if (!rxm_fast_connect) return;
   // rxm runs its connection state machine only every 10 ms of CQ polling by
   // default, and fills a pool of 16 KiB bounce buffers per connection: the

@@ -38,7 +38,9 @@ void SetFakeAnswersForTesting(const FakeAnswers& answers);
 // Provider environment defaults kvfabric wants (KVF_RXM_FAST_CONNECT), set
 // with setenv(..., overwrite=0) so a user's own values win. Only effective
 // before libfabric first initializes in the process; call before fi_getinfo.
-// With `host_memory_only`, FI_HMEM=system: no provider initializes CUDA.
+// With `host_memory_only`, FI_HMEM=system: no provider initializes CUDA;
+// without, FI_EFA_ENABLE_SHM_TRANSFER=0 (libfabric issue 12328: EFA's
+// same-host shm path wrote host bytes into CUDA destinations).
 void ApplyProviderDefaults(bool rxm_fast_connect, bool host_memory_only);
 
 // "tcp" -> "tcp;ofi_rxm", "verbs" -> "verbs;ofi_rxm", "efa", "shm", "sockets".

@@ -110,8 +110,17 @@ Status Rail::Open(const fi_info* info, const RailOptions& options, size_t index,
   if (rc) return Status::FabricError(where + ": " + FiError("fi_ep_bind(av)", rc));
   rc = fi_ep_bind(r->ep_, &r->cq_->fid, FI_TRANSMIT | FI_RECV);
   if (rc) return Status::FabricError(where + ": " + FiError("fi_ep_bind(cq)", rc));
+  const bool efa = r->info_.provider == "efa";
+  const OptionCalls calls{
+      [ep = r->ep_](int name, const void* v, size_t len) { return fi_setopt(&ep->fid, FI_OPT_ENDPOINT, name, v, len); },
+      [ep = r->ep_](int name, void* v, size_t* len) { return fi_getopt(&ep->fid, FI_OPT_ENDPOINT, name, v, len); }};
+  if (efa) SetEfaOptionsBeforeEnable(calls, options.efa_rnr_retry, &r->efa_report_);
   rc = fi_enable(r->ep_);
   if (rc) return Status::FabricError(where + ": " + FiError("fi_enable", rc));
+  if (efa) {
+    ReadEfaEmulation(calls, &r->efa_report_);
+    for (const std::string& w : r->efa_report_.warnings) KVF_LOG_WARN("{}: {}", where, w);
+  }
 
   char name[256];
   size_t len = sizeof(name);
@@ -124,9 +133,10 @@ Status Rail::Open(const fi_info* info, const RailOptions& options, size_t index,
   r->free_.reserve(depth);
   for (size_t i = 0; i < depth; ++i) r->free_.push_back(&r->contexts_[depth - 1 - i]);
 
-  KVF_LOG_INFO("opened {}: fabric {}, tx depth {}, max msg {}, mr_mode {:#x}{}", where,
+  KVF_LOG_INFO("opened {}: fabric {}, tx depth {}, max msg {}, mr_mode {:#x}{}{}", where,
                r->info_.fabric, depth, max_msg, mr_mode,
-               r->wait_fd_ >= 0 ? ", waitable CQ" : ", polled CQ");
+               r->wait_fd_ >= 0 ? ", waitable CQ" : ", polled CQ",
+               efa ? ", RMA " + DescribeRma(r->efa_report_) : "");
   *out = std::move(r);
   return Status::OK();
 }

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "fabric/efa_options.h"
 #include "fabric/mr_request.h"
 #include "fabric/peer_table.h"
 #include "fabric/rail_health.h"
@@ -89,6 +90,9 @@ class Rail {
   // The provider registers GPU memory (FI_HMEM granted), so the NIC reads
   // and writes it in place.
   bool hmem() const { return hmem_; }
+  // What the efa provider said of this endpoint (RNR retry, emulated
+  // READ/WRITE); empty on other providers.
+  const EfaEndpointReport& efa_report() const { return efa_report_; }
   // GPU memory is registered by dma-buf where the driver exports one.
   bool dmabuf() const { return dmabuf_.load(std::memory_order_relaxed); }
 
@@ -166,6 +170,7 @@ class Rail {
   std::string address_;
   bool prov_key_ = false;
   bool hmem_ = false;
+  EfaEndpointReport efa_report_;
   std::atomic<bool> dmabuf_{false};
   uint64_t write_flags_ = 0;
   bool post_from_progress_ = false;

@@ -39,6 +39,8 @@ struct RailOptions {
   std::chrono::nanoseconds retry_period = std::chrono::milliseconds(5000);
   // GPU memory is wanted on this rail: its fi_info was asked for FI_HMEM.
   bool hmem = false;
+  // FI_OPT_EFA_RNR_RETRY for efa endpoints (KVF_EFA_RNR_RETRY), 0 to 7.
+  int efa_rnr_retry = 7;
 };
 
 }  // namespace kvfabric::fabric
