@@ -158,6 +158,9 @@ Status Engine::Create(const EngineConfig& config, std::unique_ptr<Engine>* out) 
         return mask;
       });
   e.registry->set_cuda(e.settings.cuda);
+  e.registry->set_all_rails(e.settings.register_rails == "all");
+  e.registry->set_parallel(e.settings.register_parallel);
+  e.registry->set_efa_chunk_bytes(static_cast<size_t>(e.settings.efa_mr_chunk_bytes));
 
   KVF_RETURN_IF_ERROR(engine::SegmentServer::Start(engine::HandshakeOptions(e.settings, listen), listen.host, &e.rails,
                                                    e.registry.get(), e.store.get(), &e.server));

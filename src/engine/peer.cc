@@ -1,5 +1,7 @@
 #include "engine/peer.h"
 
+#include <algorithm>
+
 #include <thread>
 
 #include "common/host.h"
@@ -27,6 +29,31 @@ std::vector<int> PairRails(const std::vector<fabric::RailInfo>& local, const met
   return out;
 }
 
+std::vector<std::vector<int>> ReachableRails(const std::vector<fabric::RailInfo>& local,
+                                             const metadata::SegmentDesc& remote) {
+  const std::vector<int> first = PairRails(local, remote);
+  std::vector<std::vector<int>> out(local.size());
+  for (size_t i = 0; i < local.size(); ++i) {
+    if (first[i] < 0) continue;
+    std::vector<int> same_fabric, same_provider;
+    for (size_t j = 0; j < remote.rails.size(); ++j) {
+      if (remote.rails[j].provider != local[i].provider) continue;
+      same_provider.push_back(static_cast<int>(j));
+      if (remote.rails[j].fabric == local[i].fabric) same_fabric.push_back(static_cast<int>(j));
+    }
+    const auto& cand = same_fabric.empty() ? same_provider : same_fabric;
+    const size_t at = static_cast<size_t>(std::find(cand.begin(), cand.end(), first[i]) - cand.begin());
+    for (size_t k = 0; k < cand.size(); ++k) out[i].push_back(cand[(at + k) % cand.size()]);
+  }
+  return out;
+}
+
+int FirstKeyedRail(std::span<const int> reachable, const std::vector<std::optional<uint64_t>>& keys) {
+  for (int p : reachable)
+    if (p >= 0 && static_cast<size_t>(p) < keys.size() && keys[p]) return p;
+  return -1;
+}
+
 std::shared_ptr<const metadata::SegmentDesc> Peer::desc() const {
   std::lock_guard<std::mutex> g(mu_);
   return desc_;
@@ -35,8 +62,10 @@ std::shared_ptr<const metadata::SegmentDesc> Peer::desc() const {
 Peer::Slots Peer::TakeSlotsLocked() {
   Slots out;
   for (size_t i = 0; i < av_.size(); ++i)
-    if (av_[i] != FI_ADDR_NOTAVAIL) out.emplace_back(i, av_[i]);
-  av_.assign(av_.size(), FI_ADDR_NOTAVAIL);
+    for (fi_addr_t& a : av_[i]) {
+      if (a != FI_ADDR_NOTAVAIL) out.emplace_back(i, a);
+      a = FI_ADDR_NOTAVAIL;
+    }
   return out;
 }
 
@@ -53,11 +82,12 @@ Peer::Slots Peer::SetDesc(std::shared_ptr<const metadata::SegmentDesc> desc,
     const bool same_process_instance = desc_ && desc_->epoch == desc->epoch;
     if (desc_ && !same_process_instance)
       KVF_LOG_INFO("segment {} restarted (epoch {} -> {}): reconnecting", name_, desc_->epoch, desc->epoch);
-    if (!same_process_instance) {
-      stale = TakeSlotsLocked();
-      av_.assign(local.size(), FI_ADDR_NOTAVAIL);
-    }
-    pairs_ = PairRails(local, *desc);
+    if (!same_process_instance) stale = TakeSlotsLocked();
+    // Slots of the same process stay where they are: its rails keep their
+    // indices (a descriptor of the same epoch only adds or drops buffers).
+    av_.resize(local.size());
+    for (auto& row : av_) row.resize(desc->rails.size(), FI_ADDR_NOTAVAIL);
+    reach_ = ReachableRails(local, *desc);
     desc_ = std::move(desc);
   }
   if (!stale.empty()) WaitForPosts();
@@ -80,20 +110,33 @@ std::shared_ptr<const std::vector<size_t>> Peer::usable_rails() const {
   return usable_;
 }
 
-void Peer::set_usable_rails(std::vector<size_t> rails) {
+std::shared_ptr<const std::vector<size_t>> Peer::fallback_rails() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return fallback_;
+}
+
+void Peer::set_usable_rails(std::vector<size_t> rails, std::vector<size_t> fallback) {
   std::lock_guard<std::mutex> g(mu_);
   usable_ = std::make_shared<const std::vector<size_t>>(std::move(rails));
+  fallback_ = std::make_shared<const std::vector<size_t>>(std::move(fallback));
 }
 
 int Peer::PeerRail(size_t rail) const {
   std::lock_guard<std::mutex> g(mu_);
-  return rail < pairs_.size() ? pairs_[rail] : -1;
+  return rail < reach_.size() && !reach_[rail].empty() ? reach_[rail].front() : -1;
 }
 
-bool Peer::Lookup(size_t rail, fi_addr_t* out) const {
+int Peer::PeerRailFor(size_t rail, const std::vector<std::optional<uint64_t>>& keys) const {
   std::lock_guard<std::mutex> g(mu_);
-  if (rail >= av_.size() || av_[rail] == FI_ADDR_NOTAVAIL) return false;
-  *out = av_[rail];
+  return rail < reach_.size() ? FirstKeyedRail(reach_[rail], keys) : -1;
+}
+
+bool Peer::Lookup(size_t rail, int peer_rail, fi_addr_t* out) const {
+  std::lock_guard<std::mutex> g(mu_);
+  if (rail >= av_.size() || peer_rail < 0 || static_cast<size_t>(peer_rail) >= av_[rail].size() ||
+      av_[rail][peer_rail] == FI_ADDR_NOTAVAIL)
+    return false;
+  *out = av_[rail][peer_rail];
   return true;
 }
 
@@ -101,18 +144,21 @@ bool Peer::MarkRailDown(size_t rail, int64_t now_ns, int64_t until_ns) {
   return down_until_[rail].exchange(until_ns) <= now_ns;
 }
 
-Status Peer::Resolve(fabric::Rail* rail, fi_addr_t* out) {
+Status Peer::Resolve(fabric::Rail* rail, fi_addr_t* out) { return Resolve(rail, PeerRail(rail->index()), out); }
+
+Status Peer::Resolve(fabric::Rail* rail, int peer_rail, fi_addr_t* out) {
   std::lock_guard<std::mutex> g(mu_);
   const size_t i = rail->index();
   if (closed_) return Status::NotFound("segment " + name_ + " was closed");
-  if (i >= pairs_.size() || pairs_[i] < 0)
-    return Status::Unavailable(text::Format("segment {} has no rail reachable from {}", name_,
+  if (i >= reach_.size() || std::find(reach_[i].begin(), reach_[i].end(), peer_rail) == reach_[i].end())
+    return Status::Unavailable(text::Format("segment {} has no rail {} reachable from {}", name_, peer_rail,
                                             text::RailLabel(i, rail->info().provider, rail->info().domain)));
-  if (av_[i] == FI_ADDR_NOTAVAIL) {
+  fi_addr_t& a = av_[i][peer_rail];
+  if (a == FI_ADDR_NOTAVAIL) {
     const int64_t pid = desc_->host_id == host::BootId() ? desc_->pid : 0;
-    KVF_RETURN_IF_ERROR(rail->InsertPeer(desc_->rails[pairs_[i]].address, pid, &av_[i]));
+    KVF_RETURN_IF_ERROR(rail->InsertPeer(desc_->rails[peer_rail].address, pid, &a));
   }
-  *out = av_[i];
+  *out = a;
   return Status::OK();
 }
 

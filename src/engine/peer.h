@@ -1,6 +1,8 @@
 // Peer: an opened remote segment. Holds the peer's descriptor and, for each
-// local rail, the peer rail it talks to and that rail's AV slot (inserted
-// lazily on first use, or all at once by Warmup).
+// local rail, the peer rails it can reach (the first preferred) with their
+// AV slots (inserted lazily on first use, or the preferred ones all at once
+// by Warmup). A request goes on rail pairs where both ends registered its
+// memory: a buffer registered on its near rails only holds keys there.
 #pragma once
 
 #include <rdma/fabric.h>
@@ -9,6 +11,8 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -24,6 +28,17 @@ namespace kvfabric::engine {
 // same provider; among those, the same fabric name (an IP subnet for tcp)
 // when one matches; then spread by position so rail k meets peer rail k.
 std::vector<int> PairRails(const std::vector<fabric::RailInfo>& local, const metadata::SegmentDesc& remote);
+
+// For each local rail, every peer rail it can reach, the PairRails one
+// first, then the others of the same provider and fabric (any fabric of
+// the provider when none matches) in rotation after it, so local rails
+// that fall back spread over the peer's rails.
+std::vector<std::vector<int>> ReachableRails(const std::vector<fabric::RailInfo>& local,
+                                             const metadata::SegmentDesc& remote);
+
+// The first rail of `reachable` (peer rail indices, in preference order)
+// on which `keys` (one per peer rail, a chunk's) holds a key, or -1.
+int FirstKeyedRail(std::span<const int> reachable, const std::vector<std::optional<uint64_t>>& keys);
 
 class Peer {
  public:
@@ -63,14 +78,23 @@ class Peer {
   // Local rails usable for this peer, in preference order (filled by the
   // engine). Shared and immutable: the submit path takes no copy.
   std::shared_ptr<const std::vector<size_t>> usable_rails() const;
-  void set_usable_rails(std::vector<size_t> rails);
+  // Rails for memory no usable rail reaches: a same-host peer's GPU memory,
+  // which the shm rail does not carry, goes over the NICs. Often empty.
+  std::shared_ptr<const std::vector<size_t>> fallback_rails() const;
+  void set_usable_rails(std::vector<size_t> rails, std::vector<size_t> fallback = {});
 
-  // The peer rail paired with local rail `rail`, or -1.
+  // The peer rail local rail `rail` prefers, or -1 when it reaches none.
   int PeerRail(size_t rail) const;
-  // The AV slot for `rail`, inserting the peer's address on first use.
+  // The peer rail `rail` should use for memory whose keys (one per peer
+  // rail) are `keys`: the preferred one when it holds a key, else the next
+  // reachable one that does; -1 when none does.
+  int PeerRailFor(size_t rail, const std::vector<std::optional<uint64_t>>& keys) const;
+  // The AV slot of peer rail `peer_rail` on local `rail`, inserting the
+  // peer's address on first use; the first form uses the preferred rail.
   Status Resolve(fabric::Rail* rail, fi_addr_t* out);
-  // The AV slot for `rail` if it was resolved already (never inserts).
-  bool Lookup(size_t rail, fi_addr_t* out) const;
+  Status Resolve(fabric::Rail* rail, int peer_rail, fi_addr_t* out);
+  // The AV slot of that pair if it was resolved already (never inserts).
+  bool Lookup(size_t rail, int peer_rail, fi_addr_t* out) const;
 
   // An operation to this peer failed on local rail `rail`: new work avoids
   // that rail for this peer until `until_ns` (steady clock). Returns true
@@ -95,9 +119,10 @@ class Peer {
   const std::string name_;
   mutable std::mutex mu_;
   std::shared_ptr<const metadata::SegmentDesc> desc_;
-  std::vector<int> pairs_;
-  std::vector<fi_addr_t> av_;
+  std::vector<std::vector<int>> reach_;       // by local rail: ReachableRails
+  std::vector<std::vector<fi_addr_t>> av_;    // by local rail, then peer rail
   std::shared_ptr<const std::vector<size_t>> usable_ = std::make_shared<const std::vector<size_t>>();
+  std::shared_ptr<const std::vector<size_t>> fallback_ = std::make_shared<const std::vector<size_t>>();
   std::atomic<bool> suspect_{false};
   std::atomic<int> posting_{0};  // PostGuards alive
   bool closed_ = false;  // guarded by mu_

@@ -29,6 +29,32 @@ TEST(PairRailsTest, SameFabricFirstThenSpread) {
   EXPECT_EQ(p, (std::vector<int>{0, 1, 0, -1}));
 }
 
+TEST(PairRailsTest, EachRailReachesEveryPeerRailOfItsFabricPreferredFirst) {
+  metadata::SegmentDesc efa;
+  for (int i = 0; i < 4; ++i) efa.rails.push_back({"efa", "efa", "d", "a", true});
+  efa.rails.push_back({"shm", "shm", "shm", "z", true});
+  const auto reach = ReachableRails({R("efa", "efa"), R("efa", "efa"), R("shm", "shm")}, efa);
+  EXPECT_EQ(reach[0], (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(reach[1], (std::vector<int>{1, 2, 3, 0}));
+  EXPECT_EQ(reach[2], (std::vector<int>{4}));
+  // tcp subnets: a rail reaches only its twin.
+  metadata::SegmentDesc tcp;
+  tcp.rails = {{"tcp;ofi_rxm", "10.77.1.0/24", "b1", "x", false}, {"tcp;ofi_rxm", "10.77.2.0/24", "b2", "y", false}};
+  const auto t = ReachableRails({R("tcp;ofi_rxm", "10.77.2.0/24"), R("verbs;ofi_rxm", "v")}, tcp);
+  EXPECT_EQ(t[0], (std::vector<int>{1}));
+  EXPECT_TRUE(t[1].empty());
+}
+
+TEST(PairRailsTest, FirstKeyedRailSkipsPeerRailsWithoutTheKey) {
+  const std::vector<std::optional<uint64_t>> keys = {std::nullopt, std::nullopt, 7, 9};  // near rails 2, 3
+  const std::vector<int> reach = {1, 2, 3, 0};
+  EXPECT_EQ(FirstKeyedRail(reach, keys), 2);
+  const std::vector<int> reach0 = {0, 1};
+  EXPECT_EQ(FirstKeyedRail(reach0, keys), -1);
+  const std::vector<int> out_of_range = {9};
+  EXPECT_EQ(FirstKeyedRail(out_of_range, keys), -1);
+}
+
 TEST(PeerTest, FailedRailIsDownForThePeerUntilItsRetryTime) {
   Peer p(1, "10.0.0.2:15000");
   EXPECT_TRUE(p.RailUp(3, 1000));

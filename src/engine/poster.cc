@@ -33,25 +33,26 @@ void Poster::StartTask(Batch* batch, Task* task, const Plan& p, std::shared_ptr<
 Status Poster::MakeSlices(const Route& route, bool write, Peer* peer, size_t rail, uintptr_t l, uint64_t ra,
                           size_t len, uint32_t attempts, Task* task, std::vector<fabric::Slice>* out) const {
   fabric::Rail* fr = (*rails_)[rail];
-  fi_addr_t dest;
-  KVF_RETURN_IF_ERROR(peer->Resolve(fr, &dest));
-  const int peer_rail = peer->PeerRail(rail);
-  if (peer_rail < 0 || static_cast<size_t>(peer_rail) >= route.desc->rails.size())
-    return Status::Unavailable(
-        text::Format("segment {} has no rail paired with local rail {}", peer->name(), rail));
   thread_local std::vector<Cut> cuts;
   cuts.clear();
   CutAtChunks(route.local->chunks, route.remote->chunks, l, ra, len, fr->info().max_msg_size, &cuts);
+  int resolved_rail = -1;
+  fi_addr_t dest = FI_ADDR_NOTAVAIL;
   for (const Cut& c : cuts) {
     const metadata::ChunkDesc& rc = route.remote->chunks[c.remote_chunk];
-    const auto& key = rc.keys[peer_rail];
+    const int peer_rail = peer->PeerRailFor(rail, rc.keys);
     const auto& mr = route.local->chunks[c.local_chunk].regions[rail];
-    if (!key && route.remote->location.rfind("cuda", 0) == 0)
+    if (peer_rail < 0 && route.remote->location.rfind("cuda", 0) == 0)
       return Status::Unavailable(text::Format(
-          "segment {}'s buffer is GPU memory ({}) its rail {} cannot expose (no FI_HMEM there); only same-process "
-          "copies reach it",
-          peer->name(), route.remote->location, peer_rail));
-    if (!key || !mr) return Status::Unavailable(text::Format("memory not registered on rail {}", rail));
+          "segment {}'s buffer is GPU memory ({}) that no rail reachable from local rail {} registered (no FI_HMEM "
+          "there); only same-process copies reach it",
+          peer->name(), route.remote->location, rail));
+    if (peer_rail < 0 || !mr)
+      return Status::Unavailable(text::Format("memory not registered on both ends of local rail {}", rail));
+    if (peer_rail != resolved_rail) {
+      KVF_RETURN_IF_ERROR(peer->Resolve(fr, peer_rail, &dest));
+      resolved_rail = peer_rail;
+    }
     fabric::Slice s;
     s.owner = task;
     s.rail = static_cast<uint32_t>(rail);
@@ -68,17 +69,55 @@ Status Poster::MakeSlices(const Route& route, bool write, Peer* peer, size_t rai
   return Status::OK();
 }
 
+size_t Poster::RailsFor(const Route& route, const Peer& peer, size_t* out) const {
+  const auto& keys = route.remote->chunks.front().keys;
+  const auto& regions = route.local->chunks.front().regions;
+  PairView pairs[kMaxLocalRails];
+  for (const auto& group : {peer.usable_rails(), peer.fallback_rails()}) {
+    for (size_t r : *group)
+      pairs[r] = {regions[r] != nullptr, route.local->device >= 0 && !(*rails_)[r]->hmem(), peer.PeerRailFor(r, keys)};
+    const size_t n = PairedRails(*group, pairs, out);
+    if (n > 0) return n;
+  }
+  return 0;
+}
+
+Status Poster::NoRailPair(const Route& route, const Peer& peer) const {
+  if (route.remote->location.rfind("cuda", 0) == 0) {
+    bool any_key = false;
+    for (const auto& k : route.remote->chunks.front().keys) any_key = any_key || k.has_value();
+    if (!any_key)
+      return Status::Unavailable(text::Format(
+          "segment {}'s buffer is GPU memory ({}) its rails cannot expose (no FI_HMEM there); only same-process "
+          "copies reach it",
+          peer.name(), route.remote->location));
+  }
+  std::string local, remote;
+  for (size_t r = 0; r < route.local->chunks.front().regions.size(); ++r)
+    if (route.local->chunks.front().regions[r]) local += (local.empty() ? "" : ",") + std::to_string(r);
+  const auto& keys = route.remote->chunks.front().keys;
+  for (size_t r = 0; r < keys.size(); ++r)
+    if (keys[r]) remote += (remote.empty() ? "" : ",") + std::to_string(r);
+  return Status::Unavailable(text::Format(
+      "segment {}: no rail pair holds this memory on both ends: the local buffer ({}) is registered on rails "
+      "{{{}}}, the peer's ({}) on its rails {{{}}}, and no local rail reaches one of those (KVF_REGISTER_RAILS=all "
+      "registers every buffer on every rail)",
+      peer.name(), route.local->location, local, route.remote->location, remote));
+}
+
 Status Poster::Post(Batch* batch, Task* task, const Plan& p, std::vector<fabric::Slice>* scratch) {
   const TransferRequest& r = *p.req;
   const bool write = r.opcode == OpCode::kWrite;
   const uintptr_t l = reinterpret_cast<uintptr_t>(r.local);
   auto route = std::make_shared<Route>(Route{p.local, p.desc, p.remote, l, r.remote_addr});
-  const auto usable = p.peer->usable_rails();
+  size_t paired[kMaxLocalRails];
+  const size_t npaired = RailsFor(*route, *p.peer, paired);
+  if (npaired == 0) return NoRailPair(*route, *p.peer);
   const int64_t now = SteadyNowNs();
   RailView views[kMaxLocalRails];
-  rails_->View(*p.peer, *usable, p.local->near_rails, now, views);
+  rails_->View(*p.peer, {paired, npaired}, p.local->near_rails, now, views);
   size_t cand[kMaxLocalRails];
-  const size_t ncand = CandidateRails(*usable, views, -1, /*fallback=*/true, cand);
+  const size_t ncand = CandidateRails({paired, npaired}, views, -1, /*fallback=*/true, cand);
   if (ncand == 0) return Status::Unavailable(text::Format("segment {} has no usable rail", p.peer->name()));
   // GPU memory the rails did not register (no FI_HMEM): through staging.
   if (p.local->device >= 0 && !p.local->chunks.front().regions[cand[0]])

@@ -73,6 +73,13 @@ class Poster final : public Rerouter {
   Status MakeSlices(const Route& route, bool write, Peer* peer, size_t rail, uintptr_t l, uint64_t ra, size_t len,
                     uint32_t attempts, Task* task, std::vector<fabric::Slice>* out) const;
 
+  // The rails of the peer on which `route`'s memory can move, written to
+  // `out` (room for kMaxLocalRails): the usable rails, or when none of them
+  // can, the fallback ones (PairedRails decides each).
+  size_t RailsFor(const Route& route, const Peer& peer, size_t* out) const;
+  // Why no rail pair can move `route`'s memory to or from `peer`.
+  Status NoRailPair(const Route& route, const Peer& peer) const;
+
   // Where PickRail's ties start for the next request: rotating, from a
   // random start in each process (rail_choice.h says why).
   size_t NextRotation() { return rotation_.fetch_add(1, std::memory_order_relaxed); }

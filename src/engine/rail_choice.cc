@@ -44,4 +44,16 @@ size_t PickRail(std::span<const size_t> cand, const RailView* views, size_t len,
   return best;
 }
 
+size_t PairedRails(std::span<const size_t> rails, const PairView* pairs, size_t* out) {
+  bool any_in_place = false;
+  for (size_t r : rails) any_in_place = any_in_place || (pairs[r].peer_rail >= 0 && pairs[r].local_in_place);
+  size_t n = 0;
+  for (size_t r : rails) {
+    const PairView& p = pairs[r];
+    if (p.peer_rail < 0) continue;
+    if (p.local_in_place || (!any_in_place && p.local_staged)) out[n++] = r;
+  }
+  return n;
+}
+
 }  // namespace kvfabric::engine

@@ -23,6 +23,22 @@ struct RailView {
   uint64_t load_bytes = 0;  // bytes queued or in flight on it
 };
 
+// How one local rail could carry one request's memory.
+struct PairView {
+  bool local_in_place = false;  // the local memory is registered on this rail
+  bool local_staged = false;    // it is GPU memory this rail would stage (no FI_HMEM here)
+  int peer_rail = -1;           // the peer rail it reaches that holds the remote memory's key, or -1
+};
+
+// The rails of `rails` on which both ends hold the request's memory (a
+// peer rail with its key, and the local memory registered or stageable),
+// in `rails`' order, written to `out`; returns how many. Rails that move
+// the local memory in place are taken alone when there are any: staging
+// is for when nothing else reaches the peer's memory.
+// REQUIRES: pairs[r] describes rail r for every r in `rails`; `out` has
+// room for rails.size() entries.
+size_t PairedRails(std::span<const size_t> rails, const PairView* pairs, size_t* out);
+
 // The rails of `usable` (local rail indices, in preference order) that may
 // take new work, written to `out` in `usable`'s order; returns how many.
 // A rail qualifies when it is in service, up for the peer and not `exclude`

@@ -164,3 +164,37 @@ TEST(PickRail, OneCandidateIsTheAnswer) {
 
 }  // namespace
 }  // namespace kvfabric::engine
+
+namespace kvfabric::engine {
+namespace {
+
+TEST(PairedRailsTest, RailsWhereBothEndsHoldTheMemory) {
+  PairView pairs[kMaxLocalRails];
+  pairs[0] = {true, false, 2};   // registered here, reaches peer rail 2 which has the key
+  pairs[1] = {true, false, -1};  // no peer rail with the key
+  pairs[2] = {false, false, 0};  // the local memory is not registered here
+  pairs[3] = {true, false, 3};
+  const size_t rails[] = {0, 1, 2, 3};
+  size_t out[4];
+  ASSERT_EQ(PairedRails(rails, pairs, out), 2u);
+  EXPECT_EQ(out[0], 0u);
+  EXPECT_EQ(out[1], 3u);
+}
+
+TEST(PairedRailsTest, StagingOnlyWhenNothingMovesTheMemoryInPlace) {
+  PairView pairs[kMaxLocalRails];
+  pairs[0] = {false, true, 0};  // GPU memory this rail would stage
+  pairs[1] = {true, false, 1};  // registered in place
+  const size_t rails[] = {0, 1};
+  size_t out[2];
+  ASSERT_EQ(PairedRails(rails, pairs, out), 1u);
+  EXPECT_EQ(out[0], 1u);
+  pairs[1].peer_rail = -1;  // the in-place rail reaches no key: stage on rail 0
+  ASSERT_EQ(PairedRails(rails, pairs, out), 1u);
+  EXPECT_EQ(out[0], 0u);
+  pairs[0].peer_rail = -1;
+  EXPECT_EQ(PairedRails(rails, pairs, out), 0u);
+}
+
+}  // namespace
+}  // namespace kvfabric::engine

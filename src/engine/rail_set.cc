@@ -91,7 +91,7 @@ std::vector<fabric::Rail*> RailSet::raw() const {
   return out;
 }
 
-void RailSet::View(const Peer& peer, const std::vector<size_t>& usable, uint64_t near, int64_t now_ns,
+void RailSet::View(const Peer& peer, std::span<const size_t> usable, uint64_t near, int64_t now_ns,
                    RailView* views) const {
   for (size_t r : usable) {
     const fabric::Rail& rail = *rails[r];

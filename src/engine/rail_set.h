@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -40,7 +41,7 @@ struct RailSet {
   // What rail choice needs of the rails in `usable` for `peer` at `now_ns`:
   // views[r] for each r in `usable` (other entries untouched). `near` is
   // the local memory's near-rail mask (memory::Buffer::near_rails).
-  void View(const Peer& peer, const std::vector<size_t>& usable, uint64_t near, int64_t now_ns,
+  void View(const Peer& peer, std::span<const size_t> usable, uint64_t near, int64_t now_ns,
             RailView* views) const;
 
  private:

@@ -20,18 +20,20 @@ uint32_t Poster::Reroute(Task* task, const fabric::Slice& s, bool failed) {
     KVF_LOG_WARN("segment {}: an operation on rail {} ({}) failed; that rail is out of service for this peer for "
                  "{} ms (KVF_RAIL_RETRY_MS) and its work moves to the peer's other rails",
                  peer->name(), s.rail, (*rails_)[s.rail]->info().domain, options_.rail_retry_ms);
-  const auto usable = peer->usable_rails();
-  if (s.attempts + 1 >= usable->size()) return 0;  // every rail had its chance
+  size_t paired[kMaxLocalRails];
+  const size_t npaired = RailsFor(*route, *peer, paired);
+  if (s.attempts + 1 >= npaired) return 0;  // every rail had its chance
   RailView views[kMaxLocalRails];
-  rails_->View(*peer, *usable, route->local->near_rails, now, views);
+  rails_->View(*peer, {paired, npaired}, route->local->near_rails, now, views);
   size_t cand[kMaxLocalRails];
-  const size_t ncand = CandidateRails(*usable, views, static_cast<int>(s.rail), /*fallback=*/false, cand);
+  const size_t ncand = CandidateRails({paired, npaired}, views, static_cast<int>(s.rail), /*fallback=*/false, cand);
   if (ncand == 0) return 0;
   const uint64_t planned[kMaxLocalRails] = {};
   const size_t ri = PickRail({cand, ncand}, views, s.length, planned, NextRotation());
   const Peer::PostGuard posting(peer.get());  // the slot stays until the slices are queued
   fi_addr_t unused;
-  if (!peer->Lookup(ri, &unused)) return 0;  // reconnecting after a restart: let the task fail
+  const int peer_rail = peer->PeerRailFor(ri, route->remote->chunks.front().keys);
+  if (!peer->Lookup(ri, peer_rail, &unused)) return 0;  // not resolved yet, or reconnecting after a restart
   std::vector<fabric::Slice> out;
   Status st = MakeSlices(*route, s.write, peer.get(), ri, reinterpret_cast<uintptr_t>(s.local), s.remote_va, s.length,
                          s.attempts + 1, task, &out);

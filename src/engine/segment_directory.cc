@@ -35,13 +35,15 @@ Status SegmentDirectory::Fetch(const std::string& name, std::shared_ptr<const me
 
 void SegmentDirectory::ChooseRails(Peer* peer) {
   auto d = peer->desc();
-  std::vector<size_t> use;
+  std::vector<size_t> primary;
+  for (size_t r : rails_->primary)
+    if (peer->PeerRail(r) >= 0) primary.push_back(r);
+  // A same-host peer goes over shm; its memory shm does not carry (GPU
+  // memory: the shm rail is kept to host memory) over the NICs.
   if (rails_->shm >= 0 && d->host_id == host::BootId() && peer->PeerRail(rails_->shm) >= 0)
-    use.push_back(static_cast<size_t>(rails_->shm));
-  if (use.empty())
-    for (size_t r : rails_->primary)
-      if (peer->PeerRail(r) >= 0) use.push_back(r);
-  peer->set_usable_rails(std::move(use));
+    peer->set_usable_rails({static_cast<size_t>(rails_->shm)}, std::move(primary));
+  else
+    peer->set_usable_rails(std::move(primary));
 }
 
 Status SegmentDirectory::Install(Peer* peer, std::shared_ptr<const metadata::SegmentDesc> desc) {

@@ -39,11 +39,10 @@ Status Poster::PostStaged(Batch* batch, Task* task, const Plan& p, std::shared_p
   size_t max_msg = staging_->slot_bytes();
   for (size_t i = 0; i < ncand; ++i) {
     max_msg = std::min(max_msg, (*rails_)[cand[i]]->info().max_msg_size);
-    const int pr = p.peer->PeerRail(cand[i]);
     for (const auto& c : rchunks)
-      if (pr < 0 || !c.keys[pr])
-        return Status::Unavailable(text::Format("segment {}'s buffer is not reachable on its rail {}{}", p.peer->name(),
-                                                pr,
+      if (p.peer->PeerRailFor(cand[i], c.keys) < 0)
+        return Status::Unavailable(text::Format("segment {}'s buffer is not reachable from local rail {}{}",
+                                                p.peer->name(), cand[i],
                                                 p.remote->location.rfind("cuda", 0) == 0
                                                     ? " (GPU memory there, without FI_HMEM)"
                                                     : ""));
@@ -65,12 +64,13 @@ Status Poster::PostStaged(Batch* batch, Task* task, const Plan& p, std::shared_p
     s.rail = static_cast<uint32_t>(ri);
     s.write = write;
     s.length = c.length;
-    AimSlice(*route, p.peer->PeerRail(ri), c.remote, rchunks[c.remote_chunk], &s);
+    const int peer_rail = p.peer->PeerRailFor(ri, rchunks[c.remote_chunk].keys);
+    AimSlice(*route, peer_rail, c.remote, rchunks[c.remote_chunk], &s);
     s.keepalive = route->local;
     s.owner_tag = static_cast<int32_t>(staging_->Acquire());
     s.local = staging_->Address(static_cast<uint32_t>(s.owner_tag));
     s.local_desc = staging_->Desc(ri);
-    Status st = p.peer->Resolve((*rails_)[ri], &s.dest);
+    Status st = p.peer->Resolve((*rails_)[ri], peer_rail, &s.dest);
     if (st.ok() && write) st = memory::cuda::Copy(s.local, reinterpret_cast<void*>(c.local), c.length, p.local->device);
     if (!st.ok()) {
       task->OnSliceDone(s, 0, st);  // releases the slot, fails the task

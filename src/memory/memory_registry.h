@@ -1,6 +1,8 @@
 // MemoryRegistry: the engine's registered buffers. Each buffer is registered
-// in chunks (KVF_MR_CHUNK_BYTES) on every rail that serves its location; a
-// transfer that crosses a chunk boundary is split there.
+// in chunks (KVF_MR_CHUNK_BYTES) on the rails near its memory
+// (RegistrationRails), chunks and rails registered by several threads where
+// registering pins memory; a transfer that crosses a chunk
+// boundary is split there.
 #pragma once
 
 #include <cstdint>
@@ -41,6 +43,31 @@ struct Buffer {
   const Chunk& ChunkAt(uintptr_t a) const;
 };
 
+// One rail as registration sees it.
+struct RailRole {
+  bool nic = true;    // a NIC (efa, tcp, verbs); false for the shm rail, near every memory
+  bool hmem = false;  // registers GPU memory in place (FI_HMEM)
+  bool efa = false;   // an EFA NIC, whose page tables bound a registration (KVF_EFA_MR_CHUNK_BYTES)
+};
+
+// The rails (bit r: rail r) a buffer is registered on:
+//  - GPU memory (`device`): the rails with hmem; of those, the near ones
+//    (`near`, bit r: near the memory) unless `all` or none is near;
+//  - host memory: every rail that is not a NIC (shm), and the NICs near
+//    the memory unless `all` or no NIC is near.
+// A request then runs on rail pairs where both ends hold keys; near-only
+// registration pins memory once per near NIC instead of once per NIC.
+// REQUIRES: roles.size() <= 64.
+uint64_t RegistrationRails(const std::vector<RailRole>& roles, uint64_t near, bool device, bool all);
+
+// The registration chunk of a buffer registered on rails `on` (bit r: rail
+// r): the smallest of `chunk_bytes` (KVF_MR_CHUNK_BYTES) and, when one of
+// those rails is EFA, `efa_chunk_bytes` (KVF_EFA_MR_CHUNK_BYTES), zeros
+// ignored; 0 registers the buffer whole. (libfabric reports no largest
+// registration: fi_domain_attr has no max_mr_size, so the EFA bound is a
+// setting.)
+size_t ChunkBytes(const std::vector<RailRole>& roles, uint64_t on, size_t chunk_bytes, size_t efa_chunk_bytes);
+
 // "cpu", "cpu:N" or "cuda:N"; anything else is an InvalidArgument.
 Status ParseLocation(const std::string& location, std::string* kind, int* index);
 
@@ -75,6 +102,12 @@ class MemoryRegistry {
   Status Register(void* addr, size_t length, const std::string& location);
   // Whether cuda:N registrations are accepted (KVF_CUDA).
   void set_cuda(bool enabled) { cuda_ = enabled; }
+  // Register on every rail, not only the near ones (KVF_REGISTER_RAILS=all);
+  // register a buffer's rails at once, a thread each (KVF_REGISTER_PARALLEL).
+  void set_all_rails(bool all) { all_rails_ = all; }
+  void set_parallel(bool parallel) { parallel_ = parallel; }
+  // KVF_EFA_MR_CHUNK_BYTES (see ChunkBytes).
+  void set_efa_chunk_bytes(size_t bytes) { efa_chunk_bytes_ = bytes; }
   // NotFound when `addr` is not the start of a registered buffer.
   Status Unregister(void* addr);
 
@@ -108,8 +141,11 @@ class MemoryRegistry {
 
   std::vector<fabric::Rail*> rails_;
   size_t chunk_bytes_;
+  size_t efa_chunk_bytes_ = 0;
   NearRails near_rails_;
   bool cuda_ = false;
+  bool all_rails_ = false;
+  bool parallel_ = true;
   mutable std::shared_mutex mu_;
   std::map<uintptr_t, std::shared_ptr<const Buffer>> buffers_;  // by start address
   uint64_t version_ = 0;

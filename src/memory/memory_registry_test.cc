@@ -120,3 +120,42 @@ TEST(LocationTest, Parse) {
 
 }  // namespace
 }  // namespace kvfabric::memory
+
+namespace kvfabric::memory {
+namespace {
+
+TEST(RegistrationRailsTest, HostMemoryGoesOnItsNearNicsAndShm) {
+  // Rails 0-3 are NICs, 0 and 1 near NUMA node 0; rail 4 is shm.
+  const std::vector<RailRole> roles = {{true, false}, {true, false}, {true, false}, {true, false}, {false, false}};
+  EXPECT_EQ(RegistrationRails(roles, 0b00011, false, false), 0b10011u);
+  // All rails when asked, or when no NIC is near (the topology is silent).
+  EXPECT_EQ(RegistrationRails(roles, 0b00011, false, true), 0b11111u);
+  EXPECT_EQ(RegistrationRails(roles, 0, false, false), 0b11111u);
+  EXPECT_EQ(RegistrationRails(roles, 0b10000, false, false), 0b11111u);  // only shm "near": every NIC
+}
+
+TEST(RegistrationRailsTest, GpuMemoryGoesOnlyOnRailsThatRegisterItInPlace) {
+  // Rails 0-3 are EFA NICs with FI_HMEM, 2 and 3 behind the GPU's switch;
+  // rail 4 is shm, kept to host memory.
+  const std::vector<RailRole> roles = {{true, true}, {true, true}, {true, true}, {true, true}, {false, false}};
+  EXPECT_EQ(RegistrationRails(roles, 0b01100, true, false), 0b01100u);
+  EXPECT_EQ(RegistrationRails(roles, 0b01100, true, true), 0b01111u);
+  EXPECT_EQ(RegistrationRails(roles, 0, true, false), 0b01111u);
+  // tcp: no rail registers GPU memory; it is staged.
+  const std::vector<RailRole> tcp = {{true, false}, {true, false}};
+  EXPECT_EQ(RegistrationRails(tcp, 0b11, true, false), 0u);
+}
+
+TEST(ChunkBytesTest, EfaRailsBoundTheChunkAndZeroMeansNoBound) {
+  const std::vector<RailRole> roles = {{true, true, true}, {true, true, true}, {false, false, false}};
+  constexpr size_t GiB = size_t{1} << 30;
+  EXPECT_EQ(ChunkBytes(roles, 0b011, 0, 4 * GiB), 4 * GiB);
+  EXPECT_EQ(ChunkBytes(roles, 0b011, GiB, 4 * GiB), GiB);      // the smaller wins
+  EXPECT_EQ(ChunkBytes(roles, 0b011, 8 * GiB, 4 * GiB), 4 * GiB);
+  EXPECT_EQ(ChunkBytes(roles, 0b100, 0, 4 * GiB), 0u);        // shm only: no EFA bound
+  EXPECT_EQ(ChunkBytes(roles, 0b100, GiB, 4 * GiB), GiB);
+  EXPECT_EQ(ChunkBytes(roles, 0b011, 0, 0), 0u);
+}
+
+}  // namespace
+}  // namespace kvfabric::memory

@@ -145,6 +145,25 @@ for nics in one all; do
 done
 { echo; echo "GPU copy ceilings from the same run:"; echo; echo '```'; cat "$log/ceiling"; echo '```'; } >>"$out"
 
+section "Registration time"
+{
+  echo "The initiator's 4 GiB of host memory registered on its near NICs or on every NIC, a thread per"
+  echo "NIC or one after another (KVF_REGISTER_RAILS, KVF_REGISTER_PARALLEL; register_ms of kvfabric-bench)."
+  echo
+  echo "| KVF_REGISTER_RAILS | KVF_REGISTER_PARALLEL | ms |"
+  echo "|---|---|---:|"
+} >>"$out"
+seg=$(start_target "" "")
+for combo in "near 1" "all 1" "near 0" "all 0"; do
+  set -- $combo
+  KVF_REGISTER_RAILS=$1 KVF_REGISTER_PARALLEL=$2 "$bench" --mode=initiator --protocol=efa --segment_id="$seg" \
+    --operation=write --block_size=1048576 --threads=1 --batch_size=1 --duration=0.1 --buffer_size=4294967296 \
+    --json_out="$log/reg.json" >"$log/init" 2>&1
+  ms=$(python3 -c "import json,sys; print('%.1f' % json.load(open(sys.argv[1]))['points'][0]['register_ms'])" "$log/reg.json" 2>/dev/null)
+  echo "| $1 | $2 | ${ms:-failed: $(tail -1 "$log/init")} |" >>"$out"
+done
+stop_target
+
 section "First submit (probe)"
 seg=$(start_target "" "--use_vram")
 run_step "kvfabric-bench --mode=probe (open, warmup, cold first 1 MiB write)" \

@@ -30,9 +30,9 @@ class GpuDirectTest : public ::testing::Test {
     for (void* p : allocs_) memory::cuda::Free(p);
   }
 
-  std::unique_ptr<Engine> NewEngine(int64_t chunk_bytes = 0) {
+  std::unique_ptr<Engine> NewEngine(int64_t chunk_bytes = 0, const std::string& protocol = "tcp") {
     EngineConfig cfg;
-    cfg.protocol = "tcp";
+    cfg.protocol = protocol;
     cfg.apply_environment = false;
     cfg.settings.cuda = true;
     cfg.settings.cuda_library = KVF_FAKE_CUDA_PATH;
@@ -203,6 +203,47 @@ TEST_F(GpuDirectTest, ADeviceThatExportsNoDmabufIsRegisteredByAddress) {
   EXPECT_EQ(tools::CheckPattern(b_host.data(), 2 * MiB, 0, 71), 2 * MiB);
   EXPECT_EQ(copies_(), before);
   unsetenv("FAKE_CUDA_DMABUF");
+}
+
+TEST_F(GpuDirectTest, SameHostGpuMemoryGoesOverTheNicsAndHostMemoryOverShm) {
+  // Protocol auto: a same-host peer is reached over the shm rail, which is
+  // kept to host memory. GPU memory there is held by the NIC rails only, so
+  // its requests take those (in place), and host memory stays on shm.
+  Install(/*api_version=*/0);
+  a_ = NewEngine(0, "auto");
+  b_ = NewEngine(0, "auto");
+  ASSERT_TRUE(a_ && b_);
+  const auto rails = a_->rails();
+  size_t shm = rails.size();
+  for (size_t i = 0; i < rails.size(); ++i)
+    if (rails[i].provider == "shm") shm = i;
+  if (shm == rails.size()) GTEST_SKIP() << "no shm rail opened here";
+  uint8_t* a_dev = DeviceAlloc(0, 4 * MiB);
+  uint8_t* b_dev = DeviceAlloc(1, 4 * MiB);
+  ASSERT_TRUE(a_->RegisterMemory(a_dev, 4 * MiB, "cuda:0").ok());
+  ASSERT_TRUE(b_->RegisterMemory(b_dev, 4 * MiB, "cuda:1").ok());
+  auto bytes = [&](bool on_shm) {
+    uint64_t n = 0;
+    const auto now = a_->rails();
+    for (size_t i = 0; i < now.size(); ++i)
+      if ((i == shm) == on_shm) n += now[i].completed_bytes;
+    return n;
+  };
+  const uint64_t nic_before = bytes(false), shm_before = bytes(true);
+  MoveDeviceToDevice(a_dev, b_dev, 4 * MiB);
+  EXPECT_GE(bytes(false) - nic_before, 8 * MiB) << "GPU bytes did not go over the NIC rails";
+  EXPECT_EQ(bytes(true), shm_before) << "GPU bytes went over the shm rail";
+  std::vector<uint8_t> a_host(MiB), b_host(MiB);
+  ASSERT_TRUE(a_->RegisterMemory(a_host.data(), MiB).ok());
+  ASSERT_TRUE(b_->RegisterMemory(b_host.data(), MiB).ok());
+  SegmentHandle to_b;
+  ASSERT_TRUE(a_->OpenSegment(b_->name(), &to_b).ok());
+  tools::FillPattern(a_host.data(), MiB, 0, 81);
+  ASSERT_TRUE(a_->Transfer({{OpCode::kWrite, a_host.data(), to_b, reinterpret_cast<uint64_t>(b_host.data()), MiB}}).ok());
+  EXPECT_EQ(tools::CheckPattern(b_host.data(), MiB, 0, 81), MiB);
+  EXPECT_GE(bytes(true) - shm_before, MiB) << "same-host host memory left the shm rail";
+  (void)a_->UnregisterMemory(a_host.data());
+  (void)b_->UnregisterMemory(b_host.data());
 }
 
 }  // namespace

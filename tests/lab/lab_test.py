@@ -43,10 +43,10 @@ def bench():
 class Target:
     """A kvfabric-bench target serving every rail of host A."""
 
-    def __init__(self):
+    def __init__(self, extra_env=None):
         devices = ",".join("a%d" % i for i in range(RAILS))
         self.proc = subprocess.Popen(
-            [LAB, "exec", "A", bench(), "--mode=target", "--protocol=tcp", "--device_name=" + devices,
+            [LAB, "exec", "A", "env", *["%s=%s" % kv for kv in (extra_env or {}).items()], bench(), "--mode=target", "--protocol=tcp", "--device_name=" + devices,
              "--local_server_name=10.77.0.1:%d" % PORT, "--buffer_size=%d" % (256 << 20)],
             env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.time() + 30
@@ -140,6 +140,33 @@ class MultiRailTest(unittest.TestCase):
         self.assertGreater(b[1], 0, p)
         # The read-back of --verify may use any rail; the timed run may not.
         self.assertLess(b[2] + b[3], (b[0] + b[1]) * 0.05, p)
+
+    def test_a_request_with_no_rail_pair_holding_its_memory_is_refused_with_the_reason(self):
+        # Near-only registration on both hosts, with topologies that put the
+        # two buffers behind different NICs: the initiator's cpu:0 buffer on
+        # b2, b3, the target's on a0, a1. Over tcp a rail reaches only its
+        # twin subnet, so no pair holds both ends: refused before posting,
+        # naming the rails of each side.
+        self.target.stop()
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as ft, \
+                tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fi:
+            json.dump({"nics": {"a0": {"numa": 0}, "a1": {"numa": 0}, "a2": {"numa": 1}, "a3": {"numa": 1}}}, ft)
+            json.dump({"nics": {"b0": {"numa": 1}, "b1": {"numa": 1}, "b2": {"numa": 0}, "b3": {"numa": 0}}}, fi)
+        try:
+            self.target = Target({"KVF_TOPOLOGY_FILE": ft.name})
+            with self.assertRaises(AssertionError) as refused:
+                initiate(self.target.segment, "write", 1 << 20, 0.5, {"KVF_TOPOLOGY_FILE": fi.name})
+            self.assertIn("no rail pair holds this memory on both ends", str(refused.exception))
+            self.assertIn("registered on rails {2,3}", str(refused.exception))
+            self.assertIn("on its rails {0,1}", str(refused.exception))
+            # Registered on every rail, the same buffer moves (on rails 0 and 1).
+            p = initiate(self.target.segment, "write", 1 << 20, 0.5,
+                         {"KVF_TOPOLOGY_FILE": fi.name, "KVF_REGISTER_RAILS": "all"})
+            self.assertEqual(p["verify"], "verified")
+            self.assertEqual(p["rail_bytes"][2] + p["rail_bytes"][3], 0, p)
+        finally:
+            os.unlink(ft.name)
+            os.unlink(fi.name)
 
     def test_rail_link_down_mid_run_does_not_fail_the_transfer(self):
         # Rail 2's link goes down 3 s into a 6 s run and stays down: its

@@ -168,6 +168,7 @@ struct Setup {
   SegmentHandle seg = -1;
   uint64_t raddr = 0;
   double open_us = 0;  // OpenSegment alone: one handshake, every rail's address inserted
+  double register_us = 0;  // RegisterMemory of the initiator's buffers, summed
 };
 
 double Percentile(std::vector<double>& v, double p) {
@@ -199,7 +200,9 @@ int Prepare(Engine& e, Options& o, size_t region, size_t threads, Setup* st) {
     s = m.Alloc(per, d);
     // Host memory is touched (zeroed) always, GPU memory with --init_mem.
     if (s.ok() && (d < 0 || o.init_mem)) s = m.Fill(0, per, d < 0 ? -1 : 3, 0);
+    const auto t_reg = Clock::now();
     if (s.ok()) s = e.RegisterMemory(m.base, per, m.location());
+    st->register_us += std::chrono::duration<double, std::micro>(Clock::now() - t_reg).count();
     if (!s.ok()) return Fail("allocate and register " + m.location() + " memory", s);
     st->mems.push_back(m);
   }
@@ -349,7 +352,7 @@ int RunPoint(Engine& e, const Options& o, Setup& st, const Point& pt, nlohmann::
           {"batches", batches.load()}, {"bytes_per_s", bytes.load() / secs},
           {"rate", rate}, {"unit", o.report_unit + "/s"},
           {"batch_latency_us", {{"p50", p50}, {"p99", p99}}},
-          {"rail_bytes", rail_bytes}, {"verify", verdict}};
+          {"rail_bytes", rail_bytes}, {"verify", verdict}, {"register_ms", st.register_us / 1000}};
   if (o.json) std::printf("%s\n", out->dump().c_str());
   std::printf("kvfabric-bench %s: %s x%zu rail(s), block %zu, batch %zu, threads %zu, %.1f s, batch p50 %.0f us "
               "p99 %.0f us, %s: %.2f %s/s\n",
