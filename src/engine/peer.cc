@@ -131,6 +131,13 @@ int Peer::PeerRailFor(size_t rail, const std::vector<std::optional<uint64_t>>& k
   return rail < reach_.size() ? FirstKeyedRail(reach_[rail], keys) : -1;
 }
 
+void Peer::PeerRailsFor(std::span<const size_t> rails, const std::vector<std::optional<uint64_t>>& keys,
+                        int* out) const {
+  std::lock_guard<std::mutex> g(mu_);
+  for (size_t i = 0; i < rails.size(); ++i)
+    out[i] = rails[i] < reach_.size() ? FirstKeyedRail(reach_[rails[i]], keys) : -1;
+}
+
 bool Peer::Lookup(size_t rail, int peer_rail, fi_addr_t* out) const {
   std::lock_guard<std::mutex> g(mu_);
   if (rail >= av_.size() || peer_rail < 0 || static_cast<size_t>(peer_rail) >= av_[rail].size() ||

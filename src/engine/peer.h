@@ -89,6 +89,8 @@ class Peer {
   // rail) are `keys`: the preferred one when it holds a key, else the next
   // reachable one that does; -1 when none does.
   int PeerRailFor(size_t rail, const std::vector<std::optional<uint64_t>>& keys) const;
+  // PeerRailFor of each of `rails`, into out[i], under one lock.
+  void PeerRailsFor(std::span<const size_t> rails, const std::vector<std::optional<uint64_t>>& keys, int* out) const;
   // The AV slot of peer rail `peer_rail` on local `rail`, inserting the
   // peer's address on first use; the first form uses the preferred rail.
   Status Resolve(fabric::Rail* rail, fi_addr_t* out);

@@ -73,13 +73,17 @@ size_t Poster::RailsFor(const Route& route, const Peer& peer, size_t* out) const
   const auto& keys = route.remote->chunks.front().keys;
   const auto& regions = route.local->chunks.front().regions;
   PairView pairs[kMaxLocalRails];
-  for (const auto& group : {peer.usable_rails(), peer.fallback_rails()}) {
-    for (size_t r : *group)
-      pairs[r] = {regions[r] != nullptr, route.local->device >= 0 && !(*rails_)[r]->hmem(), peer.PeerRailFor(r, keys)};
-    const size_t n = PairedRails(*group, pairs, out);
-    if (n > 0) return n;
-  }
-  return 0;
+  int peer_rails[kMaxLocalRails];
+  auto paired = [&](const std::vector<size_t>& group) {
+    peer.PeerRailsFor(group, keys, peer_rails);
+    for (size_t i = 0; i < group.size(); ++i) {
+      const size_t r = group[i];
+      pairs[r] = {regions[r] != nullptr, route.local->device >= 0 && !(*rails_)[r]->hmem(), peer_rails[i]};
+    }
+    return PairedRails(group, pairs, out);
+  };
+  if (const size_t n = paired(*peer.usable_rails()); n > 0) return n;
+  return paired(*peer.fallback_rails());
 }
 
 Status Poster::NoRailPair(const Route& route, const Peer& peer) const {
