@@ -133,24 +133,42 @@ int RunTarget(Engine& e, const Options& o) {
   std::vector<int> devices;
   Status s = VramDevices(o, &devices);
   if (!s.ok()) return Fail("target", s);
-  Memory mem;
-  s = mem.Alloc(o.buffer_size, devices.front());
-  if (!s.ok()) return Fail("allocate", s);
-  // Touch every page (and give --verify a known pattern to read back).
-  s = mem.Fill(0, o.buffer_size, 7, 0);
-  if (!s.ok()) return Fail("fill", s);
-  void* buf = mem.base;
-  s = e.RegisterMemory(buf, o.buffer_size, mem.location());
-  if (!s.ok()) return Fail("register", s);
-  std::printf("kvfabric-bench target ready: %zu bytes registered on %zu rail(s) (%s). Run the initiator with "
+  // One buffer of --buffer_size per device in use (every GPU with
+  // --gpu_id=-1, as the initiator spreads its threads): initiator thread t
+  // works in buffer t mod count.
+  std::vector<Memory> mems;
+  auto release = [&] {
+    for (Memory& m : mems) {
+      const Status u = e.UnregisterMemory(m.base);
+      if (!u.ok()) std::fprintf(stderr, "kvfabric-bench target: %s\n", u.ToString().c_str());
+      m.Free();
+    }
+  };
+  for (int d : devices) {
+    Memory mem;
+    s = mem.Alloc(o.buffer_size, d);
+    if (!s.ok()) {
+      release();
+      return Fail("allocate", s);
+    }
+    // Touch every page (and give --verify a known pattern to read back).
+    s = mem.Fill(0, o.buffer_size, 7, 0);
+    if (s.ok()) s = e.RegisterMemory(mem.base, o.buffer_size, mem.location());
+    if (!s.ok()) {
+      mem.Free();
+      release();
+      return Fail("fill and register " + mem.location() + " memory", s);
+    }
+    mems.push_back(mem);
+  }
+  std::printf("kvfabric-bench target ready: %zu bytes registered%s on %zu rail(s) (%s). Run the initiator with "
               "--segment_id=%s\n",
-              o.buffer_size, e.rails().size(), e.rails().front().provider.c_str(), e.name().c_str());
+              o.buffer_size, mems.size() > 1 ? (" on each of " + std::to_string(mems.size()) + " GPUs").c_str() : "",
+              e.rails().size(), e.rails().front().provider.c_str(), e.name().c_str());
   std::fflush(stdout);
   // Serves until SIGINT/SIGTERM: the target's engine drives progress meanwhile.
   while (!g_stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  const Status unregistered = e.UnregisterMemory(buf);
-  mem.Free();
-  if (!unregistered.ok()) std::fprintf(stderr, "kvfabric-bench target: %s\n", unregistered.ToString().c_str());
+  release();
   return 0;
 }
 
@@ -166,7 +184,7 @@ struct Setup {
   std::vector<Memory> mems;  // one per device in use
   size_t region = 0;         // bytes per thread region (block x batch of the largest point)
   SegmentHandle seg = -1;
-  uint64_t raddr = 0;
+  std::vector<uint64_t> raddrs;  // the target's buffers (one per GPU it spreads over), in its order
   double open_us = 0;  // OpenSegment alone: one handshake, every rail's address inserted
   double register_us = 0;  // RegisterMemory of the initiator's buffers, summed
 };
@@ -180,6 +198,9 @@ double Percentile(std::vector<double>& v, double p) {
 // Thread t's region and its memory.
 Memory& MemOf(Setup& st, size_t t) { return st.mems[t % st.mems.size()]; }
 size_t RegionOffset(const Setup& st, size_t t) { return (t / st.mems.size()) * st.region; }
+// Thread t's region at the target: buffer t mod count, offset within it.
+uint64_t RemoteBase(const Setup& st, size_t t) { return st.raddrs[t % st.raddrs.size()]; }
+size_t RemoteOffset(const Setup& st, size_t t, size_t region) { return (t / st.raddrs.size()) * region; }
 
 int Prepare(Engine& e, Options& o, size_t region, size_t threads, Setup* st) {
   if (o.segment_id.empty())
@@ -213,11 +234,16 @@ int Prepare(Engine& e, Options& o, size_t region, size_t threads, Setup* st) {
   std::vector<RemoteBuffer> remote;
   s = e.GetSegmentBuffers(st->seg, &remote);
   if (!s.ok()) return Fail("segment buffers", s);
-  if (remote.empty() || remote.front().length < need)
-    return Fail(o.mode, Status::OutOfRange("the target registered " +
-                                           std::to_string(remote.empty() ? 0 : remote.front().length) +
-                                           " bytes; start it with --buffer_size >= " + std::to_string(need)));
-  st->raddr = remote.front().addr;
+  if (remote.empty()) return Fail(o.mode, Status::OutOfRange("the target registered no buffer"));
+  // Threads spread over the target's buffers (one per GPU with --gpu_id=-1).
+  const size_t per_buffer = region * ((threads + remote.size() - 1) / remote.size());
+  for (const RemoteBuffer& b : remote) {
+    if (b.length < per_buffer)
+      return Fail(o.mode, Status::OutOfRange("the target registered " + std::to_string(b.length) +
+                                             " bytes at " + b.location + "; start it with --buffer_size >= " +
+                                             std::to_string(per_buffer)));
+    st->raddrs.push_back(b.addr);
+  }
   return 0;
 }
 
@@ -226,10 +252,11 @@ int RunPoint(Engine& e, const Options& o, Setup& st, const Point& pt, nlohmann::
   const OpCode op = o.operation == "read" ? OpCode::kRead : OpCode::kWrite;
   const size_t region = pt.block_size * pt.batch_size;  // per thread, here and at the target
   // Each thread's region, with what it holds: the pattern to write, or zeros
-  // for reads to fill (target offset t x region).
-  auto each_region = [&](const std::function<Status(Memory&, size_t local, size_t remote)>& f) {
+  // for reads to fill (the pattern runs from the region's offset in its
+  // target buffer, as the target filled it).
+  auto each_region = [&](const std::function<Status(Memory&, size_t local, size_t t)>& f) {
     for (size_t t = 0; t < pt.threads; ++t) {
-      Status s = f(MemOf(st, t), RegionOffset(st, t), t * region);
+      Status s = f(MemOf(st, t), RegionOffset(st, t), t);
       if (!s.ok()) return s;
     }
     return Status::OK();
@@ -237,10 +264,10 @@ int RunPoint(Engine& e, const Options& o, Setup& st, const Point& pt, nlohmann::
   // Every region this point reads or writes, as one request per block.
   auto requests = [&](OpCode kind) {
     std::vector<TransferRequest> reqs;
-    (void)each_region([&](Memory& m, size_t local, size_t remote) {  // cannot fail: it only builds requests
+    (void)each_region([&](Memory& m, size_t local, size_t t) {  // cannot fail: it only builds requests
       for (size_t i = 0; i < pt.batch_size; ++i)
-        reqs.push_back({kind, m.base + local + i * pt.block_size, st.seg, st.raddr + remote + i * pt.block_size,
-                        pt.block_size});
+        reqs.push_back({kind, m.base + local + i * pt.block_size, st.seg,
+                        RemoteBase(st, t) + RemoteOffset(st, t, region) + i * pt.block_size, pt.block_size});
       return Status::OK();
     });
     return reqs;
@@ -249,12 +276,13 @@ int RunPoint(Engine& e, const Options& o, Setup& st, const Point& pt, nlohmann::
   if (o.verify && op == OpCode::kRead) {
     // The target's regions get a known pattern first (an earlier WRITE run
     // may have changed them); the local ones are zeroed for the reads.
-    prep = each_region([&](Memory& m, size_t local, size_t remote) { return m.Fill(local, region, 7, remote); });
+    prep = each_region(
+        [&](Memory& m, size_t local, size_t t) { return m.Fill(local, region, 7, RemoteOffset(st, t, region)); });
     if (prep.ok()) prep = e.Transfer(requests(OpCode::kWrite));
   }
   if (prep.ok())
-    prep = each_region([&](Memory& m, size_t local, size_t remote) {
-      return m.Fill(local, region, o.verify && op == OpCode::kWrite ? 5 : -1, remote);
+    prep = each_region([&](Memory& m, size_t local, size_t t) {
+      return m.Fill(local, region, o.verify && op == OpCode::kWrite ? 5 : -1, RemoteOffset(st, t, region));
     });
   if (!prep.ok()) return Fail("prepare", prep);
   std::vector<uint64_t> rail_before;
@@ -272,7 +300,8 @@ int RunPoint(Engine& e, const Options& o, Setup& st, const Point& pt, nlohmann::
       std::vector<TransferRequest> reqs(pt.batch_size);
       uint8_t* local = MemOf(st, t).base + RegionOffset(st, t);
       for (size_t i = 0; i < pt.batch_size; ++i)
-        reqs[i] = {op, local + i * pt.block_size, st.seg, st.raddr + t * region + i * pt.block_size, pt.block_size};
+        reqs[i] = {op, local + i * pt.block_size, st.seg,
+                   RemoteBase(st, t) + RemoteOffset(st, t, region) + i * pt.block_size, pt.block_size};
       while (Clock::now() < until && !g_stop.load()) {
         BatchId b;
         auto b0 = Clock::now();
@@ -328,10 +357,10 @@ int RunPoint(Engine& e, const Options& o, Setup& st, const Point& pt, nlohmann::
       if (s.ok()) s = e.Transfer(requests(OpCode::kRead));
     }
     if (s.ok())
-      s = each_region([&](Memory& m, size_t local, size_t remote) {
-        return m.Check(local, region, seed, remote) == region
+      s = each_region([&](Memory& m, size_t local, size_t t) {
+        return m.Check(local, region, seed, RemoteOffset(st, t, region)) == region
                    ? Status::OK()
-                   : Status::Internal("thread " + std::to_string(remote / region) + "'s region differs");
+                   : Status::Internal("thread " + std::to_string(t) + "'s region differs");
       });
     good = s.ok();
     verdict = good ? "verified" : "DATA MISMATCH";
@@ -428,7 +457,7 @@ int RunProbe(Engine& e, Options o) {
   Status s = e.Warmup(o.segment_id);
   if (!s.ok()) return Fail("warmup", s);
   const double warmup_us = us(t_warm);
-  const TransferRequest req{op, st.mems.front().base, st.seg, st.raddr, block};
+  const TransferRequest req{op, st.mems.front().base, st.seg, st.raddrs.front(), block};
   const auto t_first = Clock::now();
   s = e.Transfer({req});
   if (!s.ok()) return Fail("first transfer", s);
