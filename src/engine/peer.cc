@@ -10,16 +10,27 @@
 
 namespace kvfabric::engine {
 
+namespace {
+
+// The peer rails local rail `i` can reach: those of its provider, and of
+// those the ones on its fabric when any is.
+std::vector<int> SameFabricRails(const std::vector<fabric::RailInfo>& local, size_t i,
+                                 const metadata::SegmentDesc& remote) {
+  std::vector<int> same_fabric, same_provider;
+  for (size_t j = 0; j < remote.rails.size(); ++j) {
+    if (remote.rails[j].provider != local[i].provider) continue;
+    same_provider.push_back(static_cast<int>(j));
+    if (remote.rails[j].fabric == local[i].fabric) same_fabric.push_back(static_cast<int>(j));
+  }
+  return same_fabric.empty() ? same_provider : same_fabric;
+}
+
+}  // namespace
+
 std::vector<int> PairRails(const std::vector<fabric::RailInfo>& local, const metadata::SegmentDesc& remote) {
   std::vector<int> out(local.size(), -1);
   for (size_t i = 0; i < local.size(); ++i) {
-    std::vector<int> same_fabric, same_provider;
-    for (size_t j = 0; j < remote.rails.size(); ++j) {
-      if (remote.rails[j].provider != local[i].provider) continue;
-      same_provider.push_back(static_cast<int>(j));
-      if (remote.rails[j].fabric == local[i].fabric) same_fabric.push_back(static_cast<int>(j));
-    }
-    const auto& cand = same_fabric.empty() ? same_provider : same_fabric;
+    const std::vector<int> cand = SameFabricRails(local, i, remote);
     if (cand.empty()) continue;
     // Position of rail i among local rails of its provider.
     size_t k = 0;
@@ -35,13 +46,7 @@ std::vector<std::vector<int>> ReachableRails(const std::vector<fabric::RailInfo>
   std::vector<std::vector<int>> out(local.size());
   for (size_t i = 0; i < local.size(); ++i) {
     if (first[i] < 0) continue;
-    std::vector<int> same_fabric, same_provider;
-    for (size_t j = 0; j < remote.rails.size(); ++j) {
-      if (remote.rails[j].provider != local[i].provider) continue;
-      same_provider.push_back(static_cast<int>(j));
-      if (remote.rails[j].fabric == local[i].fabric) same_fabric.push_back(static_cast<int>(j));
-    }
-    const auto& cand = same_fabric.empty() ? same_provider : same_fabric;
+    const std::vector<int> cand = SameFabricRails(local, i, remote);
     const size_t at = static_cast<size_t>(std::find(cand.begin(), cand.end(), first[i]) - cand.begin());
     for (size_t k = 0; k < cand.size(); ++k) out[i].push_back(cand[(at + k) % cand.size()]);
   }

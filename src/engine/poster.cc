@@ -96,12 +96,15 @@ Status Poster::NoRailPair(const Route& route, const Peer& peer) const {
           "copies reach it",
           peer.name(), route.remote->location));
   }
-  std::string local, remote;
-  for (size_t r = 0; r < route.local->chunks.front().regions.size(); ++r)
-    if (route.local->chunks.front().regions[r]) local += (local.empty() ? "" : ",") + std::to_string(r);
-  const auto& keys = route.remote->chunks.front().keys;
-  for (size_t r = 0; r < keys.size(); ++r)
-    if (keys[r]) remote += (remote.empty() ? "" : ",") + std::to_string(r);
+  // "0,2": the rails on which a per-rail vector (MRs, keys) holds something.
+  auto held = [](const auto& per_rail) {
+    std::string out;
+    for (size_t r = 0; r < per_rail.size(); ++r)
+      if (per_rail[r]) out += (out.empty() ? "" : ",") + std::to_string(r);
+    return out;
+  };
+  const std::string local = held(route.local->chunks.front().regions);
+  const std::string remote = held(route.remote->chunks.front().keys);
   return Status::Unavailable(text::Format(
       "segment {}: no rail pair holds this memory on both ends: the local buffer ({}) is registered on rails "
       "{{{}}}, the peer's ({}) on its rails {{{}}}, and no local rail reaches one of those (KVF_REGISTER_RAILS=all "
