@@ -29,7 +29,7 @@ build: deps $(BUILD)/build.ninja
 # pip install -e ., keeps its own tree, build/python-<wheel tag>).
 $(VENV)/.deps: pyproject.toml
 	python3 -m venv $(VENV)
-	$(PY) -m pip install -q "scikit-build-core>=0.10" "nanobind>=2.4" pytest numpy
+	$(PY) -m pip install -q "scikit-build-core>=0.10" "nanobind>=2.4" pytest numpy textual prometheus-client
 	touch $@
 
 python: deps $(VENV)/.deps

@@ -22,9 +22,11 @@ PUBLIC = {
     "kvfabric/codes.h": "vocabulary",
     "kvfabric/settings.h": "settings",
     "kvfabric/settings.def": "settings",
+    "kvfabric/stats.h": "stats",
     "kvfabric/engine.h": "api",
     "kvfabric/diagnostics.h": "api",
     "kvfabric/store.h": "store_api",
+    "kvfabric/store_stats.h": "store_api",
     "kvfabric.h": "c_api",
 }
 
@@ -36,9 +38,11 @@ ALLOWED = {
     "memory": {"vocabulary", "common", "fabric"},
     "metadata": {"vocabulary", "settings", "common", "net"},
     "topology": {"vocabulary", "common", "fabric"},
-    "engine": {"vocabulary", "settings", "common", "net", "fabric", "memory", "metadata", "topology", "api"},
-    "store": {"vocabulary", "settings", "common", "net", "metadata", "api", "store_api"},
-    "capi": {"vocabulary", "settings", "api", "store_api", "c_api"},
+    "metrics": {"vocabulary", "settings", "common", "stats", "api", "store_api"},
+    "engine": {"vocabulary", "settings", "common", "net", "fabric", "memory", "metadata", "topology", "stats", "api",
+               "metrics"},
+    "store": {"vocabulary", "settings", "common", "net", "metadata", "stats", "api", "store_api", "metrics"},
+    "capi": {"vocabulary", "settings", "stats", "api", "store_api", "c_api"},
 }
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')

@@ -6,7 +6,7 @@ set -euo pipefail
 
 PKGS=(cmake ninja-build g++ pkg-config python3 python3-venv python3-dev python3-matplotlib
       libfabric-dev libfabric-bin
-      nlohmann-json3-dev libspdlog-dev libcli11-dev libcpp-httplib-dev libssl-dev libxxhash-dev etcd-server
+      nlohmann-json3-dev libspdlog-dev libcli11-dev libcpp-httplib-dev prometheus-cpp-dev libssl-dev libxxhash-dev etcd-server tmux
       libgtest-dev libgmock-dev clang)
 
 if ! command -v dpkg >/dev/null 2>&1; then

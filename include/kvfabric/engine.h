@@ -17,6 +17,7 @@
 
 #include "kvfabric/codes.h"
 #include "kvfabric/settings.h"
+#include "kvfabric/stats.h"
 #include "kvfabric/status.h"
 
 namespace kvfabric {
@@ -153,6 +154,12 @@ class Engine {
   const std::string& metadata() const;
   // The rails with their counters as of now (none after Close).
   std::vector<RailInfo> rails() const;
+  // Everything the engine counted (kvfabric/stats.h): per rail, per peer,
+  // failures by code, latency by op and size class, registrations.
+  Status Stats(EngineStats* out) const;
+  // The metrics endpoint serving this engine ("127.0.0.1:9400"), or "" when
+  // KVF_METRICS_LISTEN is empty or could not be bound.
+  std::string metrics_address() const;
 
   // Memory. Registration covers every rail that serves `location` (see
   // BufferEntry::location; "*" detects it). Host memory must be mapped in

@@ -29,6 +29,7 @@
 
 #include "kvfabric/engine.h"
 #include "kvfabric/settings.h"
+#include "kvfabric/stats.h"
 #include "kvfabric/status.h"
 #include "kvfabric/store_stats.h"
 
@@ -141,6 +142,10 @@ class Store {
   Status RemoveAll(uint64_t* removed);
 
   StoreStats Stats() const;
+  // Latency of this process's batch calls, one histogram per call that ran
+  // ("put", "get", "exists"; size_class is "batch"): from the call to its
+  // return, whatever its keys' results.
+  std::vector<LatencyStats> Latency() const;
   // This node's control address ("host:port"): its name among the members.
   const std::string& name() const;
   // The members now in placement, by name.

@@ -257,6 +257,16 @@ def cmd_store_node(args: argparse.Namespace, rest: list[str]) -> int:
     return 0
 
 
+def cmd_top(args: argparse.Namespace, rest: list[str]) -> int:
+    try:
+        from .top import run
+    except ImportError as e:
+        print(f"kvfabric top needs textual and prometheus-client ({e}); pip install 'kvfabric[top]'",
+              file=sys.stderr)
+        return 1
+    return run(args.endpoints, args.interval)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="kvfabric", description="kvfabric transfer engine tools")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -301,6 +311,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="any kvfabric setting, repeatable")
     sn.add_argument("--stats_every", type=float, default=0, help="seconds between counter lines (0: none)")
     sn.set_defaults(fn=cmd_store_node)
+    tp = sub.add_parser("top", help="a live view of engines' metrics endpoints (KVF_METRICS_LISTEN)",
+                        description="Scrapes each endpoint every --interval seconds and shows each engine's rails "
+                                    "(state, throughput with a sparkline, queue, credits in use, stalls, errors), "
+                                    "peers and latency percentiles. q quits. See docs/metrics.md.")
+    tp.add_argument("endpoints", nargs="+", help="host:port of a metrics endpoint, or its http:// URL")
+    tp.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
+    tp.set_defaults(fn=cmd_top)
     ms = sub.add_parser("mooncake-shim", help="let `import mooncake.engine` load kvfabric (vLLM, SGLang unchanged)",
                         description="install writes kvfabric_mooncake_shim.pth into site-packages so that "
                                     "`import mooncake.engine` loads kvfabric.compat.mooncake; it refuses (exit 1) "

@@ -308,6 +308,19 @@ class Engine:
     def rails(self) -> list[dict]:
         return self._core.rails()
 
+    def stats(self) -> dict:
+        """Everything the engine counted, as the metrics endpoint serves it
+        (docs/metrics.md): ``rails`` (bytes and operations by op, errors,
+        stalls, in service, queued, credits in use, AV slots), ``peers``
+        (requests, bytes and failures per peer segment; ``other`` holds the
+        peers past KVF_METRICS_PEER_LABELS, ``self`` local copies),
+        ``failures`` (by op and status code), ``latency`` (submit to
+        completion by op and size class: ``buckets`` of (upper bound in
+        seconds, count)), ``reroutes``, ``registrations`` (by location),
+        handshake and metadata errors, ``segments_open``, and
+        ``metrics_address`` (the endpoint, or ""). Counters only grow."""
+        return self._core.stats()
+
     def settings(self) -> dict[str, str]:
         return self._core.settings()
 

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <ctime>
 #include <cstdint>
 #include <map>
@@ -104,6 +105,20 @@ StatusTuple ToTuple(const kvfabric::TransferStatus& s) {
           s.error.ok() ? std::string() : s.error.ToString()};
 }
 
+// A dict of name, value pairs: Dict("a", 1, "b", "x").
+inline void PutAll(nb::dict&) {}
+template <typename V, typename... Rest>
+void PutAll(nb::dict& d, const char* name, V&& value, Rest&&... rest) {
+  d[name] = std::forward<V>(value);
+  PutAll(d, std::forward<Rest>(rest)...);
+}
+template <typename... NamesAndValues>
+nb::dict Dict(NamesAndValues&&... kv) {
+  nb::dict d;
+  PutAll(d, std::forward<NamesAndValues>(kv)...);
+  return d;
+}
+
 class PyEngine {
  public:
   PyEngine(const std::string& local_server_name, const std::string& metadata, const std::string& protocol,
@@ -150,6 +165,42 @@ class PyEngine {
                      {"max_msg_size", std::to_string(r.max_msg_size)},
                      {"completed_bytes", std::to_string(r.completed_bytes)}});
     return out;
+  }
+
+  // Engine::Stats as plain Python values (see kvfabric.Engine.stats).
+  nb::dict Stats() {
+    kvfabric::EngineStats st;
+    {
+      nb::gil_scoped_release r;
+      Check(e().Stats(&st));
+    }
+    nb::list rails, peers, failures, latency, regs;
+    for (const auto& r : st.rails)
+      rails.append(Dict("index", r.index, "label", r.label, "provider", r.provider, "domain", r.domain,
+                        "write_bytes", r.write_bytes, "read_bytes", r.read_bytes, "writes", r.writes, "reads",
+                        r.reads, "errors", r.errors, "stalls", r.stalls, "recoveries", r.recoveries, "in_service",
+                        r.in_service, "queued", r.queued, "in_flight", r.in_flight, "credits", r.credits,
+                        "peer_slots", r.peer_slots));
+    for (const auto& p : st.peers)
+      peers.append(Dict("peer", p.peer, "write_requests", p.write_requests, "write_bytes", p.write_bytes,
+                        "read_requests", p.read_requests, "read_bytes", p.read_bytes, "failures", p.failures));
+    for (const auto& f : st.failures) failures.append(Dict("op", f.op, "code", f.code, "count", f.count));
+    for (const auto& l : st.latency) {
+      nb::list buckets;
+      for (size_t i = 0; i < l.histogram.counts.size(); ++i)
+        buckets.append(nb::make_tuple(
+            i < l.histogram.upper_seconds.size() ? l.histogram.upper_seconds[i] : INFINITY, l.histogram.counts[i]));
+      latency.append(Dict("op", l.op, "size_class", l.size_class, "count", l.histogram.count, "sum_seconds",
+                          l.histogram.sum_seconds, "buckets", buckets));
+    }
+    for (const auto& r : st.registrations)
+      regs.append(Dict("location", r.location, "buffers", r.buffers, "bytes", r.bytes));
+    return Dict("engine", st.engine, "counting", st.counting, "metrics_address", e().metrics_address(), "rails",
+                rails, "peers", peers, "failures", failures, "latency", latency, "reroutes",
+                Dict("failed", st.reroutes_failed, "stalled", st.reroutes_stalled, "refused", st.reroutes_refused),
+                "registrations", regs, "registrations_total", st.registrations_total, "registration_failures",
+                st.registration_failures, "handshake_errors", st.handshake_errors, "metadata_errors",
+                st.metadata_errors, "handshakes_refused", st.handshakes_refused, "segments_open", st.segments_open);
   }
 
   void Register(uintptr_t addr, uint64_t length, const std::string& location) {
@@ -544,6 +595,7 @@ NB_MODULE(_core, m) {
       .def_prop_ro("name", &PyEngine::name)
       .def("settings", &PyEngine::settings)
       .def("rails", &PyEngine::rails)
+      .def("stats", &PyEngine::Stats)
       .def("register", &PyEngine::Register, Release())
       .def("unregister", &PyEngine::Unregister, Release())
       .def("register_batch", &PyEngine::RegisterBatch, Release())

@@ -210,6 +210,7 @@ print("ok")
     assert "MC_TE_METRIC: a throughput line every 1 s" in r.stderr
     lines = [x for x in r.stderr.splitlines() if "mooncake compat: throughput" in x and "MB/s" in x]
     assert len(lines) >= 2, r.stderr  # the writer logs at 1 s and at 2 s (a target completes no operations)
+    assert all("write latency p50 <=" in x and "requests/s" in x for x in lines), lines
 
 
 def test_libfabric_queried_before_the_first_engine_still_reaches_peers(peer_factory):

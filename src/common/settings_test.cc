@@ -19,7 +19,7 @@ TEST(SettingsTest, DefaultsComeFromTheDeclaration) {
   EXPECT_EQ(s.write_completion, "delivery");
   EXPECT_TRUE(s.same_host_shm);
   EXPECT_EQ(s.store_put_mode, "push");
-  EXPECT_EQ(Settings::Table().size(), 52u);
+  EXPECT_EQ(Settings::Table().size(), 55u);
   for (const auto& i : Settings::Table()) {
     EXPECT_EQ(i.env.rfind("KVF_", 0), 0u) << i.env;
     EXPECT_FALSE(i.meaning.empty()) << i.env;
@@ -204,7 +204,7 @@ TEST(SettingsTest, EveryNumericSettingHoldsItsDeclaredRange) {
     EXPECT_NE(Refusal(&s, i.env, "-1"), "") << i.env << ": no numeric setting takes a negative value";
     EXPECT_TRUE(s.Validate().ok()) << i.env;
   }
-  EXPECT_EQ(numeric, 33);
+  EXPECT_EQ(numeric, 34);
 }
 
 TEST(SettingsTest, ByteSizesTakeBinarySuffixes) {

@@ -1,5 +1,6 @@
 #include "engine/batch.h"
 
+#include "common/clock.h"
 #include "common/text.h"
 
 namespace kvfabric::engine {
@@ -7,7 +8,9 @@ namespace kvfabric::engine {
 
 void Task::Start(Batch* batch, uint32_t slices, Clock::time_point deadline, int64_t timeout_ms,
                  std::string what, std::shared_ptr<Peer> peer, Rerouter* rerouter,
-                 std::shared_ptr<const void> route) {
+                 std::shared_ptr<const void> route, TaskTally tally) {
+  tally_ = tally;
+  if (tally_.counters != nullptr) started_ns_ = SteadyNowNs();
   peer_ = std::move(peer);
   rerouter_ = rerouter;
   route_ = std::move(route);
@@ -32,6 +35,12 @@ bool Task::Finish(TaskState terminal, const Status& error) {
   }
   // The peer may have died or restarted: its next request refetches its descriptor.
   if (terminal != TaskState::kCompleted && peer_) peer_->MarkSuspect();
+  if (tally_.counters != nullptr)
+    tally_.counters->RequestEnded(tally_.peer, tally_.write, tally_.length, bytes_.load(std::memory_order_relaxed),
+                                  terminal == TaskState::kCompleted ? Status::Code::kOk
+                                  : terminal == TaskState::kTimeout ? Status::Code::kTimeout
+                                                                    : error.code(),
+                                  SteadyNowNs() - started_ns_);
   batch_->OnTaskFinished();
   return true;
 }

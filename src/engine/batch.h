@@ -12,6 +12,7 @@
 #include <mutex>
 #include <string>
 
+#include "engine/counters.h"
 #include "engine/peer.h"
 #include "fabric/slice.h"
 #include "kvfabric/engine.h"
@@ -47,6 +48,15 @@ class Rerouter {
   virtual Status Unstage(Task* task, const fabric::Slice& slice, bool copy_back) = 0;
 };
 
+// What the engine counts of a task when it ends (Counters::RequestEnded).
+// Null counters: nothing is counted (KVF_METRICS=off).
+struct TaskTally {
+  Counters* counters = nullptr;
+  PeerCounters* peer = nullptr;
+  bool write = true;
+  uint64_t length = 0;  // the request's
+};
+
 class Task final : public fabric::SliceOwner {
  public:
   // Tasks belong to their batch from its construction; until Start they are
@@ -57,9 +67,10 @@ class Task final : public fabric::SliceOwner {
   // `peer` (may be null) is marked suspect when the task fails or times out.
   // `rerouter` (may be null) gets slices that fail or stall, and `route`
   // holds what it needs to post them again (the engine's own type).
+  // `tally` says what to count when the task ends; its latency runs from here.
   void Start(Batch* batch, uint32_t slices, Clock::time_point deadline, int64_t timeout_ms,
              std::string what, std::shared_ptr<Peer> peer = nullptr, Rerouter* rerouter = nullptr,
-             std::shared_ptr<const void> route = nullptr);
+             std::shared_ptr<const void> route = nullptr, TaskTally tally = {});
   // Ends the task without slices (local copy, or failure before posting).
   void Complete(size_t bytes, const Status& error);
   // Ends a pending task now with `error` (engine shutdown): its queued
@@ -94,6 +105,8 @@ class Task final : public fabric::SliceOwner {
   std::shared_ptr<Peer> peer_;
   Rerouter* rerouter_ = nullptr;
   std::shared_ptr<const void> route_;
+  TaskTally tally_;
+  int64_t started_ns_ = 0;
 };
 
 class Batch {

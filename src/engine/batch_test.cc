@@ -47,6 +47,40 @@ TEST(BatchTest, TaskCompletesWhenAllSlicesDo) {
   EXPECT_FALSE(b.Reserve(3, &first));  // only 2 of 4 left
 }
 
+TEST(BatchTest, ATaskIsCountedOnceWhenItEnds) {
+  Counters c(4);
+  PeerCounters* peer = c.ForPeer("p:1");
+  Batch b(1, 3);
+  size_t first;
+  ASSERT_TRUE(b.Reserve(3, &first));
+  b.outstanding_slices() += 2;
+  b.task(0).Start(&b, 2, In(10000), 10000, "WRITE", nullptr, nullptr, nullptr, {&c, peer, true, 200});
+  b.task(0).OnSliceDone(fabric::Slice(), 100, Status::OK());
+  EngineStats mid;
+  c.Fill(&mid);
+  EXPECT_EQ(mid.peers[0].write_requests, 0u) << "counted before its end";
+  b.task(0).OnSliceDone(fabric::Slice(), 100, Status::OK());
+  // Failed, then timed out: each ends once, under its code.
+  b.task(1).Start(&b, 0, In(10000), 10000, "READ", nullptr, nullptr, nullptr, {&c, peer, false, 64});
+  b.task(1).Complete(0, Status::NetworkError("peer gone"));
+  b.task(1).Complete(0, Status::OK());  // a second end changes nothing
+  b.task(2).Start(&b, 1, In(-1), 0, "READ", nullptr, nullptr, nullptr, {&c, peer, false, 64});
+  EXPECT_EQ(b.task(2).Snapshot().state, TaskState::kTimeout);
+  EXPECT_TRUE(b.task(2).Abandoned());
+  EngineStats s;
+  c.Fill(&s);
+  ASSERT_EQ(s.peers.size(), 1u);
+  EXPECT_EQ(s.peers[0].write_requests, 1u);
+  EXPECT_EQ(s.peers[0].write_bytes, 200u);
+  EXPECT_EQ(s.peers[0].read_requests, 2u);
+  EXPECT_EQ(s.peers[0].failures, 2u);
+  ASSERT_EQ(s.failures.size(), 2u);
+  EXPECT_EQ(s.failures[0].code, "Timeout");
+  EXPECT_EQ(s.failures[1].code, "NetworkError");
+  ASSERT_EQ(s.latency.size(), 1u);
+  EXPECT_EQ(s.latency[0].histogram.count, 1u);
+}
+
 TEST(BatchTest, FirstFailedSliceFailsTheTask) {
   Batch b(1, 1);
   Task& t = StartOnlyTask(b, 2, 10000, "READ from peer");

@@ -4,15 +4,18 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
 
+#include "common/clock.h"
 #include "common/hex.h"
 #include "common/log.h"
 #include "common/text.h"
 #include "engine/batch_table.h"
 #include "engine/call_gate.h"
+#include "engine/counters.h"
 #include "engine/poster.h"
 #include "engine/rail_set.h"
 #include "engine/request_check.h"
@@ -23,6 +26,8 @@
 #include "fabric/progress.h"
 #include "memory/cuda.h"
 #include "memory/memory_registry.h"
+#include "metrics/endpoint.h"
+#include "metrics/families.h"
 
 namespace kvfabric {
 
@@ -58,11 +63,14 @@ struct Engine::Impl {
   std::unique_ptr<engine::Poster> poster;            // poster.*, staged_post.cc, reroute.cc
   std::unique_ptr<fabric::Progress> progress;        // fabric/: completions
   engine::BatchTable batches;                        // batch_table.*
+  std::unique_ptr<engine::Counters> counters;        // counters.*: requests (null with KVF_METRICS=0)
+  std::unique_ptr<metrics::Endpoint::Membership> metrics;  // metrics/: our figures on KVF_METRICS_LISTEN
 
   ~Impl() { Shutdown(); }
 
   // Idempotent; also of a half-built engine (Create failed).
   void Shutdown() {
+    metrics.reset();   // scrapes read the parts below: the last one ends first
     server.reset();    // peers stop finding us, no new requests
     progress.reset();  // no more completions
     batches.Clear();
@@ -71,6 +79,62 @@ struct Engine::Impl {
     segments.reset();
     rails.rails.clear();
     store.reset();
+  }
+
+  // Engine::Stats, and what the metrics endpoint serves.
+  void FillStats(EngineStats* out) const {
+    out->engine = name;
+    out->counting = counters != nullptr;
+    const int64_t now = SteadyNowNs();
+    for (const auto& r : rails.rails) {
+      const fabric::RailCounters& c = r->counters();
+      RailStats s;
+      s.index = r->index();
+      s.label = r->label();
+      s.provider = r->info().provider;
+      s.domain = r->info().domain;
+      s.write_bytes = c.write_bytes.load(std::memory_order_relaxed);
+      s.read_bytes = c.read_bytes.load(std::memory_order_relaxed);
+      s.writes = c.writes.load(std::memory_order_relaxed);
+      s.reads = c.reads.load(std::memory_order_relaxed);
+      s.errors = c.errors.load(std::memory_order_relaxed);
+      s.stalls = c.stalls.load(std::memory_order_relaxed);
+      s.recoveries = c.recoveries.load(std::memory_order_relaxed);
+      s.in_service = r->InService(now);
+      s.queued = r->queued();
+      s.in_flight = r->in_flight();
+      s.credits = r->info().tx_depth;
+      s.peer_slots = r->peer_slots();
+      out->rails.push_back(std::move(s));
+    }
+    if (counters) counters->Fill(out);
+    for (const auto& b : registry->Snapshot()) {
+      auto it = std::find_if(out->registrations.begin(), out->registrations.end(),
+                             [&](const RegistrationStats& r) { return r.location == b->location; });
+      if (it == out->registrations.end()) it = out->registrations.insert(it, RegistrationStats{b->location, 0, 0});
+      it->buffers += 1;
+      it->bytes += b->length;
+    }
+    out->handshakes_refused = server->refused();
+    out->segments_open = segments->size();
+  }
+
+  // Joins KVF_METRICS_LISTEN's endpoint when set. A malformed value fails
+  // the engine; a port that cannot be bound is warned about, and the
+  // engine runs without an endpoint.
+  Status StartMetrics() {
+    if (settings.metrics_listen.empty()) return Status::OK();
+    Status s = metrics::Endpoint::Join(
+        settings.metrics_listen,
+        [this] {
+          EngineStats st;
+          FillStats(&st);
+          return metrics::EngineFamilies(st);
+        },
+        &metrics);
+    if (s.code() == Status::Code::kInvalidArgument) return s;
+    if (!s.ok()) KVF_LOG_WARN("engine {}: no metrics endpoint: {}", name, s.message());
+    return Status::OK();
   }
 
   std::shared_ptr<Batch> FindBatch(BatchId id, Status* error) {
@@ -164,19 +228,21 @@ Status Engine::Create(const EngineConfig& config, std::unique_ptr<Engine>* out) 
 
   KVF_RETURN_IF_ERROR(engine::SegmentServer::Start(engine::HandshakeOptions(e.settings, listen), listen.host, &e.rails,
                                                    e.registry.get(), e.store.get(), &e.server));
+  if (e.settings.metrics) e.counters = std::make_unique<engine::Counters>(e.settings.metrics_peer_labels);
   e.segments = std::make_unique<engine::SegmentDirectory>(e.server->name(), &e.rails, e.store.get(),
-                                                          engine::HandshakeCallOptions(e.settings));
+                                                          engine::HandshakeCallOptions(e.settings), e.counters.get());
   engine::Poster::Options po;
   po.transfer_timeout_ms = e.settings.transfer_timeout_ms;
   po.stripe_threshold = static_cast<size_t>(e.settings.stripe_threshold);
   po.rail_retry_ms = e.settings.rail_retry_ms;
   po.staging_bytes = static_cast<size_t>(e.settings.staging_bytes);
-  e.poster = std::make_unique<engine::Poster>(&e.rails, po);
+  e.poster = std::make_unique<engine::Poster>(&e.rails, po, e.counters.get());
   e.progress = std::make_unique<fabric::Progress>(e.rails.raw(), static_cast<int>(e.settings.progress_threads),
                                                   e.settings.progress_spin_us, e.settings.progress_idle_us);
   KVF_RETURN_IF_ERROR(e.server->Publish().Annotate("engine " + e.server->name()));
   e.name = e.server->name();
   e.gate.set_owner("engine " + e.name);
+  KVF_RETURN_IF_ERROR(e.StartMetrics());
   KVF_LOG_INFO("engine {} ready: {} rail(s) of {}{}, {} progress thread(s){}", e.server->name(), e.rails.primary.size(),
                provider, e.rails.shm >= 0 ? " + shm for same-host peers" : "", e.progress->thread_count(),
                e.store ? ", segment published in " + e.store->uri() : "");
@@ -187,6 +253,18 @@ Status Engine::Create(const EngineConfig& config, std::unique_ptr<Engine>* out) 
 const std::string& Engine::name() const { return impl_->name; }
 const Settings& Engine::settings() const { return impl_->settings; }
 const std::string& Engine::metadata() const { return impl_->metadata; }
+
+Status Engine::Stats(EngineStats* out) const {
+  KVF_ENTER_ENGINE_();
+  *out = EngineStats();
+  impl_->FillStats(out);
+  return Status::OK();
+}
+
+std::string Engine::metrics_address() const {
+  const auto pass = impl_->gate.Enter();
+  return pass.ok() && impl_->metrics ? impl_->metrics->address() : "";
+}
 
 std::vector<RailInfo> Engine::rails() const {
   std::vector<RailInfo> out;
@@ -227,6 +305,7 @@ Status Engine::RegisterMemoryBatch(const std::vector<BufferEntry>& buffers) {
   };
   for (size_t i = 0; i < buffers.size(); ++i) {
     Status s = impl_->registry->Register(buffers[i].addr, buffers[i].length, buffers[i].location);
+    if (impl_->counters) impl_->counters->Registered(s.ok());
     if (!s.ok()) {
       undo(i);
       return buffers.size() > 1 ? s.Annotate(text::Format("buffer {}", i)) : s;
@@ -316,15 +395,17 @@ Status Engine::Warmup(const std::string& name) {
 Status Engine::Probe(const std::string& name) {
   KVF_ENTER_ENGINE_();
   std::string reply;
-  return metadata::HandshakeCall(name, metadata::kProbe, "", impl_->segments->call_options(), &reply)
-      .Annotate("probe " + name);
+  Status s = metadata::HandshakeCall(name, metadata::kProbe, "", impl_->segments->call_options(), &reply);
+  if (!s.ok() && impl_->counters) impl_->counters->HandshakeFailed();
+  return s.Annotate("probe " + name);
 }
 
 Status Engine::SendNotify(const std::string& name, const std::string& message) {
   KVF_ENTER_ENGINE_();
   std::string reply;
-  return metadata::HandshakeCall(name, metadata::kNotify, message, impl_->segments->call_options(), &reply)
-      .Annotate("notify " + name);
+  Status s = metadata::HandshakeCall(name, metadata::kNotify, message, impl_->segments->call_options(), &reply);
+  if (!s.ok() && impl_->counters) impl_->counters->HandshakeFailed();
+  return s.Annotate("notify " + name);
 }
 
 Status Engine::GetNotifies(std::vector<std::string>* out) {
@@ -361,7 +442,8 @@ Status Engine::Submit(BatchId batch_id, const std::vector<TransferRequest>& requ
     }
     Status s = impl_->poster->Post(batch.get(), &task, plans[i], &scratch);
     if (!s.ok()) {
-      task.Start(batch.get(), 0, Clock::now(), 0, "request");
+      task.Start(batch.get(), 0, Clock::now(), 0, "request", nullptr, nullptr, nullptr,
+                 impl_->poster->TallyOf(plans[i]));
       task.Complete(0, s);
     }
   }

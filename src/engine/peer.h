@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/counters.h"
 #include "engine/rail_choice.h"
 #include "fabric/rail.h"
 #include "fabric/rail_info.h"
@@ -42,10 +43,13 @@ int FirstKeyedRail(std::span<const int> reachable, const std::vector<std::option
 
 class Peer {
  public:
-  Peer(SegmentHandle handle, std::string name) : handle_(handle), name_(std::move(name)) {}
+  // `counters` (null when the engine counts nothing) count its requests.
+  Peer(SegmentHandle handle, std::string name, PeerCounters* counters = nullptr)
+      : handle_(handle), name_(std::move(name)), counters_(counters) {}
 
   SegmentHandle handle() const { return handle_; }
   const std::string& name() const { return name_; }
+  PeerCounters* counters() const { return counters_; }
 
   std::shared_ptr<const metadata::SegmentDesc> desc() const;
   // (local rail, AV slot) pairs the engine should remove from its rails.
@@ -119,6 +123,7 @@ class Peer {
 
   const SegmentHandle handle_;
   const std::string name_;
+  PeerCounters* const counters_;
   mutable std::mutex mu_;
   std::shared_ptr<const metadata::SegmentDesc> desc_;
   std::vector<std::vector<int>> reach_;       // by local rail: ReachableRails

@@ -18,6 +18,12 @@ void AimSlice(const Route& route, int peer_rail, uint64_t ra, const metadata::Ch
 
 Poster::~Poster() = default;
 
+TaskTally Poster::TallyOf(const Plan& p) const {
+  if (counters_ == nullptr) return {};
+  PeerCounters* peer = p.peer ? p.peer->counters() : counters_->self();
+  return {counters_, peer, p.req->opcode == OpCode::kWrite, p.req->length};
+}
+
 void Poster::StartTask(Batch* batch, Task* task, const Plan& p, std::shared_ptr<Route> route, size_t slices) {
   const TransferRequest& r = *p.req;
   const bool write = r.opcode == OpCode::kWrite;
@@ -26,7 +32,7 @@ void Poster::StartTask(Batch* batch, Task* task, const Plan& p, std::shared_ptr<
               Clock::now() + std::chrono::milliseconds(options_.transfer_timeout_ms), options_.transfer_timeout_ms,
               text::Format("{} of {} bytes {}{} {}", write ? "WRITE" : "READ", r.length, memory, write ? "to" : "from",
                            p.peer->name()),
-              p.peer, this, std::move(route));
+              p.peer, this, std::move(route), TallyOf(p));
   batch->outstanding_slices().fetch_add(static_cast<int64_t>(slices));
 }
 
@@ -167,7 +173,7 @@ void Poster::CopyLocal(Batch* batch, Task* task, const Plan& p) {
     copied = memory::cuda::Copy(dst, src, r.length, device);
   else
     std::memmove(dst, src, r.length);
-  task->Start(batch, 0, Clock::now(), 0, "local copy");
+  task->Start(batch, 0, Clock::now(), 0, "local copy", nullptr, nullptr, nullptr, TallyOf(p));
   task->Complete(copied.ok() ? r.length : 0, copied);
 }
 

@@ -46,8 +46,10 @@ class Poster final : public Rerouter {
     size_t staging_bytes = 64 << 20;      // KVF_STAGING_BYTES
   };
   // `rails` must outlive the poster; the poster's staging pool must be
-  // destroyed (with the poster) before the rails close.
-  Poster(const RailSet* rails, const Options& options) : rails_(rails), options_(options) {}
+  // destroyed (with the poster) before the rails close. `counters` (null:
+  // nothing counted) count requests and reroutes.
+  Poster(const RailSet* rails, const Options& options, Counters* counters = nullptr)
+      : rails_(rails), options_(options), counters_(counters) {}
   ~Poster() override;
 
   // Queues request `plan` as `task` of `batch` (a peer's segment). Errors
@@ -57,11 +59,18 @@ class Poster final : public Rerouter {
   // on the calling thread; the task ends here.
   void CopyLocal(Batch* batch, Task* task, const Plan& plan);
 
+  // What a task counts when it ends: a request of `plan` to its peer (or
+  // to the engine's own segment); nothing when the engine counts nothing.
+  TaskTally TallyOf(const Plan& plan) const;
+
   // engine::Rerouter
   uint32_t Reroute(Task* task, const fabric::Slice& slice, bool failed) override;
   Status Unstage(Task* task, const fabric::Slice& slice, bool copy_back) override;
 
  private:
+  // Reroute's work (reroute.cc): the slices queued on another rail, or 0.
+  uint32_t MoveSlice(Task* task, const fabric::Slice& slice, bool failed);
+
   // Through staging slots (staged_post.cc).
   Status PostStaged(Batch* batch, Task* task, const Plan& plan, std::shared_ptr<Route> route, const size_t* cand,
                     size_t ncand, const RailView* views);
@@ -86,6 +95,7 @@ class Poster final : public Rerouter {
 
   const RailSet* rails_;
   const Options options_;
+  Counters* const counters_;
   std::atomic<size_t> rotation_{static_cast<size_t>(std::random_device{}())};
   std::mutex staging_mu_;
   std::unique_ptr<memory::StagingPool> staging_;  // created on the first staged transfer

@@ -10,6 +10,17 @@
 namespace kvfabric::engine {
 
 uint32_t Poster::Reroute(Task* task, const fabric::Slice& s, bool failed) {
+  const uint32_t n = MoveSlice(task, s, failed);
+  if (counters_ != nullptr) {
+    if (n > 0)
+      counters_->Rerouted(failed);
+    else
+      counters_->RerouteRefused();
+  }
+  return n;
+}
+
+uint32_t Poster::MoveSlice(Task* task, const fabric::Slice& s, bool failed) {
   const std::shared_ptr<Peer>& peer = task->peer();
   const auto route = std::static_pointer_cast<const Route>(task->route());
   if (!peer || !route || s.owner_tag >= 0) return 0;

@@ -8,27 +8,42 @@
 namespace kvfabric::engine {
 
 SegmentDirectory::SegmentDirectory(std::string self, const RailSet* rails, metadata::MetadataStore* store,
-                                   metadata::CallOptions call)
-    : self_(std::move(self)), rails_(rails), store_(store), call_(std::move(call)) {
+                                   metadata::CallOptions call, Counters* counters)
+    : self_(std::move(self)), rails_(rails), store_(store), call_(std::move(call)), counters_(counters) {
   by_name_[self_] = kSelfHandle;
+}
+
+size_t SegmentDirectory::size() {
+  std::lock_guard<std::mutex> g(mu_);
+  return peers_.size();
 }
 
 Status SegmentDirectory::Fetch(const std::string& name, std::shared_ptr<const metadata::SegmentDesc>* out) {
   std::string text;
-  if (store_ != nullptr)
-    KVF_RETURN_IF_ERROR(store_->Fetch(name, &text));
-  else
-    KVF_RETURN_IF_ERROR(metadata::HandshakeCall(name, metadata::kGetSegment, "", call_, &text));
+  if (store_ != nullptr) {
+    const Status s = store_->Fetch(name, &text);
+    if (!s.ok() && counters_ != nullptr) counters_->MetadataFailed();
+    KVF_RETURN_IF_ERROR(s);
+  } else {
+    const Status s = metadata::HandshakeCall(name, metadata::kGetSegment, "", call_, &text);
+    if (!s.ok() && counters_ != nullptr) counters_->HandshakeFailed();
+    KVF_RETURN_IF_ERROR(s);
+  }
   auto d = std::make_shared<metadata::SegmentDesc>();
-  KVF_RETURN_IF_ERROR(metadata::OpenDescriptor(text, call_.auth_token, d.get()).Annotate("segment " + name));
+  if (Status s = metadata::OpenDescriptor(text, call_.auth_token, d.get()); !s.ok()) {
+    if (counters_ != nullptr) counters_->MetadataFailed();
+    return s.Annotate("segment " + name);
+  }
   // A descriptor speaks for the segment asked for only. Over p2p the name
   // may be spelled another way (a host name for an address) if it reaches
   // the same endpoint.
-  if (d->name != name && (store_ != nullptr || !net::SameEndpoint(d->name, name)))
+  if (d->name != name && (store_ != nullptr || !net::SameEndpoint(d->name, name))) {
+    if (counters_ != nullptr) counters_->MetadataFailed();
     return Status::PermissionDenied(text::Format(
         "segment {}: the descriptor received names segment {}; refused (a tampered metadata entry, or a name that "
         "is not the engine's own: open segments by the name the peer reports)",
         name, d->name));
+  }
   *out = std::move(d);
   return Status::OK();
 }
@@ -47,11 +62,13 @@ void SegmentDirectory::ChooseRails(Peer* peer) {
 }
 
 Status SegmentDirectory::Install(Peer* peer, std::shared_ptr<const metadata::SegmentDesc> desc) {
-  if (auto held = peer->desc(); held && metadata::IsStale(*held, *desc))
+  if (auto held = peer->desc(); held && metadata::IsStale(*held, *desc)) {
+    if (counters_ != nullptr) counters_->MetadataFailed();
     return Status::PermissionDenied(text::Format(
         "segment {}: refused a stale descriptor (epoch {} generation {}, older than epoch {} generation {} in use): "
         "a replayed metadata entry, or the peer's clock went back; close and reopen the segment to accept it",
         peer->name(), desc->epoch, desc->generation, held->epoch, held->generation));
+  }
   // A restarted peer's old slots leave the AV once its operations are done.
   for (const auto& [rail, slot] : peer->SetDesc(std::move(desc), rails_->infos)) (*rails_)[rail]->RemovePeer(slot);
   ChooseRails(peer);
@@ -89,7 +106,7 @@ Status SegmentDirectory::Open(const std::string& name, SegmentHandle* out) {
     *out = it->second;
     return Status::OK();
   }
-  auto peer = std::make_shared<Peer>(next_, name);
+  auto peer = std::make_shared<Peer>(next_, name, counters_ != nullptr ? counters_->ForPeer(name) : nullptr);
   KVF_RETURN_IF_ERROR(Install(peer.get(), std::move(d)));
   peers_[peer->handle()] = peer;
   by_name_[name] = peer->handle();

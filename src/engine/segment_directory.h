@@ -10,6 +10,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "engine/counters.h"
 #include "engine/peer.h"
 #include "engine/rail_set.h"
 #include "metadata/handshake.h"
@@ -25,8 +26,12 @@ class SegmentDirectory {
  public:
   // `self` is the engine's own segment name (handle kSelfHandle). `rails`
   // and `store` (null with p2p) must outlive the directory.
+  // `counters` (null: nothing counted) count peers' requests and failed
+  // fetches.
   SegmentDirectory(std::string self, const RailSet* rails, metadata::MetadataStore* store,
-                   metadata::CallOptions call);
+                   metadata::CallOptions call, Counters* counters = nullptr);
+  // Segments open now.
+  size_t size();
 
   // The handle of `name`, fetching and installing its descriptor the first
   // time; the same name always gets the same handle until closed.
@@ -54,6 +59,7 @@ class SegmentDirectory {
   const RailSet* rails_;
   metadata::MetadataStore* store_;
   const metadata::CallOptions call_;
+  Counters* const counters_;
   std::mutex mu_;
   std::unordered_map<std::string, SegmentHandle> by_name_;
   std::unordered_map<SegmentHandle, std::shared_ptr<Peer>> peers_;

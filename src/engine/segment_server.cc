@@ -34,6 +34,8 @@ Status SegmentServer::Start(const metadata::HandshakeServer::Options& options, c
   return Status::OK();
 }
 
+uint64_t SegmentServer::refused() const { return server_ ? server_->refused() : 0; }
+
 SegmentServer::~SegmentServer() {
   if (store_ != nullptr) {
     Status s = store_->Remove(name_);  // peers stop finding us now, not at lease expiry

@@ -44,6 +44,8 @@ class SegmentServer {
 
   const std::string& name() const { return name_; }
   uint64_t epoch() const { return epoch_; }
+  // Handshakes refused so far (authentication, malformed frames).
+  uint64_t refused() const;
 
   // The descriptor as of now.
   metadata::SegmentDesc Describe() const;

@@ -426,7 +426,13 @@ void Rail::Finish(OpContext* op, const Status& error) {
   Slice s = std::move(op->slice);
   ReleaseContext(op);
   load_bytes_.fetch_sub(s.length);
-  if (error.ok()) completed_bytes_.fetch_add(s.length, std::memory_order_relaxed);
+  if (error.ok()) {
+    completed_bytes_.fetch_add(s.length, std::memory_order_relaxed);
+    RailCounters::Add(s.write ? counters_.writes : counters_.reads);
+    RailCounters::Add(s.write ? counters_.write_bytes : counters_.read_bytes, s.length);
+  } else {
+    RailCounters::Add(counters_.errors);
+  }
   inflight_.fetch_sub(1);
   s.owner->OnSliceDone(s, error.ok() ? s.length : 0, error);
 }
@@ -438,8 +444,10 @@ size_t Rail::ReadCompletions() {
   if (n == -FI_EAGAIN) return 0;
   g.unlock();
   if (n > 0) {
-    if (health_.Completed(SteadyNowNs()))
+    if (health_.Completed(SteadyNowNs())) {
+      RailCounters::Add(counters_.recoveries);
       KVF_LOG_INFO("{}: operations complete again; back in service", label_);
+    }
     for (ssize_t i = 0; i < n; ++i)
       Finish(reinterpret_cast<OpContext*>(entries[i].op_context), Status::OK());
     return static_cast<size_t>(n);
@@ -493,6 +501,7 @@ void Rail::CheckStall(int64_t now) {
   if (!health_.CheckStall(now, inflight_.load(std::memory_order_relaxed) > 0 ||
                                    queued_.load(std::memory_order_relaxed) > 0))
     return;
+  RailCounters::Add(counters_.stalls);
   size_t moved = 0, kept = 0;
   const int64_t in_flight = inflight_.load();
   // Posted operations stay posted until this thread reads the CQ, so the

@@ -10,6 +10,7 @@
 #include <rdma/fabric.h>
 #include <rdma/fi_domain.h>
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <functional>
@@ -21,6 +22,7 @@
 #include "fabric/efa_options.h"
 #include "fabric/mr_request.h"
 #include "fabric/peer_table.h"
+#include "fabric/rail_counters.h"
 #include "fabric/rail_health.h"
 #include "fabric/rail_info.h"
 #include "fabric/rail_options.h"
@@ -109,6 +111,11 @@ class Rail {
   // Bytes queued or in flight: what a new slice waits behind.
   uint64_t load_bytes() const { return load_bytes_.load(std::memory_order_relaxed); }
   uint64_t completed_bytes() const { return completed_bytes_.load(std::memory_order_relaxed); }
+  // What the rail did since it opened (operations, errors, stalls).
+  const RailCounters& counters() const { return counters_; }
+  // Now: operations waiting for a credit, and credits in use.
+  uint64_t queued() const { return static_cast<uint64_t>(std::max<int64_t>(0, queued_.load(std::memory_order_relaxed))); }
+  uint64_t in_flight() const { return static_cast<uint64_t>(std::max<int64_t>(0, inflight_.load(std::memory_order_relaxed))); }
   // Bytes per second this rail drained while it had a backlog (its capacity
   // as last seen), or 0 when not measured within the last `max_age_ns`.
   double Throughput(int64_t now_ns, int64_t max_age_ns) const { return health_.Throughput(now_ns, max_age_ns); }
@@ -196,6 +203,7 @@ class Rail {
   std::atomic<int64_t> queued_{0};
   std::atomic<uint64_t> load_bytes_{0};
   std::atomic<uint64_t> completed_bytes_{0};
+  RailCounters counters_;
   RailHealth health_;
   std::function<void()> waker_;
 

@@ -50,6 +50,9 @@ class HandshakeServer {
   HandshakeServer& operator=(const HandshakeServer&) = delete;
 
   uint16_t port() const { return port_; }
+  // Clients refused so far: failed authentication, malformed frames,
+  // requests the server does not serve.
+  uint64_t refused() const { return refused_.load(std::memory_order_relaxed); }
 
  private:
   // A connection served by a thread of its own: authenticated (with a
@@ -94,6 +97,7 @@ class HandshakeServer {
   Handler handler_;
   size_t max_pending_ = 0;
   int listen_fd_ = -1;
+  std::atomic<uint64_t> refused_{0};
   int stop_fd_ = -1;  // eventfd that wakes the accept loop
   uint16_t port_ = 0;
   std::atomic<bool> stop_{false};

@@ -180,13 +180,16 @@ void HandshakeServer::AcceptLoop() {
 }
 
 bool HandshakeServer::Answer(int fd, const ServerSession::Step& step, Deadline deadline) {
-  if (step.type == kError && step.close)
+  if (step.type == kError && step.close) {
+    refused_.fetch_add(1, std::memory_order_relaxed);
     KVF_LOG_WARN("handshake server on port {}: refused a client: {}", port_, step.status.message());
+  }
   return WriteFrame(fd, step.type, step.payload, deadline).ok() && !step.close;
 }
 
 void HandshakeServer::DropUnreadable(int fd, const Status& read_error, Deadline deadline) {
   if (read_error.code() != Status::Code::kProtocolError) return;  // closed or timed out: nobody to tell
+  refused_.fetch_add(1, std::memory_order_relaxed);
   KVF_LOG_WARN("handshake server on port {}: {}; closing the connection", port_, read_error.message());
   (void)WriteFrame(fd, kError, ErrorPayload(read_error), deadline);
 }

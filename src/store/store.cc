@@ -4,11 +4,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <mutex>
 #include <shared_mutex>
 #include <string>
 #include <utility>
 
+#include "common/clock.h"
 #include "common/log.h"
+#include "metrics/endpoint.h"
+#include "metrics/families.h"
+#include "metrics/histogram.h"
 #include "store/control_client.h"
 #include "store/member_view.h"
 #include "store/membership.h"
@@ -28,6 +33,12 @@ struct Store::Impl {
   std::unique_ptr<store::StoreClient> client;
   std::shared_mutex gate;  // calls hold it shared; Close exclusive
   bool closed = false;
+  // The calls' latency, and the endpoint that serves the store's figures
+  // (KVF_METRICS_LISTEN); the membership leaves before Close takes the gate,
+  // since a scrape under way waits for the gate.
+  metrics::Histogram put_latency, get_latency, exists_latency;
+  std::mutex metrics_mu;
+  std::unique_ptr<metrics::Endpoint::Membership> metrics;
   const pid_t owner = ::getpid();
 
   // A forked child's copy: the threads, connections, membership record and
@@ -41,7 +52,17 @@ struct Store::Impl {
                           ") is a fork of it; create a new Engine and Store in the child");
   }
 
-  ~Impl() { Shutdown(); }
+  ~Impl() {
+    LeaveMetrics();
+    Shutdown();
+  }
+  void LeaveMetrics() {
+    std::unique_ptr<metrics::Endpoint::Membership> m;
+    {
+      std::lock_guard<std::mutex> g(metrics_mu);
+      m.swap(metrics);
+    }
+  }
   // Idempotent; also of a half-built store.
   void Shutdown() {
     if (client) client->GiveBackCredits();
@@ -62,6 +83,14 @@ struct Store::Impl {
     std::shared_lock<std::shared_mutex> g(gate);
     if (closed) return Status::Closed("the store is closed");
     return call();
+  }
+  // Guarded, timed into `latency`.
+  template <typename F>
+  Status Timed(metrics::Histogram& latency, F&& call) {
+    const int64_t t0 = SteadyNowNs();
+    Status s = Guarded(std::forward<F>(call));
+    if (s.code() != Status::Code::kClosed) latency.Add(SteadyNowNs() - t0);
+    return s;
   }
 };
 
@@ -102,9 +131,24 @@ Status Store::Create(Engine* engine, const Settings& settings, std::unique_ptr<S
   }
   s.members->Start();
   s.client = std::make_unique<store::StoreClient>(engine, settings, s.control.get(), s.members.get(), s.node.get());
+  out->reset(new Store(std::move(impl)));
+  if (!settings.metrics_listen.empty()) {
+    Store* store = out->get();
+    const std::string engine_name = engine->name();
+    std::unique_ptr<metrics::Endpoint::Membership> m;
+    Status joined = metrics::Endpoint::Join(
+        settings.metrics_listen,
+        [store, engine_name] { return metrics::StoreFamilies(engine_name, store->Stats(), store->Latency()); }, &m);
+    if (joined.code() == Status::Code::kInvalidArgument) {
+      out->reset();
+      return joined;
+    }
+    if (!joined.ok()) KVF_LOG_WARN("store: no metrics endpoint: {}", joined.message());
+    std::lock_guard<std::mutex> g(s.metrics_mu);
+    s.metrics = std::move(m);
+  }
   KVF_LOG_INFO("store {} ({}): {} members in placement", s.name.empty() ? "client" : "node " + s.name,
                s.membership->Describe(), s.members->Current()->nodes.size());
-  out->reset(new Store(std::move(impl)));
   return Status::OK();
 }
 
@@ -117,6 +161,7 @@ Store::~Store() {
 
 void Store::Close() {
   if (impl_->forked()) return;
+  impl_->LeaveMetrics();
   std::unique_lock<std::shared_mutex> g(impl_->gate);
   if (impl_->closed) return;
   impl_->closed = true;
@@ -134,7 +179,7 @@ Status CheckShape(size_t keys, size_t buffers) {
 
 Status Store::BatchPut(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
                        std::vector<Status>* results) {
-  return impl_->Guarded([&] {
+  return impl_->Timed(impl_->put_latency, [&] {
     KVF_RETURN_IF_ERROR(CheckShape(keys.size(), buffers.size()));
     impl_->client->Put(keys, buffers, results);
     return Status::OK();
@@ -143,7 +188,7 @@ Status Store::BatchPut(const std::vector<std::string>& keys, const std::vector<s
 
 Status Store::BatchGet(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
                        std::vector<Status>* results, std::vector<uint64_t>* lengths) {
-  return impl_->Guarded([&] {
+  return impl_->Timed(impl_->get_latency, [&] {
     KVF_RETURN_IF_ERROR(CheckShape(keys.size(), buffers.size()));
     impl_->client->Get(keys, buffers, results, lengths);
     return Status::OK();
@@ -151,7 +196,7 @@ Status Store::BatchGet(const std::vector<std::string>& keys, const std::vector<s
 }
 
 Status Store::BatchExists(const std::vector<std::string>& keys, std::vector<bool>* found, size_t* leading_hits) {
-  return impl_->Guarded([&] {
+  return impl_->Timed(impl_->exists_latency, [&] {
     impl_->client->Exists(keys, found);
     size_t n = 0;
     while (n < found->size() && (*found)[n]) ++n;
@@ -191,6 +236,16 @@ Status Store::BatchUnpin(const std::vector<std::string>& keys, std::vector<Statu
 
 Status Store::RemoveAll(uint64_t* removed) {
   return impl_->Guarded([&] { return impl_->client->RemoveAll(removed); });
+}
+
+std::vector<LatencyStats> Store::Latency() const {
+  std::vector<LatencyStats> out;
+  if (impl_->forked()) return out;
+  for (auto [call, h] : {std::pair<const char*, const metrics::Histogram*>{"put", &impl_->put_latency},
+                         {"get", &impl_->get_latency},
+                         {"exists", &impl_->exists_latency}})
+    if (h->count() > 0) out.push_back({call, "batch", h->Read()});
+  return out;
 }
 
 StoreStats Store::Stats() const {

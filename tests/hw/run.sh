@@ -170,6 +170,10 @@ run_step "kvfabric-bench --mode=probe (open, warmup, cold first 1 MiB write)" \
   "$bench" --mode=probe --protocol=efa --segment_id="$seg" --use_vram --json
 stop_target
 
+section "Metrics: cost and a scrape over efa"
+run_step "tools/bench/metrics_cost.py (counters off vs on, endpoint scraped every second; this host's loopback)" \
+  python3 "$root/tools/bench/metrics_cost.py" --build "$build" --protocols efa --reps 3 --duration 2
+
 echo >>"$out"
 echo "Result: $([ $status = 0 ] && echo "every step passed" || echo "**some steps failed**: see above")" >>"$out"
 echo "run.sh: report written to $out"

@@ -6,7 +6,8 @@ to 2 Gbit/s); a kvfabric-bench target in host A, initiators in host B. Every
 run checks the bytes it moved (--verify reads them back). Proves:
   - data moves across 4 rails byte-exact, WRITE and READ;
   - every rail carries a fair share of the traffic;
-  - a rail whose link goes down mid-run does not fail the transfer.
+  - a rail whose link goes down mid-run does not fail the transfer, and the
+    initiator's metrics endpoint shows the stall and the reroutes.
 
 Needs root and network namespaces: exits 77 (ctest's skip code) with the
 reason otherwise. Usage: lab_test.py --build BUILD_DIR
@@ -27,6 +28,7 @@ LAB = os.path.join(HERE, "lab.sh")
 RAILS = 4
 RATE = "2gbit"
 PORT = 17300
+METRICS_PORT = 17390
 BUILD = None
 ENV = dict(os.environ, KVF_LAB_PREFIX="kvftest%d" % os.getpid())
 
@@ -89,6 +91,24 @@ def initiate(segment, op, block, duration, extra_env=None):
     point = doc["points"][0]
     point["stderr"] = r.stderr
     return point
+
+
+def scrape(host, port):
+    """The /metrics text of the endpoint on 127.0.0.1:port inside `host`."""
+    code = ("import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:%d/metrics', timeout=5)"
+            ".read().decode())" % port)
+    return lab("exec", host, sys.executable, "-c", code).stdout
+
+
+def sample(text, name, **labels):
+    """The sum of the samples of `name` whose labels include `labels`, or None."""
+    total = None
+    for line in text.splitlines():
+        if not (line.startswith(name + "{") or line.startswith(name + " ")):
+            continue
+        if all('%s="%s"' % kv in line for kv in labels.items()):
+            total = (total or 0) + float(line.rsplit(" ", 1)[1])
+    return total
 
 
 class MultiRailTest(unittest.TestCase):
@@ -174,17 +194,32 @@ class MultiRailTest(unittest.TestCase):
         # 500 ms) and every byte still arrive. (At 1.5 s, after the whole
         # suite had run, rail 2 had sometimes not carried its first bytes
         # yet: the cut came before the rail was in use.)
+        # The initiator serves its metrics in host B; scraped 2 s after the
+        # cut (rail 2 stays out of service for KVF_RAIL_RETRY_MS, 5 s).
+        scraped = {}
+
         def cut():
             time.sleep(3.0)
             lab("link", "a2", "down")
+            time.sleep(2.0)
+            scraped["text"] = scrape("B", METRICS_PORT)
         t = threading.Thread(target=cut)
         t.start()
         try:
-            p = initiate(self.target.segment, "write", 1 << 20, 6, {"KVF_RAIL_STALL_MS": "500"})
+            p = initiate(self.target.segment, "write", 1 << 20, 6,
+                         {"KVF_RAIL_STALL_MS": "500", "KVF_METRICS_LISTEN": "127.0.0.1:%d" % METRICS_PORT})
         finally:
             t.join()
             lab("link", "a2", "up")
         self.assertEqual(p["verify"], "verified")
+        m = scraped.get("text", "")
+        self.assertGreaterEqual(sample(m, "kvfabric_rail_stalls_total", rail="2") or 0, 1, m)
+        self.assertEqual(sample(m, "kvfabric_rail_in_service", rail="2"), 0, m)
+        self.assertEqual(sample(m, "kvfabric_rail_in_service"), RAILS - 1, m)
+        self.assertGreater(sample(m, "kvfabric_reroutes_total", reason="stalled") or 0, 0, m)
+        for r in (0, 1, 3):
+            self.assertEqual(sample(m, "kvfabric_rail_stalls_total", rail=str(r)), 0, m)
+        self.assertEqual(sample(m, "kvfabric_request_failures_total"), None, "no request failed: " + m)
         self.assertIn("rail 2 (tcp;ofi_rxm b2): nothing completed", p["stderr"])
         total = sum(p["rail_bytes"])
         # The rail moved its share until the cut, then (nearly) nothing.

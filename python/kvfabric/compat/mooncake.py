@@ -334,27 +334,47 @@ def _metric_interval() -> Optional[int]:
 
 
 class _ThroughputLog(threading.Thread):
-    """MC_TE_METRIC: every interval, the bytes the engine's rails moved."""
+    """MC_TE_METRIC: every interval, what the engine moved (from its
+    counters, Engine.stats()): throughput by op, requests, latency
+    percentiles and failures over the interval."""
 
     def __init__(self, engine: Engine, interval: int):
         super().__init__(name="kvfabric-mc-metric", daemon=True)
         self._engine, self._interval = engine, interval
         self.stop = threading.Event()
 
-    def _total(self) -> int:
-        return sum(int(r["completed_bytes"]) for r in self._engine.rails())
-
     def run(self) -> None:
-        last, t0 = self._total(), time.monotonic()
+        from ..metrics import rates
+
+        try:
+            last, t0 = self._engine.stats(), time.monotonic()
+        except KvfabricError:
+            return
         while not self.stop.wait(self._interval):
             try:
-                now, t1 = self._total(), time.monotonic()
+                now, t1 = self._engine.stats(), time.monotonic()
             except KvfabricError:
                 return  # the engine closed
-            if now > last:
-                _log("info", f"throughput {(now - last) / (t1 - t0) / 1e6:.1f} MB/s over {t1 - t0:.1f} s "
-                             f"({now - last} bytes)")
+            r = rates(last, now, t1 - t0)
+            write = sum(x["write_rate"] for x in r["rails"])
+            read = sum(x["read_rate"] for x in r["rails"])
+            if write + read > 0 or r["failures"]:
+                lat = "; ".join(
+                    "%s latency p50 %s, p99 %s" % (op, _us(v["p50"]), _us(v["p99"]))
+                    for op, v in sorted(r["latency"].items()) if v["count"])
+                _log("info", "throughput %.1f MB/s (write %.1f, read %.1f) over %.1f s, %.0f requests/s%s%s" % (
+                    (write + read) / 1e6, write / 1e6, read / 1e6, t1 - t0, r["requests"],
+                    "; " + lat if lat else "", "; %d failed" % r["failures"] if r["failures"] else ""))
             last, t0 = now, t1
+
+
+def _us(seconds) -> str:
+    """A latency bucket bound for the log: "<=50 us", ">10 s"."""
+    if seconds is None:
+        return "-"
+    if seconds == float("inf"):
+        return ">10 s"
+    return "<=%g us" % (seconds * 1e6) if seconds < 1e-3 else "<=%g ms" % (seconds * 1e3)
 
 
 def start_engine(local_hostname: str, metadata_server: str, protocol: str, device_name: str = "",

@@ -9,6 +9,7 @@
 //   segment_test.cc  TransportSegmentTest  segments, registration, handshake
 //   failure_test.cc  PeerFailureTest       the target dies, stops or restarts
 //   lifecycle_test.cc EngineLifecycleTest  Close while threads call, fork()
+//   metrics_test.cc  MetricsTest           the metrics endpoint against what moved
 #pragma once
 
 #include <gtest/gtest.h>
