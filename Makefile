@@ -10,7 +10,7 @@ SGLANG_SRC := $(BUILD)/sglang-$(SGLANG_VERSION)
 # Tests run this many at once (the lab test alone: RUN_SERIAL).
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build python run test check fuzz stress soak bench store-compare store-sweep lab-bench hicache-bench docs clean
+.PHONY: all deps build python run test check fuzz stress soak bench store-compare store-sweep lab-bench hicache-bench metrics-cost docs clean
 
 all: build
 
@@ -101,6 +101,12 @@ bench: build python
 	python3 tools/bench/compare.py --build $(BUILD) --reps 5 --duration 4 --verify --json_out $(BUILD)/bench.json
 	$(PY) tools/bench/python_vs_cpp.py --build $(BUILD) --reps 5 --duration 3 --ops write,read \
 	    --shapes 65536x128,128x128,128x1048576 --json_out $(BUILD)/bench-python.json
+
+# What the request counters and the metrics endpoint cost: off vs on,
+# alternating, beside the bare fabric (docs/metrics.md).
+metrics-cost: build
+	python3 tools/bench/metrics_cost.py --build $(BUILD) --reps 9 --json_out $(BUILD)/metrics-cost.json
+	$(BUILD)/tools/kvfabric-call-cost --reps 7
 
 # kvfabric's store beside Mooncake Store on this host, alternating, with the
 # bare READ ceiling (docs/benchmarks.md). Installs the pinned Mooncake wheel
