@@ -10,7 +10,7 @@ SGLANG_SRC := $(BUILD)/sglang-$(SGLANG_VERSION)
 # Tests run this many at once (the lab test alone: RUN_SERIAL).
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build python run test check fuzz stress soak bench store-compare store-sweep lab-bench hicache-bench metrics-cost docs clean
+.PHONY: all deps build python rust rust-bench run test check fuzz stress soak bench store-compare store-sweep lab-bench hicache-bench metrics-cost docs clean
 
 all: build
 
@@ -45,6 +45,7 @@ run: build python
 test: build python $(SGLANG_SRC)/.unpacked
 	cd $(BUILD) && ctest --output-on-failure --timeout 300 -j$(JOBS)
 	KVF_SGLANG_SRC=$(SGLANG_SRC) $(PY) -m pytest -q python/tests
+	$(MAKE) rust
 	FUZZ_SECONDS=$(TEST_FUZZ_SECONDS) scripts/fuzz.sh
 	$(MAKE) stress STRESS_SECONDS=$(TEST_STRESS_SECONDS)
 	$(SOAK)
@@ -54,6 +55,26 @@ test: build python $(SGLANG_SRC)/.unpacked
 check: build python $(SGLANG_SRC)/.unpacked
 	cd $(BUILD) && ctest --output-on-failure --timeout 300 -j$(JOBS) -E 'Lab\.'
 	KVF_SGLANG_SRC=$(SGLANG_SRC) $(PY) -m pytest -q python/tests
+
+# The Rust crates (bindings/rust): kvfabric-sys over the libkvfabric.so
+# built above, and the safe kvfabric: their tests (two processes over tcp
+# and shm), clippy with warnings as errors, the docs without warnings, and
+# a build without the native library (the no-link feature). Cargo's output
+# goes to $(BUILD)/rust.
+RUST_ENV = KVFABRIC_LIB_DIR=$(CURDIR)/$(BUILD)/src LD_LIBRARY_PATH=$(CURDIR)/$(BUILD)/src \
+           CARGO_TARGET_DIR=$(CURDIR)/$(BUILD)/rust
+rust: build
+	cd bindings/rust && $(RUST_ENV) cargo test -q --features kvfabric/async
+	cd bindings/rust && $(RUST_ENV) cargo clippy -q --all-targets --features kvfabric/async -- -D warnings
+	cd bindings/rust && $(RUST_ENV) RUSTDOCFLAGS="-D warnings" cargo doc -q --no-deps --features kvfabric/async
+	cd bindings/rust && env -u KVFABRIC_LIB_DIR CARGO_TARGET_DIR=$(CURDIR)/$(BUILD)/rust-nolink \
+	    cargo check -q -p kvfabric --features no-link,async
+
+# The Rust example initiator beside kvfabric-bench's, alternating
+# (docs/benchmarks.md).
+rust-bench: build
+	cd bindings/rust && $(RUST_ENV) cargo build -q --release --example transfer
+	python3 tools/bench/rust_vs_cpp.py --build $(BUILD) --json_out $(BUILD)/rust-bench.json
 
 # SGLang's HiCache interface as released: its storage base class, config and
 # backend factory (three pure-Python files of its wheel, from PyPI the first

@@ -7,7 +7,7 @@ set -euo pipefail
 PKGS=(cmake ninja-build g++ pkg-config python3 python3-venv python3-dev python3-matplotlib
       libfabric-dev libfabric-bin
       nlohmann-json3-dev libspdlog-dev libcli11-dev libcpp-httplib-dev prometheus-cpp-dev libssl-dev libxxhash-dev etcd-server tmux
-      libgtest-dev libgmock-dev clang)
+      libgtest-dev libgmock-dev clang libclang-dev)
 
 if ! command -v dpkg >/dev/null 2>&1; then
   echo "install-deps: not a Debian/Ubuntu system; install by hand: ${PKGS[*]}" >&2
@@ -22,6 +22,8 @@ if [ -e /opt/amazon/efa/lib/pkgconfig/libfabric.pc ] || [ -e /opt/amazon/efa/lib
   missing=("${missing[@]/libfabric-dev}")
   missing=("${missing[@]/libfabric-bin}")
 fi
+# Cargo and rustc: the machine's (rustup) when there is one, else Debian's.
+command -v cargo >/dev/null 2>&1 || missing+=(cargo rustc)
 missing=(${missing[@]+"${missing[@]}"})
 [ ${#missing[@]} -eq 0 ] && exit 0
 
