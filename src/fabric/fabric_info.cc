@@ -118,6 +118,10 @@ fi_info* MakeHints(const std::string& provider, bool hmem) {
   fi_info* h = fi_allocinfo();
   h->ep_attr->type = FI_EP_RDM;
   h->caps = FI_MSG | FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | (hmem ? FI_HMEM : 0);
+  // shm: peers' READs and WRITEs are counted at the target (Rail::
+  // TakeRemoteActivity), the only sign a passive target's progress thread
+  // has that it is serving someone (shm has no wait object).
+  if (provider == "shm") h->caps |= FI_RMA_EVENT;
   // Every operation carries a fi_context2 at the start of its OpContext.
   h->mode = FI_CONTEXT | FI_CONTEXT2;
   // The mr_mode bits we can honour; the provider returns those it requires.

@@ -87,11 +87,12 @@ void Progress::Run(Worker* w) {
   int64_t backoff_us = 0;
   while (!stop_.load(std::memory_order_relaxed)) {
     size_t done = 0;
-    bool busy = false;
+    bool busy = false, served = false;
     const auto polled = Clock::now();
     for (Rail* r : w->rails) {
       done += r->Poll();
       busy = busy || r->Busy();
+      served = r->TakeRemoteActivity() || served;
     }
     auto now = Clock::now();
     // A passive target sees no completions for the RMA it serves, yet with
@@ -101,7 +102,10 @@ void Progress::Run(Worker* w) {
     // (tcp) need no such spin: incoming data wakes the epoll below, and
     // spinning there took a quarter of a core from the kernel's TCP copies
     // (tcp writes 84-91% of bare with it).
-    if (done > 0 || (!w->all_waitable && now - polled > std::chrono::microseconds(3))) {
+    // A remote-access counter (shm) that moved says so exactly: peers are
+    // being served, so keep polling (politely, below: the peer's process
+    // needs this core for its side of the copies).
+    if (done > 0 || served || (!w->all_waitable && now - polled > std::chrono::microseconds(3))) {
       last_work = now;
       backoff_us = 0;
     }

@@ -2,6 +2,7 @@
 
 #include <rdma/fi_cm.h>
 #include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 #include <sys/uio.h>
@@ -110,6 +111,21 @@ Status Rail::Open(const fi_info* info, const RailOptions& options, size_t index,
   if (rc) return Status::FabricError(where + ": " + FiError("fi_ep_bind(av)", rc));
   rc = fi_ep_bind(r->ep_, &r->cq_->fid, FI_TRANSMIT | FI_RECV);
   if (rc) return Status::FabricError(where + ": " + FiError("fi_ep_bind(cq)", rc));
+  if (info->caps & FI_RMA_EVENT) {
+    // Counts peers' READs and WRITEs of this endpoint's memory; without it
+    // a passive target's progress thread cannot tell it is serving.
+    fi_cntr_attr cntr_attr{};
+    cntr_attr.events = FI_CNTR_EVENTS_COMP;
+    cntr_attr.wait_obj = FI_WAIT_NONE;
+    rc = fi_cntr_open(r->domain_, &cntr_attr, &r->remote_cntr_, nullptr);
+    if (rc == 0) rc = fi_ep_bind(r->ep_, &r->remote_cntr_->fid, FI_REMOTE_READ | FI_REMOTE_WRITE);
+    if (rc != 0) {
+      KVF_LOG_DEBUG("{}: no remote-access counter ({}); an idle target polls on its own schedule", where,
+                    fi_strerror(-rc));
+      CloseFid(r->remote_cntr_ ? &r->remote_cntr_->fid : nullptr);
+      r->remote_cntr_ = nullptr;
+    }
+  }
   const bool efa = r->info_.provider == "efa";
   const OptionCalls calls{
       [ep = r->ep_](int name, const void* v, size_t len) { return fi_setopt(&ep->fid, FI_OPT_ENDPOINT, name, v, len); },
@@ -143,6 +159,7 @@ Status Rail::Open(const fi_info* info, const RailOptions& options, size_t index,
 
 Rail::~Rail() {
   CloseFid(ep_ ? &ep_->fid : nullptr);
+  CloseFid(remote_cntr_ ? &remote_cntr_->fid : nullptr);
   // Queued and in-flight slices hold registrations alive: release them while
   // the domain is still open.
   for (fid_ep* ep : peers_.TakeEndpoints()) fi_close(&ep->fid);
@@ -474,6 +491,14 @@ size_t Rail::ReadCompletions() {
   if (n < 0 && n != -FI_EAGAIN)
     KVF_LOG_ERROR("fi_cq_read on {} failed: {}", label_, fi_strerror(-n));
   return 0;
+}
+
+bool Rail::TakeRemoteActivity() {
+  if (remote_cntr_ == nullptr) return false;
+  const uint64_t now = fi_cntr_read(remote_cntr_);
+  if (now == remote_seen_) return false;
+  remote_seen_ = now;
+  return true;
 }
 
 size_t Rail::Poll() {

@@ -126,6 +126,12 @@ class Rail {
   // stall per period, not a full share of the traffic.
   bool InService(int64_t now_ns) const { return health_.InService(now_ns, load_bytes()); }
 
+  // Progress thread: true when peers' READs or WRITEs targeted this rail's
+  // endpoint since the last call (a remote-access counter, where the
+  // provider offers one: shm). A passive target sees no completions for
+  // them, and without this would sleep while serving.
+  bool TakeRemoteActivity();
+
   // CQ wait object (an fd for epoll), or -1 when the provider has none.
   int wait_fd() const { return wait_fd_; }
   // fi_trywait on the CQ: true when it is safe to block on wait_fd().
@@ -188,6 +194,8 @@ class Rail {
   fid_av* av_ = nullptr;
   fid_cq* cq_ = nullptr;
   fid_ep* ep_ = nullptr;
+  fid_cntr* remote_cntr_ = nullptr;  // FI_REMOTE_READ | FI_REMOTE_WRITE on ep_ (shm), or null
+  uint64_t remote_seen_ = 0;         // its value at the last TakeRemoteActivity (progress thread)
   int wait_fd_ = -1;
 
   std::mutex post_mu_;   // held while calling fi_write/fi_read

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -49,6 +50,66 @@ TEST(RailTest, ApplicationChosenKeysAreUnguessable) {
   size_t small = 0;
   for (uint64_t k : keys) small += k < (1ull << 32);
   EXPECT_LT(small, 4u) << "keys look sequential, first " << *keys.begin();
+}
+
+// A passive shm target sees no completion for the WRITEs it serves; its
+// remote-access counter tells its progress thread that it is serving.
+TEST(RailTest, AShmTargetSeesPeersWritesAsRemoteActivity) {
+  struct Owner : SliceOwner {
+    std::atomic<int> done{0};
+    Status error;
+    void OnSliceDone(const Slice&, size_t, const Status& e) override {
+      error = e;
+      done.fetch_add(1);
+    }
+    bool OnSliceStalled(const Slice&) override { return false; }
+    bool Abandoned() override { return false; }
+  };
+  InfoList infos;
+  ASSERT_TRUE(InfoList::Query("shm", &infos).ok());
+  ASSERT_NE(infos.entries().front()->caps & FI_RMA_EVENT, 0u) << "shm rails ask for FI_RMA_EVENT";
+  std::unique_ptr<Rail> initiator, target;
+  ASSERT_TRUE(Rail::Open(infos.entries().front(), RailOptions(), 0, &initiator).ok());
+  ASSERT_TRUE(Rail::Open(infos.entries().front(), RailOptions(), 1, &target).ok());
+  std::vector<char> src(4096, 'x'), dst(4096, 0);
+  std::unique_ptr<MemoryRegion> src_mr, dst_mr;
+  ASSERT_TRUE(initiator->RegisterMemory(src.data(), src.size(), &src_mr).ok());
+  ASSERT_TRUE(target->RegisterMemory(dst.data(), dst.size(), &dst_mr).ok());
+  EXPECT_FALSE(target->TakeRemoteActivity()) << "nothing served yet";
+
+  fi_addr_t dest;
+  ASSERT_TRUE(initiator->InsertPeer(target->address(), getpid(), &dest).ok());
+  Owner owner;
+  auto write = [&] {
+    Slice slice;
+    slice.owner = &owner;
+    slice.local = src.data();
+    slice.length = src.size();
+    slice.local_desc = src_mr->desc();
+    slice.dest = dest;
+    slice.remote_addr = target->virt_addr() ? reinterpret_cast<uint64_t>(dst.data()) : 0;
+    slice.remote_key = dst_mr->key();
+    const int before = owner.done.load();
+    initiator->Enqueue(&slice, 1);
+    for (int i = 0; i < 5000000 && owner.done.load() == before; ++i) {
+      initiator->Poll();
+      target->Poll();
+    }
+    ASSERT_EQ(owner.done.load(), before + 1) << "the write did not complete";
+    ASSERT_TRUE(owner.error.ok()) << owner.error.ToString();
+  };
+  ASSERT_NO_FATAL_FAILURE(write());
+  EXPECT_EQ(dst[0], 'x');
+  EXPECT_EQ(dst[4095], 'x');
+  bool seen = false;
+  for (int i = 0; i < 1000 && !seen; ++i) seen = target->TakeRemoteActivity();
+  EXPECT_TRUE(seen) << "the target's counter did not count the write";
+  EXPECT_FALSE(target->TakeRemoteActivity()) << "counted once";
+  EXPECT_FALSE(initiator->TakeRemoteActivity()) << "the initiator served nothing";
+  ASSERT_NO_FATAL_FAILURE(write());
+  seen = false;
+  for (int i = 0; i < 1000 && !seen; ++i) seen = target->TakeRemoteActivity();
+  EXPECT_TRUE(seen) << "a second write moves the counter again";
 }
 
 }  // namespace

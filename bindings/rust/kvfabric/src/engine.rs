@@ -238,7 +238,12 @@ impl Drop for Engine {
 /// Registered local memory. It borrows the engine and the bytes for as long
 /// as it lives and unregisters when dropped. Its bytes are reachable through
 /// [`Region::bytes`] and [`Region::bytes_mut`], which need `&mut self`: no
-/// [`Batch`] can be using the region then.
+/// [`Batch`] of this process can be using the region then.
+///
+/// Peers may READ and WRITE a registered region at any time: that is what
+/// registering is for. As with memory shared with another process, when
+/// their bytes are complete is for the application's protocol to say (a
+/// notification after the write, for example), not for the borrow checker.
 #[derive(Debug)]
 pub struct Region<'a> {
     engine: &'a Engine,
