@@ -25,6 +25,7 @@
 
 #include "common/hex.h"
 #include "fabric/fabric_info.h"
+#include "fabric/shm_regions.h"
 #include "metadata/frame.h"
 #include "metadata/handshake.h"
 #include "tools/bench/units.h"
@@ -58,6 +59,9 @@ struct Endpoint {
   void Open(const fi_info* info) {
     provider = info->fabric_attr->prov_name;
     virt_addr = info->domain_attr->mr_mode & FI_MR_VIRT_ADDR;
+    // A killed process of the same pid may have left shm regions that make
+    // fi_enable fail with EBUSY (as the engine's rails do).
+    if (std::string(info->fabric_attr->prov_name) == "shm") kvfabric::fabric::RemoveStaleShmRegionsOfThisPid();
     int rc = fi_fabric(info->fabric_attr, &fabric, nullptr);
     if (rc) Die("fi_fabric", rc);
     if ((rc = fi_domain(fabric, const_cast<fi_info*>(info), &domain, nullptr))) Die("fi_domain", rc);
