@@ -119,22 +119,16 @@ struct Engine::Impl {
     out->segments_open = segments->size();
   }
 
-  // Joins KVF_METRICS_LISTEN's endpoint when set. A malformed value fails
-  // the engine; a port that cannot be bound is warned about, and the
-  // engine runs without an endpoint.
+  // Joins KVF_METRICS_LISTEN's endpoint when set (Endpoint::JoinIfSet).
   Status StartMetrics() {
-    if (settings.metrics_listen.empty()) return Status::OK();
-    Status s = metrics::Endpoint::Join(
-        settings.metrics_listen,
+    return metrics::Endpoint::JoinIfSet(
+        settings.metrics_listen, "engine " + name,
         [this] {
           EngineStats st;
           FillStats(&st);
           return metrics::EngineFamilies(st);
         },
         &metrics);
-    if (s.code() == Status::Code::kInvalidArgument) return s;
-    if (!s.ok()) KVF_LOG_WARN("engine {}: no metrics endpoint: {}", name, s.message());
-    return Status::OK();
   }
 
   std::shared_ptr<Batch> FindBatch(BatchId id, Status* error) {

@@ -126,6 +126,15 @@ Status Endpoint::Join(const std::string& listen, Source source, std::unique_ptr<
   return Status::OK();
 }
 
+Status Endpoint::JoinIfSet(const std::string& listen, const std::string& who, Source source,
+                           std::unique_ptr<Membership>* out) {
+  if (listen.empty()) return Status::OK();
+  const Status s = Join(listen, std::move(source), out);
+  if (s.code() == Status::Code::kInvalidArgument) return s;
+  if (!s.ok()) KVF_LOG_WARN("{}: no metrics endpoint: {}", who, s.message());
+  return Status::OK();
+}
+
 Endpoint::~Endpoint() {
   if (server_) server_->stop();
   if (thread_.joinable()) thread_.join();

@@ -62,6 +62,12 @@ class Endpoint {
   // InvalidArgument for a malformed spec, Unavailable when no port of it
   // can be bound.
   static Status Join(const std::string& listen, Source source, std::unique_ptr<Membership>* out);
+  // What an engine or a store does with KVF_METRICS_LISTEN: nothing when
+  // `listen` is empty; Join otherwise. A malformed value is returned (it
+  // fails the caller); a port that cannot be bound is a warning naming
+  // `who`, and *out stays null: serving goes on without an endpoint.
+  static Status JoinIfSet(const std::string& listen, const std::string& who, Source source,
+                          std::unique_ptr<Membership>* out);
 
   ~Endpoint();
   Endpoint(const Endpoint&) = delete;

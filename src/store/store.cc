@@ -132,18 +132,17 @@ Status Store::Create(Engine* engine, const Settings& settings, std::unique_ptr<S
   s.members->Start();
   s.client = std::make_unique<store::StoreClient>(engine, settings, s.control.get(), s.members.get(), s.node.get());
   out->reset(new Store(std::move(impl)));
-  if (!settings.metrics_listen.empty()) {
-    Store* store = out->get();
-    const std::string engine_name = engine->name();
-    std::unique_ptr<metrics::Endpoint::Membership> m;
-    Status joined = metrics::Endpoint::Join(
-        settings.metrics_listen,
-        [store, engine_name] { return metrics::StoreFamilies(engine_name, store->Stats(), store->Latency()); }, &m);
-    if (joined.code() == Status::Code::kInvalidArgument) {
-      out->reset();
-      return joined;
-    }
-    if (!joined.ok()) KVF_LOG_WARN("store: no metrics endpoint: {}", joined.message());
+  Store* store = out->get();
+  const std::string engine_name = engine->name();
+  std::unique_ptr<metrics::Endpoint::Membership> m;
+  if (Status joined = metrics::Endpoint::JoinIfSet(
+          settings.metrics_listen, "store",
+          [store, engine_name] { return metrics::StoreFamilies(engine_name, store->Stats(), store->Latency()); }, &m);
+      !joined.ok()) {
+    out->reset();
+    return joined;
+  }
+  {
     std::lock_guard<std::mutex> g(s.metrics_mu);
     s.metrics = std::move(m);
   }
