@@ -465,10 +465,10 @@ TEST_F(ControlChannelTest, AuthUnprovenClientsNeverReachTheHandler) {
 TEST_F(ControlChannelTest, APeerOfAnotherProtocolVersionIsRefusedNamingBoth) {
   StartEcho();
   const int old = RawConnect();
-  SendRaw(old, Header(control::kMagicPrefix | '2', control::kRequest, 3, 1) + "abc");
+  SendRaw(old, Header(control::kMagicPrefix | '3', control::kRequest, 3, 1) + "abc");
   const Status refusal = Refusal(old);
   EXPECT_EQ(refusal.code(), Status::Code::kProtocolError);
-  EXPECT_NE(refusal.message().find("store protocol version 2 and this process version 3"), std::string::npos)
+  EXPECT_NE(refusal.message().find("store protocol version 3 and this process version 4"), std::string::npos)
       << refusal.ToString();
   EXPECT_EQ(seen_.load(), 0);
   ControlClient client(TestSettings());

@@ -71,6 +71,34 @@ bool ReadStatuses(WireReader& r, size_t expected, std::vector<Status>* out) {
   return true;
 }
 
+// Locations: their count, then each one's found byte and, when found, its
+// fields.
+void WriteLocations(WireWriter& w, const std::vector<Location>& locations) {
+  w.U32(static_cast<uint32_t>(locations.size()));
+  for (const Location& l : locations) {
+    w.U8(l.found ? 1 : 0);
+    if (!l.found) continue;
+    for (uint64_t v : {l.addr, l.length, l.generation, l.checksum.low, l.checksum.high, l.version}) w.U64(v);
+  }
+}
+
+// Locations as WriteLocations wrote them: exactly `expected` of them, or
+// none at all when `or_none`.
+bool ReadLocations(WireReader& r, size_t expected, bool or_none, std::vector<Location>* out) {
+  uint32_t n = 0;
+  if (!r.Count(1, &n) || (n != expected && !(or_none && n == 0))) return false;
+  out->assign(n, Location{});
+  for (Location& l : *out) {
+    uint8_t found = 0;
+    r.U8(&found);
+    if (found > 1) return false;
+    l.found = found != 0;
+    if (!l.found) continue;
+    for (uint64_t* v : {&l.addr, &l.length, &l.generation, &l.checksum.low, &l.checksum.high, &l.version}) r.U64(v);
+  }
+  return true;
+}
+
 }  // namespace
 
 Status CheckKey(std::string_view key) {
@@ -181,27 +209,13 @@ Status DecodeNodeInfo(std::string_view payload, NodeInfo* out) {
 
 std::string EncodeLocations(const std::vector<Location>& locations) {
   WireWriter w;
-  w.U32(static_cast<uint32_t>(locations.size()));
-  for (const Location& l : locations) {
-    w.U8(l.found ? 1 : 0);
-    if (!l.found) continue;
-    for (uint64_t v : {l.addr, l.length, l.generation, l.checksum.low, l.checksum.high, l.version}) w.U64(v);
-  }
+  WriteLocations(w, locations);
   return w.Take();
 }
 
 Status DecodeLocations(std::string_view payload, size_t expected, std::vector<Location>* out) {
   WireReader r(payload);
-  if (!CountIs(r, 1, expected)) return Malformed("lookup reply");
-  out->assign(expected, Location{});
-  for (Location& l : *out) {
-    uint8_t found = 0;
-    r.U8(&found);
-    if (found > 1) return Malformed("lookup reply");
-    l.found = found != 0;
-    if (!l.found) continue;
-    for (uint64_t* v : {&l.addr, &l.length, &l.generation, &l.checksum.low, &l.checksum.high, &l.version}) r.U64(v);
-  }
+  if (!ReadLocations(r, expected, false, out)) return Malformed("lookup reply");
   return r.done() ? Status::OK() : Malformed("lookup reply");
 }
 
@@ -360,12 +374,14 @@ std::string EncodeCommitReply(const CommitReply& reply) {
   WireWriter w;
   WriteStatuses(w, reply.statuses);
   WriteSlots(w, reply.granted);
+  WriteLocations(w, reply.pages);
   return w.Take();
 }
 
 Status DecodeCommitReply(std::string_view payload, size_t expected, CommitReply* out) {
   WireReader r(payload);
-  if (!ReadStatuses(r, expected, &out->statuses) || !ReadSlots(r, SIZE_MAX, &out->granted))
+  if (!ReadStatuses(r, expected, &out->statuses) || !ReadSlots(r, SIZE_MAX, &out->granted) ||
+      !ReadLocations(r, expected, true, &out->pages))
     return Malformed("commit reply");
   return r.done() ? Status::OK() : Malformed("commit reply");
 }

@@ -144,10 +144,14 @@ constexpr uint64_t kGrantPoolShare = 16;
 // stream of PUTs uses it within milliseconds); the home holds it this long
 // and its deadline more, then abandons it.
 constexpr int64_t kGrantUsableMs = 1000;
-// The commit's answer: a status per item, and the slots granted.
+// The commit's answer: a status per item, the slots granted, and where
+// each committed page lies, as a lookup would answer it at that moment
+// (found false for an item not committed): the writer remembers it, so
+// its own GETs of the page read at once (its region versions confirm it).
 struct CommitReply {
   std::vector<Status> statuses;
   Slots granted;  // ticket 0: none
+  std::vector<Location> pages;  // empty (none known), or one per item
 };
 
 struct NodeStats {

@@ -88,18 +88,25 @@ TEST(MessagesTest, PutByWriteRoundTrip) {
   bad_state[1 + 8 + 4] = 4;  // op, ticket, count, then the first item's state
   EXPECT_EQ(DecodeCommit(bad_state, &commit_back).code(), Status::Code::kProtocolError);
 
-  CommitReply reply{{Status::OK(), Status::Unavailable("not written")}, slots};
+  const Location committed{true, 4096, 5000, 7, Checksum{11, 12}, 3};
+  CommitReply reply{{Status::OK(), Status::Unavailable("not written")}, slots, {committed, Location{}}};
   CommitReply reply_back;
   const std::string reply_wire = EncodeCommitReply(reply);
   ASSERT_TRUE(DecodeCommitReply(reply_wire, 2, &reply_back).ok());
   EXPECT_EQ(reply_back.statuses[1].code(), Status::Code::kUnavailable);
   EXPECT_EQ(reply_back.granted.ticket, 99u);
   EXPECT_EQ(reply_back.granted.addrs, (std::vector<uint64_t>{4096, 0, 8192}));
+  EXPECT_EQ(reply_back.pages, (std::vector<Location>{committed, Location{}})) << "where each committed page lies";
+  CommitReply one_page_short = reply;
+  one_page_short.pages.pop_back();
+  EXPECT_FALSE(DecodeCommitReply(EncodeCommitReply(one_page_short), 2, &reply_back).ok())
+      << "pages for another commit";
   EXPECT_FALSE(DecodeCommitReply(reply_wire, 3, &reply_back).ok()) << "a reply for another commit";
   for (size_t n = 0; n < reply_wire.size(); ++n)
     EXPECT_FALSE(DecodeCommitReply(reply_wire.substr(0, n), 2, &reply_back).ok()) << n;
-  ASSERT_TRUE(DecodeCommitReply(EncodeCommitReply({{Status::OK()}, {}}), 1, &reply_back).ok());
+  ASSERT_TRUE(DecodeCommitReply(EncodeCommitReply({{Status::OK()}, {}, {}}), 1, &reply_back).ok());
   EXPECT_EQ(reply_back.granted.ticket, 0u) << "nothing granted";
+  EXPECT_TRUE(reply_back.pages.empty()) << "no location known";
   const std::string reserve_wire = EncodeReserve(reserve);
   for (size_t n = 0; n < reserve_wire.size(); ++n)
     EXPECT_FALSE(DecodeReserve(reserve_wire.substr(0, n), &reserve_back).ok()) << n;

@@ -274,6 +274,7 @@ CommitReply NodeService::FinishCommit(PutJob* job) {
   const size_t n = slots.size();
   CommitReply reply;
   reply.statuses.assign(n, Status::OK());
+  reply.pages.assign(n, Location{});
   // A granted slot's page is named by the commit; its key is checked as a
   // reserve checks one.
   const bool granted = job->reservation.granted;
@@ -300,7 +301,11 @@ CommitReply NodeService::FinishCommit(PutJob* job) {
     if (!slots[i].reserved) {
       reply.statuses[i] = Status::Unavailable("store: no slot was reserved for '" + slots[i].key + "'");
     } else if (state == CommitState::kWritten) {
-      table_.Commit(slots[i].key, slots[i].offset, slots[i].length, sums[i], now);
+      const PageEntry e = table_.Commit(slots[i].key, slots[i].offset, slots[i].length, sums[i], now);
+      // Read after the commit's own bumps (the key's older page leaving).
+      if (e.generation != 0)
+        reply.pages[i] = Location{true, info_.pool_addr + e.offset, e.length, e.generation, e.checksum,
+                                  versions_.VersionAt(e.offset)};
     } else if (state == CommitState::kUnused) {
       // The writer never started a WRITE into it: nothing can land there.
       table_.Unreserve(slots[i].offset, now);

@@ -399,6 +399,11 @@ void StoreClient::PutFrom(const std::vector<std::string>& keys, const std::vecto
         continue;
       }
       if (push.commit.items[push.slot_of[j]].written()) (*results)[i] = s.ok() ? reply.statuses[push.slot_of[j]] : s;
+      // Where the page lies now, as a lookup would say: this process's
+      // GETs of it read at once (a writer that reads its pages back, as
+      // HiCache does, asks its home nothing).
+      if ((*results)[i].ok() && !reply.pages.empty() && reply.pages[push.slot_of[j]].found)
+        locations_.Put(keys[i], CachedLocation{call.node->name, call.node->info.epoch, reply.pages[push.slot_of[j]]});
       if (push.granted && (*results)[i].ok()) Add(counters_.put_granted, 1);
     }
     if (s.ok() && reply.granted.ticket != 0) {

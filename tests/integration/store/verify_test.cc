@@ -211,6 +211,62 @@ TEST_F(StoreVerifyTest, RememberedLocationsNeverReturnAnOlderPage) {
   }
 }
 
+// A commit's reply says where each page lies, so the writer remembers it:
+// its own GETs of the pages read at once, confirmed by the region versions
+// with no lookup (HiCache reads back the pages it wrote). Its own
+// overwrite moves what it remembers; another writer's overwrite and a
+// removal are found as with any remembered location.
+TEST_F(StoreVerifyTest, AWritersOwnPagesAreReadBackWithNoLookup) {
+  Start(16 << 20, 2000, 5000);
+  auto writer = OpenClient(settings_);
+  auto other = OpenClient(settings_);
+  constexpr size_t kPage = 128 << 10;
+  constexpr size_t kKeys = 8;
+  uint8_t* src = buf_;
+  uint8_t* dst = buf_ + (8 << 20);
+  std::vector<std::string> keys;
+  std::vector<std::vector<StoreBuffer>> from, into;
+  for (size_t k = 0; k < kKeys; ++k) {
+    keys.push_back("own-" + std::to_string(k));
+    from.push_back({{src + k * kPage, kPage}});
+    into.push_back({{dst + k * kPage, kPage}});
+  }
+  std::vector<Status> st;
+  std::vector<uint64_t> len;
+  auto put = [&](const std::unique_ptr<Store>& by, int fill) {
+    for (size_t k = 0; k < kKeys; ++k) std::memset(src + k * kPage, fill + static_cast<int>(k), kPage);
+    ASSERT_TRUE(by->BatchPut(keys, from, &st).ok());
+    for (size_t k = 0; k < kKeys; ++k) ASSERT_TRUE(st[k].ok()) << keys[k] << ": " << st[k].ToString();
+  };
+  auto get_is = [&](int fill) {
+    std::memset(dst, 0, kKeys * kPage);
+    ASSERT_TRUE(writer->BatchGet(keys, into, &st, &len).ok());
+    for (size_t k = 0; k < kKeys; ++k) {
+      ASSERT_TRUE(st[k].ok()) << keys[k] << ": " << st[k].ToString();
+      ASSERT_EQ(len[k], kPage);
+      for (size_t i = 0; i < kPage; ++i)
+        ASSERT_EQ(dst[k * kPage + i], static_cast<uint8_t>(fill + static_cast<int>(k))) << keys[k] << " byte " << i;
+    }
+  };
+  put(writer, 0x10);
+  get_is(0x10);
+  EXPECT_EQ(writer->Stats().get_no_lookup, kKeys) << "the writer knew where its pages lie";
+  EXPECT_EQ(writer->Stats().get_cached_stale, 0u);
+  put(writer, 0x40);  // its own overwrite: it remembers the new pages
+  get_is(0x40);
+  EXPECT_EQ(writer->Stats().get_no_lookup, 2 * kKeys);
+  EXPECT_EQ(writer->Stats().get_cached_stale, 0u);
+  put(other, 0x70);  // another writer's: the remembered pages are stale
+  get_is(0x70);
+  EXPECT_EQ(writer->Stats().get_cached_stale, kKeys) << "each guess was the older page";
+  std::vector<Status> removed;
+  ASSERT_TRUE(other->BatchRemove(keys, &removed).ok());
+  ASSERT_TRUE(writer->BatchGet(keys, into, &st, &len).ok());
+  for (size_t k = 0; k < kKeys; ++k)
+    EXPECT_EQ(st[k].code(), Status::Code::kNotFound) << "removed, yet read: " << st[k].ToString();
+  EXPECT_EQ(writer->Stats().misses_checksum, 0u);
+}
+
 // A page read from its remembered location with no lookup is not seen by
 // its node's LRU, so the client tells the node in a touch message (at most
 // every 200 ms per node). A hot page read that way while other pages churn
