@@ -76,15 +76,17 @@ rust-bench: build
 	cd bindings/rust && $(RUST_ENV) cargo build -q --release --example transfer
 	python3 tools/bench/rust_vs_cpp.py --build $(BUILD) --json_out $(BUILD)/rust-bench.json
 
-# SGLang's HiCache interface as released: its storage base class, config and
-# backend factory (three pure-Python files of its wheel, from PyPI the first
-# time), for python/tests/test_sglang_hicache.py, which loads them with torch
-# stubbed; SGLang itself, torch and CUDA are not installed.
+# SGLang's HiCache interface as released: its storage base class, config,
+# backend factory and its own Mooncake backend (four pure-Python files of its
+# wheel, from PyPI the first time), for python/tests/test_sglang_hicache.py
+# and test_sglang_mooncake_backend.py, which load them with torch stubbed;
+# SGLang itself, torch and CUDA are not installed.
 $(SGLANG_SRC)/.unpacked: $(VENV)/.deps
 	rm -rf $(SGLANG_SRC) && mkdir -p $(SGLANG_SRC)
 	$(PY) -m pip download -q --no-deps "sglang==$(SGLANG_VERSION)" -d $(SGLANG_SRC)/wheel
 	cd $(SGLANG_SRC) && $(abspath $(PY)) -c "import glob, zipfile; zipfile.ZipFile(glob.glob('wheel/sglang-*.whl')[0]).extractall('.', \
-	    ['sglang/srt/environ.py', 'sglang/srt/mem_cache/hicache_storage.py', 'sglang/srt/mem_cache/storage/backend_factory.py'])"
+	    ['sglang/srt/environ.py', 'sglang/srt/mem_cache/hicache_storage.py', 'sglang/srt/mem_cache/storage/backend_factory.py', \
+	     'sglang/srt/mem_cache/storage/mooncake_store/mooncake_store.py'])"
 	rm -rf $(SGLANG_SRC)/wheel
 	touch $@
 

@@ -3,9 +3,13 @@
     python hicache_rank.py SPEC_JSON
 
 SPEC: {"kind": "mha"|"mla", "layout", "pool": {pool args}, "config": {HiCacheStorageConfig fields},
-"extra": {extra config}}. The backend is made by SGLang's StorageBackendFactory ("dynamic") and
-given the host pool with register_mem_pool_host, as SGLang's cache controller does. Prints
-{"ready": true}, then answers one JSON line per command line:
+"extra": {extra config}, "backend": "kvfabric" (default) | "mooncake"}. The backend is made by
+SGLang's StorageBackendFactory and given the host pool with register_mem_pool_host, as SGLang's
+cache controller does: kvfabric's through "dynamic"; with "mooncake", SGLang's own Mooncake
+backend, unchanged, over kvfabric's mooncake.store (its extra config is Mooncake's, and
+"env" sets this process's environment first, as a user's shell would). Prints
+{"ready": true, "backend": its class, "store": its store's class (Mooncake's backend)}, then
+answers one JSON line per command line:
 
 - {"op": "set", "hashes": [...], "slots": [...]}: fills the slots with this rank's content of
   each page, then batch_set_v1 -> {"results": [...]}
@@ -21,22 +25,24 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "common"))
 from hicache_pools import content, make_pool  # noqa: E402  (tools/common)
-from sglang_interface import load  # noqa: E402  (tools/common)
+from sglang_interface import load, load_mooncake  # noqa: E402  (tools/common)
 
 
 def make_backend(spec: dict):
     """(backend, pool) as SGLang makes them."""
-    factory, config_cls, _ = load()
+    mooncake = spec.get("backend", "kvfabric") == "mooncake"
+    os.environ.update({k: str(v) for k, v in spec.get("env", {}).items()})
+    factory, config_cls, _ = load_mooncake() if mooncake else load()
     pool = make_pool(spec["kind"], spec.get("layout", "page_first"), **spec.get("pool", {}))
     fields = {"tp_rank": 0, "tp_size": 1, "pp_rank": 0, "pp_size": 1, "attn_cp_rank": 0, "attn_cp_size": 1,
               "is_mla_model": spec["kind"] == "mla", "enable_storage_metrics": False,
               "is_page_first_layout": spec.get("layout", "page_first") != "layer_first", "model_name": "test/model"}
     fields.update(spec.get("config", {}))
-    extra = {"backend_name": "kvfabric", "module_path": "kvfabric.integrations.sglang",
-             "class_name": "HiCacheKvfabric", "interface_v1": 1}
+    extra = {} if mooncake else {"backend_name": "kvfabric", "module_path": "kvfabric.integrations.sglang",
+                                 "class_name": "HiCacheKvfabric", "interface_v1": 1}
     extra.update(spec.get("extra", {}))
     config = config_cls(extra_config=extra, **fields)
-    backend = factory.create_backend("dynamic", config, pool)
+    backend = factory.create_backend("mooncake" if mooncake else "dynamic", config, pool)
     backend.register_mem_pool_host(pool)
     return backend, pool
 
@@ -56,7 +62,9 @@ def main() -> None:
     spec = json.loads(sys.argv[1])
     backend, pool = make_backend(spec)
     rank = spec.get("config", {}).get("tp_rank", 0)
-    print(json.dumps({"ready": True}), flush=True)
+    store = getattr(backend, "store", None)
+    print(json.dumps({"ready": True, "backend": f"{type(backend).__module__}.{type(backend).__qualname__}",
+                      "store": f"{type(store).__module__}.{type(store).__qualname__}"}), flush=True)
     for line in sys.stdin:
         if line.strip() == "quit":
             break

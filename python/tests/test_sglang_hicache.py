@@ -49,6 +49,7 @@ class Rank:
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=HERE)
         line = self.p.stdout.readline()
         assert line and json.loads(line)["ready"], f"rank did not start (exit {self.p.poll()})"
+        self.info = json.loads(line)
 
     def __call__(self, **cmd) -> dict:
         self.p.stdin.write(json.dumps(cmd) + "\n")

@@ -21,6 +21,21 @@ import hashlib
 import numpy as np
 
 
+class Buffer(np.ndarray):
+    """A pool's buffer: an array that also answers data_ptr, numel and
+    element_size as a torch tensor does (SGLang's Mooncake backend registers
+    pool.kv_buffer through them)."""
+
+    def data_ptr(self) -> int:
+        return self.ctypes.data
+
+    def numel(self) -> int:
+        return self.size
+
+    def element_size(self) -> int:
+        return self.itemsize
+
+
 class _Pool:
     def __init__(self, tokens: int, page_size: int, layout: str, dtype):
         self.size, self.page_size, self.layout = tokens, page_size, layout
@@ -47,13 +62,17 @@ class _Pool:
     def page_nbytes(self) -> int:
         return sum(n for _, n in self.page_spans(0))
 
+    def get_ksize_per_token(self) -> int:
+        """Bytes a token holds in the pool (SGLang's Mooncake backend sizes its bandwidth figures by it)."""
+        return self.page_nbytes() // self.page_size
+
 
 class MHAPool(_Pool):
     def __init__(self, tokens=1024, page_size=16, layers=4, heads=2, head_dim=64, dtype=np.uint16,
                  layout="page_first"):
         super().__init__(tokens, page_size, layout, dtype)
         self.layer_num, self.head_num, self.head_dim = layers, heads, head_dim
-        self.kv_buffer = np.zeros((2, tokens, layers, heads, head_dim), dtype=dtype)
+        self.kv_buffer = np.zeros((2, tokens, layers, heads, head_dim), dtype=dtype).view(Buffer)
 
     def get_page_buffer_meta(self, indices):
         assert len(indices) % self.page_size == 0
@@ -73,7 +92,7 @@ class MLAPool(_Pool):
         super().__init__(tokens, page_size, layout, dtype)
         self.layer_num, self.kv_cache_dim = layers, dim
         shape = (tokens, layers, 1, dim) if layout != "layer_first" else (layers, tokens, 1, dim)
-        self.kv_buffer = np.zeros(shape, dtype=dtype)
+        self.kv_buffer = np.zeros(shape, dtype=dtype).view(Buffer)
 
     def get_page_buffer_meta(self, indices):
         assert len(indices) % self.page_size == 0
