@@ -66,6 +66,21 @@ size_t PeerTable::slots_in_use() const {
   return n;
 }
 
+bool PeerTable::SomePeerNotRefused() const {
+  for (const auto& p : peers_)
+    if (p->refs > 0 && !Refusing(p.get())) return true;
+  return false;
+}
+
+bool PeerTable::RefusedTooLong(Peer* p, int64_t now, int64_t limit_ns) {
+  if (p == nullptr || limit_ns <= 0) return false;
+  if (p->refused_since_ns == 0) {
+    p->refused_since_ns = now;
+    return false;
+  }
+  return now - p->refused_since_ns >= limit_ns;
+}
+
 bool PeerTable::Alive(Peer* p, int64_t now) {
   if (p == nullptr || p->pid == 0) return true;
   if (p->dead) return false;

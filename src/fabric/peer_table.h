@@ -42,6 +42,7 @@ class PeerTable {
     int refs = 0;          // inserts not yet undone by a removal
     int removals = 0;      // removals waiting for the slot to go quiet
     int64_t checked_ns = 0;  // last liveness check
+    int64_t refused_since_ns = 0;  // first -FI_EAGAIN of the refusals since its last post taken; 0: none
     std::atomic<int64_t> inflight{0};  // operations posted to it, not yet completed
   };
 
@@ -105,6 +106,22 @@ class PeerTable {
   // it is found gone, `p` is marked dead, a warning is logged and
   // TakeDeadFound turns true. A null `p` or pid 0 is alive.
   bool Alive(Peer* p, int64_t now_ns);
+  // The provider refused (-FI_EAGAIN) a post to `p` at `now_ns`. True when
+  // it has refused every post to `p` for at least `limit_ns` (tcp's rxm
+  // answers so for ever to a peer it cannot connect to: one that died, or
+  // whose address cannot be reached), so its waiting operations should
+  // fail; false for a null `p` or a `limit_ns` <= 0. Taken ends the run.
+  static bool RefusedTooLong(Peer* p, int64_t now_ns, int64_t limit_ns);
+  // A post to `p` was taken: its refusals (if any) end.
+  static void Taken(Peer* p) {
+    if (p != nullptr) p->refused_since_ns = 0;
+  }
+  // The provider has refused every post to `p` since its last taken one.
+  static bool Refusing(const Peer* p) { return p != nullptr && p->refused_since_ns != 0; }
+  // Some slot in use holds a peer the provider is not refusing: the rail
+  // reaches someone, so peers it refuses are the peers' fault, not the
+  // link's (a cut link refuses every peer).
+  bool SomePeerNotRefused() const;
   // True once after Alive found a dead peer.
   bool TakeDeadFound() { return dead_found_.exchange(false); }
   // True when kBusyCheckPeriodNs passed since it last returned true: time

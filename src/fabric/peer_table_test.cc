@@ -198,6 +198,41 @@ TEST(PeerTableTest, DeadPeersAreHandedOverOnce) {
   EXPECT_EQ(t.TakeEndpoints(), std::vector<fid_ep*>{&ep0});
 }
 
+TEST(PeerTableTest, APeerRefusedForTheWholePeriodIsGivenUpOnAndATakenPostEndsTheRun) {
+  PeerTable t("rail 0 (tcp)");
+  PeerTable::Peer* p = t.Slot(3);
+  EXPECT_FALSE(PeerTable::Refusing(p));
+  EXPECT_FALSE(PeerTable::RefusedTooLong(p, kT0, 1000 * kMs)) << "the first refusal starts the run";
+  EXPECT_TRUE(PeerTable::Refusing(p));
+  EXPECT_FALSE(PeerTable::RefusedTooLong(p, kT0 + 999 * kMs, 1000 * kMs));
+  EXPECT_TRUE(PeerTable::RefusedTooLong(p, kT0 + 1000 * kMs, 1000 * kMs));
+  PeerTable::Taken(p);  // connected after all: the next refusal starts a new run
+  EXPECT_FALSE(PeerTable::Refusing(p));
+  EXPECT_FALSE(PeerTable::RefusedTooLong(p, kT0 + 5000 * kMs, 1000 * kMs));
+  EXPECT_FALSE(PeerTable::RefusedTooLong(p, kT0 + 5999 * kMs, 1000 * kMs));
+  EXPECT_TRUE(PeerTable::RefusedTooLong(p, kT0 + 6000 * kMs, 1000 * kMs));
+  // No limit, or no peer: never given up on.
+  EXPECT_FALSE(PeerTable::RefusedTooLong(p, kT0 + 60000 * kMs, 0));
+  EXPECT_FALSE(PeerTable::RefusedTooLong(nullptr, kT0, 1000 * kMs));
+  EXPECT_FALSE(PeerTable::Refusing(nullptr));
+  PeerTable::Taken(nullptr);
+}
+
+TEST(PeerTableTest, SomePeerNotRefusedNeedsAPeerInUseThatTheProviderTakes) {
+  PeerTable t("rail 0 (tcp)");
+  EXPECT_FALSE(t.SomePeerNotRefused()) << "no peer at all";
+  t.AddRef(0);
+  t.AddRef(1);
+  (void)PeerTable::RefusedTooLong(t.At(0), kT0, 1000 * kMs);
+  EXPECT_TRUE(t.SomePeerNotRefused()) << "peer 1 is taken";
+  (void)PeerTable::RefusedTooLong(t.At(1), kT0, 1000 * kMs);
+  EXPECT_FALSE(t.SomePeerNotRefused()) << "every peer refused: the link's fault";
+  t.Slot(2);  // a slot with no reference is no peer in use
+  EXPECT_FALSE(t.SomePeerNotRefused());
+  PeerTable::Taken(t.At(1));
+  EXPECT_TRUE(t.SomePeerNotRefused());
+}
+
 TEST(PeerTableTest, ProcessExistsKnowsThisProcess) {
   EXPECT_TRUE(ProcessExists(getpid()));
 }

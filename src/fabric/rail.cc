@@ -47,6 +47,7 @@ Rail::Rail(const fi_info* info, const RailOptions& options, size_t index)
       info_(RailInfoOf(info)),
       label_(text::RailLabel(index, info_.provider, info_.domain)),
       health_(options.stall_period.count(), options.retry_period.count()),
+      refused_ns_(options.refused_period.count()),
       peers_(label_) {
   per_peer_ep_ = info_.provider == "shm";
   post_from_progress_ = options.post_mode == PostMode::kProgress ||
@@ -392,12 +393,20 @@ void Rail::DrainLocked() {
     int rc = PostOne(op);
     if (rc == 0) {
       eagain_streak = 0;
+      PeerTable::Taken(peer);
       continue;
     }
     op->posted = false;
     inflight_.fetch_sub(1);
     if (peer != nullptr) peer->inflight.fetch_sub(1);
     op->peer = nullptr;
+    if (rc == -FI_EAGAIN && PeerTable::RefusedTooLong(peer, SteadyNowNs(), refused_ns_)) {
+      FailUnposted(op, Status::NetworkError(text::Format(
+                           "{}: the provider refused every post to peer {} for {} ms: it cannot connect (the peer "
+                           "died, or its address cannot be reached; KVF_HANDSHAKE_TIMEOUT_MS)",
+                           label_, PeerText(*peer), refused_ns_ / 1000000)));
+      continue;
+    }
     if (rc == -FI_EAGAIN) {
       {
         std::lock_guard<std::mutex> g(queue_mu_);
@@ -520,15 +529,41 @@ size_t Rail::Poll() {
   return done;
 }
 
+std::string Rail::PeerText(const PeerTable::Peer& peer) const {
+  char text[128] = {};
+  size_t len = sizeof(text);
+  fi_av_straddr(av_, peer.address.data(), text, &len);
+  return text[0] != 0 ? std::string(text) : std::string("(address unknown)");
+}
+
+bool Rail::OnlyRefusedPeersWait() {
+  std::lock_guard<std::mutex> post(post_mu_);
+  if (!peers_.SomePeerNotRefused()) return false;  // a link that reaches no one is the link's fault
+  std::lock_guard<std::mutex> g(queue_mu_);
+  for (const Slice& s : pending_)
+    if (!PeerTable::Refusing(peers_.At(s.dest))) return false;
+  return !pending_.empty();
+}
+
 void Rail::CheckStall(int64_t now) {
   // Work waiting counts as well as work in flight: slices the provider keeps
-  // refusing (-FI_EAGAIN) sit queued with nothing in flight.
-  if (!health_.CheckStall(now, inflight_.load(std::memory_order_relaxed) > 0 ||
-                                   queued_.load(std::memory_order_relaxed) > 0))
+  // refusing (-FI_EAGAIN) sit queued with nothing in flight. But slices
+  // that wait only for peers the provider cannot connect to (a peer that
+  // died: tcp refuses its posts for ever), while it still takes posts to
+  // another peer, say nothing about the link: they fail on their own after
+  // RailOptions::refused_period (DrainLocked), and the rail stays in
+  // service for every other peer. A rail that refuses every peer it has
+  // (a cut link, or its only peer gone) stalls as before.
+  const bool in_flight = inflight_.load(std::memory_order_relaxed) > 0;
+  const bool waiting = queued_.load(std::memory_order_relaxed) > 0;
+  if (!in_flight && waiting && health_.StallDue(now) && OnlyRefusedPeersWait()) {
+    health_.Excused(now);
     return;
+  }
+  if (!health_.CheckStall(now, in_flight || waiting)) return;
   RailCounters::Add(counters_.stalls);
   size_t moved = 0, kept = 0;
-  const int64_t in_flight = inflight_.load();
+  const int64_t posted_now = inflight_.load();
   // Posted operations stay posted until this thread reads the CQ, so the
   // snapshot stays valid after the lock is released; owners are called
   // without it (rerouting takes other rails' locks).
@@ -575,7 +610,7 @@ void Rail::CheckStall(int64_t now) {
   KVF_LOG_WARN("{}: nothing completed for {} ms with {} operation(s) in flight; out of service for "
                "{} ms (KVF_RAIL_STALL_MS, KVF_RAIL_RETRY_MS): {} slice(s) moved to other rails, {} left in place "
                "(no other rail serves them); check the link of {}",
-               label_, health_.stall_ns() / 1000000, in_flight,
+               label_, health_.stall_ns() / 1000000, posted_now,
                health_.retry_ns() / 1000000, moved, kept, info_.domain);
 }
 

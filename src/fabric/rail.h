@@ -176,6 +176,12 @@ class Rail {
   // posted slice to its owner to move elsewhere; the rail is then out of
   // service for KVF_RAIL_RETRY_MS.
   void CheckStall(int64_t now);
+  // Every slice queued waits for a peer the provider refuses (and there is
+  // one at least), while some other peer in use is not refused. Takes the
+  // post and queue locks.
+  bool OnlyRefusedPeersWait();
+  // `peer`'s address as libfabric prints it (fi_av_straddr), for log lines.
+  std::string PeerText(const PeerTable::Peer& peer) const;
 
   const size_t index_;
   RailInfo info_;
@@ -213,6 +219,7 @@ class Rail {
   std::atomic<uint64_t> completed_bytes_{0};
   RailCounters counters_;
   RailHealth health_;
+  int64_t refused_ns_ = 0;  // RailOptions::refused_period
   std::function<void()> waker_;
 
   const fi_info* info_copy_ = nullptr;  // for per-peer endpoints (shm)

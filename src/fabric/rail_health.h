@@ -65,6 +65,15 @@ class RailHealth {
   // reported one stall period later at the earliest. The caller moves the
   // rail's work elsewhere.
   bool CheckStall(int64_t now_ns, bool work_in_flight);
+  // Whether a stall period set has passed with nothing completed (nor work
+  // started on an idle rail): CheckStall with work in flight would now
+  // report a stall. Changes nothing.
+  bool StallDue(int64_t now_ns) const {
+    return stall_ns_ > 0 && now_ns - last_progress_ns_.load(std::memory_order_relaxed) >= stall_ns_;
+  }
+  // The work that waited was not the rail's to move (its peers cannot be
+  // connected to): the stall clock restarts, the rail stays in service.
+  void Excused(int64_t now_ns) { last_progress_ns_.store(now_ns, std::memory_order_relaxed); }
 
   // False while the rail is out of service after a stall, until retry_ns()
   // pass or something completes on it again. After that, until something

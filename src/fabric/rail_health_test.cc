@@ -90,6 +90,21 @@ TEST(RailHealthTest, StallsAfterTheStallPeriodWithWorkInFlightAndNothingCompleti
   EXPECT_TRUE(h.CheckStall(kT0 + 4000 * kMs, true));
 }
 
+TEST(RailHealthTest, AStallDueCanBeExcusedAndTheRailStaysInService) {
+  RailHealth h(2000 * kMs, 5000 * kMs);
+  h.WorkStarted(kT0);
+  EXPECT_FALSE(h.StallDue(kT0 + 1999 * kMs));
+  EXPECT_TRUE(h.StallDue(kT0 + 2000 * kMs));
+  // The work that waited was not the rail's: no stall, and the clock restarts.
+  h.Excused(kT0 + 2000 * kMs);
+  EXPECT_FALSE(h.StallDue(kT0 + 2001 * kMs));
+  EXPECT_FALSE(h.CheckStall(kT0 + 3999 * kMs, true));
+  EXPECT_TRUE(h.InService(kT0 + 3999 * kMs, 1));
+  EXPECT_TRUE(h.CheckStall(kT0 + 4000 * kMs, true));
+  RailHealth never(0, 5000 * kMs);
+  EXPECT_FALSE(never.StallDue(kT0 + 100000 * kMs));
+}
+
 TEST(RailHealthTest, CompletionsRestartTheStallClock) {
   RailHealth h(2000 * kMs, 5000 * kMs);
   h.WorkStarted(kT0);

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "kvfabric/stats.h"
 #include "tests/integration/transport/fixture.h"
 #include "tests/support/servers.h"
 #include "tools/common/pattern.h"
@@ -191,6 +192,42 @@ TEST_P(PeerFailureTest, PeerRestartedUnderTheSameName) {
   ASSERT_TRUE(third.ok()) << third.ToString();
   EXPECT_EQ(target_->Check(MiB, MiB, 125), MiB);
   EXPECT_EQ(WaitForPeerSlots(1), 1u);
+}
+
+// A peer that died between two requests: over tcp the provider refuses
+// every post to it for ever (it cannot reconnect), over shm its process is
+// gone. The next request fails with NetworkError within the time allowed
+// to connect (KVF_HANDSHAKE_TIMEOUT_MS), not at its own far deadline. And
+// while the rail still reaches another peer, it is not blamed for the dead
+// one (no stall): it keeps serving everyone else.
+TEST_P(PeerFailureTest, APeerThatDiedFailsWithinTheConnectTimeAndNoRailIsBlamed) {
+  cfg_.settings.transfer_timeout_ms = 60000;
+  cfg_.settings.handshake_timeout_ms = 1500;
+  cfg_.settings.rail_stall_ms = 500;
+  ASSERT_NO_FATAL_FAILURE(Start(4 * MiB));
+  std::string err;
+  auto other = StartProcessTarget(GetParam().protocol, 4 * MiB, "", &err);
+  ASSERT_NE(other, nullptr) << err;
+  SegmentHandle h;
+  ASSERT_TRUE(engine_->OpenSegment(other->name, &h).ok());
+  auto write_other = [&](uint32_t seed) {
+    FillPattern(local(MiB), MiB, 0, seed);
+    const Status s = engine_->Transfer({{OpCode::kWrite, local(MiB), h, other->addr, MiB}});
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_EQ(other->Check(0, MiB, seed), MiB);
+  };
+  ASSERT_TRUE(WritePattern(0, 0, MiB, 131).ok());
+  ASSERT_NO_FATAL_FAILURE(write_other(132));
+  ASSERT_TRUE(target_->Kill());
+  const auto t0 = std::chrono::steady_clock::now();
+  const Status after = WritePattern(0, 0, MiB, 133);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(after.code(), Status::Code::kNetworkError) << after.ToString();
+  EXPECT_LT(took, std::chrono::milliseconds(1500 + 2000)) << after.ToString();
+  EngineStats stats;
+  ASSERT_TRUE(engine_->Stats(&stats).ok());
+  for (const RailStats& r : stats.rails) EXPECT_EQ(r.stalls, 0u) << r.label << " was blamed for a dead peer";
+  ASSERT_NO_FATAL_FAILURE(write_other(134));
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, PeerFailureTest, ::testing::ValuesIn(PeerFailureCases()), CaseName);
