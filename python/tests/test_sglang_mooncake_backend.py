@@ -48,7 +48,7 @@ def test_sglangs_mooncake_backend_sets_and_another_rank_gets_byte_exact(nodes, k
         got = reader(op="get", hashes=hashes[:4], slots=[5, 6, 2, 9], rank=0)
         assert got["results"] == [True] * 4 and got["wrong"] == 0
         # A set of pages partly stored already: SGLang's backend asks which
-        # exist and puts the rest; the stored ones keep their bytes.
+        # exist and puts the rest.
         assert writer(op="set", hashes=hashes[2:], slots=[7, 0, 4, 8])["results"] == [True] * 4
         got = reader(op="get", hashes=hashes, slots=[10, 11, 12, 13, 14, 15], rank=0)
         assert got["results"] == [True] * 6 and got["wrong"] == 0

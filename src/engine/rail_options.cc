@@ -1,5 +1,6 @@
 #include "engine/rail_options.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -53,7 +54,9 @@ Status RailOptionsFromSettings(const Settings& s, fabric::RailOptions* out) {
                             &o.max_slice_bytes));
   KVF_RETURN_IF_ERROR(Period("KVF_RAIL_STALL_MS", s.rail_stall_ms, "never stall", &o.stall_period));
   KVF_RETURN_IF_ERROR(Period("KVF_RAIL_RETRY_MS", s.rail_retry_ms, "retry at once", &o.retry_period));
-  o.refused_period = std::chrono::milliseconds(s.handshake_timeout_ms);
+  // At least a second: a handshake timeout set low for quick metadata
+  // failures must not give up on tcp connections still being set up.
+  o.refused_period = std::chrono::milliseconds(std::max<int64_t>(s.handshake_timeout_ms, 1000));
   if (s.efa_rnr_retry < 0 || s.efa_rnr_retry > 7)
     return Status::InvalidArgument(
         text::Format("KVF_EFA_RNR_RETRY={}: use 0 to 7 (7: retry for ever)", s.efa_rnr_retry));

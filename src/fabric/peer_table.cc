@@ -66,18 +66,14 @@ size_t PeerTable::slots_in_use() const {
   return n;
 }
 
-bool PeerTable::SomePeerNotRefused() const {
-  for (const auto& p : peers_)
-    if (p->refs > 0 && !Refusing(p.get())) return true;
-  return false;
-}
-
 bool PeerTable::RefusedTooLong(Peer* p, int64_t now, int64_t limit_ns) {
   if (p == nullptr || limit_ns <= 0) return false;
-  if (p->refused_since_ns == 0) {
-    p->refused_since_ns = now;
+  if (p->inflight.load(std::memory_order_relaxed) > 0) {
+    Taken(p);
     return false;
   }
+  if (p->refused_since_ns == 0 || now - p->refused_last_ns > kRefusalGapNs) p->refused_since_ns = now;
+  p->refused_last_ns = now;
   return now - p->refused_since_ns >= limit_ns;
 }
 

@@ -42,7 +42,8 @@ class PeerTable {
     int refs = 0;          // inserts not yet undone by a removal
     int removals = 0;      // removals waiting for the slot to go quiet
     int64_t checked_ns = 0;  // last liveness check
-    int64_t refused_since_ns = 0;  // first -FI_EAGAIN of the refusals since its last post taken; 0: none
+    int64_t refused_since_ns = 0;  // start of its run of refused posts (RefusedTooLong); 0: none
+    int64_t refused_last_ns = 0;   // the run's latest refusal
     std::atomic<int64_t> inflight{0};  // operations posted to it, not yet completed
   };
 
@@ -79,7 +80,13 @@ class PeerTable {
   // insert per slot in use, whatever the number of users: shm's
   // fi_av_remove unmaps the peer's region however many inserts of its
   // address remain, so a second insert could never be undone safely.
-  void AddRef(fi_addr_t slot) { ++Slot(slot)->refs; }
+  // A new insert (or a restarted peer at the same address) also ends the
+  // slot's run of refusals: it gets a fresh chance to connect.
+  void AddRef(fi_addr_t slot) {
+    Peer* p = Slot(slot);
+    ++p->refs;
+    Taken(p);
+  }
   // The slot in use (refs > 0) that holds `address`, if any.
   bool FindLive(const std::string& address, fi_addr_t* slot) const;
 
@@ -106,22 +113,25 @@ class PeerTable {
   // it is found gone, `p` is marked dead, a warning is logged and
   // TakeDeadFound turns true. A null `p` or pid 0 is alive.
   bool Alive(Peer* p, int64_t now_ns);
-  // The provider refused (-FI_EAGAIN) a post to `p` at `now_ns`. True when
-  // it has refused every post to `p` for at least `limit_ns` (tcp's rxm
-  // answers so for ever to a peer it cannot connect to: one that died, or
-  // whose address cannot be reached), so its waiting operations should
-  // fail; false for a null `p` or a `limit_ns` <= 0. Taken ends the run.
+  // A run of refusals: posts to a peer with nothing in flight to it, each
+  // refused (-FI_EAGAIN), none more than kRefusalGapNs after the one
+  // before (queued work is retried every poll, so a longer gap means no
+  // work was waiting for the peer, and the next refusal starts a new run).
+  static constexpr int64_t kRefusalGapNs = 100000000;
+  // The provider refused a post to `p` at `now_ns`. True when that extends
+  // a run of refusals at least `limit_ns` long: tcp's rxm refuses for ever
+  // every post to a peer it cannot connect to (one that died, or whose
+  // address cannot be reached), so the peer's waiting operations should
+  // fail. A refusal while operations to `p` are in flight is the
+  // provider's flow control, not the peer's absence: it ends the run.
+  // False for a null `p` or a `limit_ns` <= 0.
   static bool RefusedTooLong(Peer* p, int64_t now_ns, int64_t limit_ns);
-  // A post to `p` was taken: its refusals (if any) end.
+  // A post to `p` was taken: its run of refusals (if any) ends.
   static void Taken(Peer* p) {
-    if (p != nullptr) p->refused_since_ns = 0;
+    if (p != nullptr) p->refused_since_ns = p->refused_last_ns = 0;
   }
-  // The provider has refused every post to `p` since its last taken one.
-  static bool Refusing(const Peer* p) { return p != nullptr && p->refused_since_ns != 0; }
-  // Some slot in use holds a peer the provider is not refusing: the rail
-  // reaches someone, so peers it refuses are the peers' fault, not the
-  // link's (a cut link refuses every peer).
-  bool SomePeerNotRefused() const;
+  // The start of `p`'s run of refusals, or 0 when it has none.
+  static int64_t RefusedSince(const Peer* p) { return p != nullptr ? p->refused_since_ns : 0; }
   // True once after Alive found a dead peer.
   bool TakeDeadFound() { return dead_found_.exchange(false); }
   // True when kBusyCheckPeriodNs passed since it last returned true: time

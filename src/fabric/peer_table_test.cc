@@ -198,39 +198,46 @@ TEST(PeerTableTest, DeadPeersAreHandedOverOnce) {
   EXPECT_EQ(t.TakeEndpoints(), std::vector<fid_ep*>{&ep0});
 }
 
-TEST(PeerTableTest, APeerRefusedForTheWholePeriodIsGivenUpOnAndATakenPostEndsTheRun) {
+TEST(PeerTableTest, APeerRefusedForTheWholePeriodIsGivenUpOn) {
   PeerTable t("rail 0 (tcp)");
   PeerTable::Peer* p = t.Slot(3);
-  EXPECT_FALSE(PeerTable::Refusing(p));
-  EXPECT_FALSE(PeerTable::RefusedTooLong(p, kT0, 1000 * kMs)) << "the first refusal starts the run";
-  EXPECT_TRUE(PeerTable::Refusing(p));
-  EXPECT_FALSE(PeerTable::RefusedTooLong(p, kT0 + 999 * kMs, 1000 * kMs));
-  EXPECT_TRUE(PeerTable::RefusedTooLong(p, kT0 + 1000 * kMs, 1000 * kMs));
-  PeerTable::Taken(p);  // connected after all: the next refusal starts a new run
-  EXPECT_FALSE(PeerTable::Refusing(p));
-  EXPECT_FALSE(PeerTable::RefusedTooLong(p, kT0 + 5000 * kMs, 1000 * kMs));
-  EXPECT_FALSE(PeerTable::RefusedTooLong(p, kT0 + 5999 * kMs, 1000 * kMs));
-  EXPECT_TRUE(PeerTable::RefusedTooLong(p, kT0 + 6000 * kMs, 1000 * kMs));
-  // No limit, or no peer: never given up on.
-  EXPECT_FALSE(PeerTable::RefusedTooLong(p, kT0 + 60000 * kMs, 0));
-  EXPECT_FALSE(PeerTable::RefusedTooLong(nullptr, kT0, 1000 * kMs));
-  EXPECT_FALSE(PeerTable::Refusing(nullptr));
+  constexpr int64_t kLimit = 1000 * kMs;
+  EXPECT_EQ(PeerTable::RefusedSince(p), 0);
+  // Refused every poll (every 50 ms here): the run lasts.
+  EXPECT_FALSE(PeerTable::RefusedTooLong(p, kT0, kLimit)) << "the first refusal starts the run";
+  EXPECT_EQ(PeerTable::RefusedSince(p), kT0);
+  for (int64_t t = 50; t < 1000; t += 50) EXPECT_FALSE(PeerTable::RefusedTooLong(p, kT0 + t * kMs, kLimit)) << t;
+  EXPECT_TRUE(PeerTable::RefusedTooLong(p, kT0 + 1000 * kMs, kLimit));
+  // Nothing, null or no limit: never given up on.
+  EXPECT_FALSE(PeerTable::RefusedTooLong(p, kT0 + 1050 * kMs, 0));
+  EXPECT_FALSE(PeerTable::RefusedTooLong(nullptr, kT0, kLimit));
+  EXPECT_EQ(PeerTable::RefusedSince(nullptr), 0);
   PeerTable::Taken(nullptr);
 }
 
-TEST(PeerTableTest, SomePeerNotRefusedNeedsAPeerInUseThatTheProviderTakes) {
+TEST(PeerTableTest, ATakenPostAGapOrWorkInFlightEndsARunOfRefusals) {
   PeerTable t("rail 0 (tcp)");
-  EXPECT_FALSE(t.SomePeerNotRefused()) << "no peer at all";
-  t.AddRef(0);
+  PeerTable::Peer* p = t.Slot(1);
+  constexpr int64_t kLimit = 1000 * kMs;
+  EXPECT_FALSE(PeerTable::RefusedTooLong(p, kT0, kLimit));
+  PeerTable::Taken(p);  // connected after all
+  EXPECT_EQ(PeerTable::RefusedSince(p), 0);
+  EXPECT_FALSE(PeerTable::RefusedTooLong(p, kT0 + 999 * kMs, kLimit));
+  EXPECT_FALSE(PeerTable::RefusedTooLong(p, kT0 + 1000 * kMs, kLimit)) << "a new run, 1 ms long";
+  // Nothing waited for the peer for longer than kRefusalGapNs: the idle
+  // time is no refusal, and the next one starts a new run.
+  const int64_t later = kT0 + 1000 * kMs + PeerTable::kRefusalGapNs + 1;
+  EXPECT_FALSE(PeerTable::RefusedTooLong(p, later, kLimit));
+  EXPECT_EQ(PeerTable::RefusedSince(p), later);
+  // With operations in flight to the peer a refusal is flow control.
+  p->inflight = 1;
+  EXPECT_FALSE(PeerTable::RefusedTooLong(p, later + 5000 * kMs, kLimit));
+  EXPECT_EQ(PeerTable::RefusedSince(p), 0);
+  p->inflight = 0;
+  // A new insert of the slot (a peer restarted at the same address) starts afresh.
+  EXPECT_FALSE(PeerTable::RefusedTooLong(p, later + 6000 * kMs, kLimit));
   t.AddRef(1);
-  (void)PeerTable::RefusedTooLong(t.At(0), kT0, 1000 * kMs);
-  EXPECT_TRUE(t.SomePeerNotRefused()) << "peer 1 is taken";
-  (void)PeerTable::RefusedTooLong(t.At(1), kT0, 1000 * kMs);
-  EXPECT_FALSE(t.SomePeerNotRefused()) << "every peer refused: the link's fault";
-  t.Slot(2);  // a slot with no reference is no peer in use
-  EXPECT_FALSE(t.SomePeerNotRefused());
-  PeerTable::Taken(t.At(1));
-  EXPECT_TRUE(t.SomePeerNotRefused());
+  EXPECT_EQ(PeerTable::RefusedSince(p), 0);
 }
 
 TEST(PeerTableTest, ProcessExistsKnowsThisProcess) {

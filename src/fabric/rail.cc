@@ -394,6 +394,7 @@ void Rail::DrainLocked() {
     if (rc == 0) {
       eagain_streak = 0;
       PeerTable::Taken(peer);
+      last_taken_ns_.store(SteadyNowNs(), std::memory_order_relaxed);
       continue;
     }
     op->posted = false;
@@ -536,27 +537,32 @@ std::string Rail::PeerText(const PeerTable::Peer& peer) const {
   return text[0] != 0 ? std::string(text) : std::string("(address unknown)");
 }
 
-bool Rail::OnlyRefusedPeersWait() {
+int64_t Rail::LatestRefusalOfWaitingPeers() {
   std::lock_guard<std::mutex> post(post_mu_);
-  if (!peers_.SomePeerNotRefused()) return false;  // a link that reaches no one is the link's fault
   std::lock_guard<std::mutex> g(queue_mu_);
-  for (const Slice& s : pending_)
-    if (!PeerTable::Refusing(peers_.At(s.dest))) return false;
-  return !pending_.empty();
+  int64_t latest = 0;
+  for (const Slice& s : pending_) {
+    const int64_t since = PeerTable::RefusedSince(peers_.At(s.dest));
+    if (since == 0) return 0;
+    latest = std::max(latest, since);
+  }
+  return latest;
 }
 
 void Rail::CheckStall(int64_t now) {
   // Work waiting counts as well as work in flight: slices the provider keeps
   // refusing (-FI_EAGAIN) sit queued with nothing in flight. But slices
   // that wait only for peers the provider cannot connect to (a peer that
-  // died: tcp refuses its posts for ever), while it still takes posts to
-  // another peer, say nothing about the link: they fail on their own after
-  // RailOptions::refused_period (DrainLocked), and the rail stays in
-  // service for every other peer. A rail that refuses every peer it has
-  // (a cut link, or its only peer gone) stalls as before.
+  // died: tcp refuses its posts for ever), when the rail took a post to
+  // another peer since, say nothing about the link (StallIsThePeers): they
+  // fail on their own after RailOptions::refused_period (DrainLocked), and
+  // the rail stays in service for every other peer. A rail that took no
+  // post since (a cut link, or its only peer gone) stalls as before.
   const bool in_flight = inflight_.load(std::memory_order_relaxed) > 0;
   const bool waiting = queued_.load(std::memory_order_relaxed) > 0;
-  if (!in_flight && waiting && health_.StallDue(now) && OnlyRefusedPeersWait()) {
+  if (!in_flight && waiting && health_.StallDue(now) &&
+      StallIsThePeers(in_flight, waiting, LatestRefusalOfWaitingPeers(),
+                      last_taken_ns_.load(std::memory_order_relaxed))) {
     health_.Excused(now);
     return;
   }

@@ -176,10 +176,10 @@ class Rail {
   // posted slice to its owner to move elsewhere; the rail is then out of
   // service for KVF_RAIL_RETRY_MS.
   void CheckStall(int64_t now);
-  // Every slice queued waits for a peer the provider refuses (and there is
-  // one at least), while some other peer in use is not refused. Takes the
-  // post and queue locks.
-  bool OnlyRefusedPeersWait();
+  // When every slice queued waits for a peer in a run of refused posts, the
+  // latest start of those runs; 0 when some does not (or none waits).
+  // Takes the post and queue locks.
+  int64_t LatestRefusalOfWaitingPeers();
   // `peer`'s address as libfabric prints it (fi_av_straddr), for log lines.
   std::string PeerText(const PeerTable::Peer& peer) const;
 
@@ -220,6 +220,7 @@ class Rail {
   RailCounters counters_;
   RailHealth health_;
   int64_t refused_ns_ = 0;  // RailOptions::refused_period
+  std::atomic<int64_t> last_taken_ns_{0};  // the latest post the provider took
   std::function<void()> waker_;
 
   const fi_info* info_copy_ = nullptr;  // for per-peer endpoints (shm)

@@ -14,6 +14,14 @@
 
 namespace kvfabric::fabric {
 
+// Whether a stall due on a rail is its peers' doing, not its link's, so the
+// rail stays in service: nothing is in flight, work is waiting, every
+// waiting slice's peer is in a run of refused posts (the latest of those
+// runs began at `latest_refusal_ns`; 0 when some waiting peer is not
+// refused), and the rail took a post (to another peer) after that, at
+// `last_taken_ns`. A link that is down takes no post at all, so it stalls.
+bool StallIsThePeers(bool in_flight, bool waiting, int64_t latest_refusal_ns, int64_t last_taken_ns);
+
 class RailHealth {
  public:
   // A window counts towards throughput only with at least this many bytes

@@ -105,6 +105,16 @@ TEST(RailHealthTest, AStallDueCanBeExcusedAndTheRailStaysInService) {
   EXPECT_FALSE(never.StallDue(kT0 + 100000 * kMs));
 }
 
+TEST(RailHealthTest, AStallIsThePeersOnlyWhenTheRailTookAPostSinceTheirRefusalsBegan) {
+  const int64_t refused = kT0 + 100 * kMs;
+  EXPECT_TRUE(StallIsThePeers(false, true, refused, refused + 1)) << "another peer's post taken since";
+  EXPECT_FALSE(StallIsThePeers(false, true, refused, refused)) << "no post taken since: the link";
+  EXPECT_FALSE(StallIsThePeers(false, true, refused, 0)) << "no post ever taken";
+  EXPECT_FALSE(StallIsThePeers(false, true, 0, refused)) << "some waiting peer is not refused";
+  EXPECT_FALSE(StallIsThePeers(true, true, refused, refused + 1)) << "work in flight stalls as always";
+  EXPECT_FALSE(StallIsThePeers(false, false, refused, refused + 1)) << "nothing waits: nothing to excuse";
+}
+
 TEST(RailHealthTest, CompletionsRestartTheStallClock) {
   RailHealth h(2000 * kMs, 5000 * kMs);
   h.WorkStarted(kT0);

@@ -37,10 +37,12 @@ struct RailOptions {
   // `retry_period` (see RailHealth). A zero stall period never does.
   std::chrono::nanoseconds stall_period = std::chrono::milliseconds(2000);
   std::chrono::nanoseconds retry_period = std::chrono::milliseconds(5000);
-  // A peer the provider refuses every post to (-FI_EAGAIN) for this long
-  // cannot be connected to: its waiting operations fail with NetworkError,
-  // and they do not count against the rail's health (KVF_HANDSHAKE_TIMEOUT_MS,
-  // the time allowed to connect). Zero: they wait for their own deadlines.
+  // A peer the provider refuses every post to (-FI_EAGAIN) for this long,
+  // with nothing in flight to it, cannot be connected to: its waiting
+  // operations fail with NetworkError (KVF_HANDSHAKE_TIMEOUT_MS, at least
+  // 1 s: the time allowed to connect). While the rail takes posts to other
+  // peers meanwhile, they do not count against its health (CheckStall).
+  // Zero: they wait for their own deadlines.
   std::chrono::nanoseconds refused_period = std::chrono::milliseconds(5000);
   // GPU memory is wanted on this rail: its fi_info was asked for FI_HMEM.
   bool hmem = false;
