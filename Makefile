@@ -48,7 +48,7 @@ test: build python $(SGLANG_SRC)/.unpacked
 	$(MAKE) rust
 	FUZZ_SECONDS=$(TEST_FUZZ_SECONDS) scripts/fuzz.sh
 	$(MAKE) stress STRESS_SECONDS=$(TEST_STRESS_SECONDS)
-	$(SOAK)
+	$(SOAK) $(TEST_SOAK_SECONDS)
 
 # The edit loop: build, the C++ tests and pytest, without the fuzzers and
 # the soak that `make test` (what CI runs) adds.
@@ -95,7 +95,7 @@ $(SGLANG_SRC)/.unpacked: $(VENV)/.deps
 # STRESS_SECONDS long (TEST_STRESS_SECONDS in make test).
 STRESS_SECONDS ?= 15
 # make test keeps to 15 minutes on 2 cores: shorter fuzzing and stress there.
-TEST_FUZZ_SECONDS ?= 12
+TEST_FUZZ_SECONDS ?= 10
 TEST_STRESS_SECONDS ?= 10
 stress: deps $(BUILD)/build.ninja
 	cmake --build $(BUILD) --target engine_stress
@@ -103,11 +103,12 @@ stress: deps $(BUILD)/build.ninja
 
 # Randomized multi-process run, engines and the store side by side, with
 # target and store node restarts, every byte verified; SOAK_SECONDS long
-# (90 s in make test).
+# (TEST_SOAK_SECONDS in make test).
 SOAK_SECONDS ?= 90
-SOAK = $(PY) tools/soak/soak.py --duration $(SOAK_SECONDS) --json_out $(BUILD)/soak.json
+TEST_SOAK_SECONDS ?= 75
+SOAK = $(PY) tools/soak/soak.py --json_out $(BUILD)/soak.json --duration
 soak: python
-	$(SOAK)
+	$(SOAK) $(SOAK_SECONDS)
 
 # The libFuzzer targets (descriptor, handshake and store message parsers), FUZZ_SECONDS each.
 fuzz: deps

@@ -60,6 +60,7 @@ def test_sglangs_mooncake_backend_sets_and_another_rank_gets_byte_exact(nodes, k
         reader.close()
 
 
+@pytest.mark.parametrize("nodes", ["tcp"], indirect=True)  # the keys, not the fabric: one is enough
 def test_sglangs_mha_keys_name_the_tp_rank_so_ranks_keep_their_own_heads(nodes):
     ranks = [Rank(mooncake_spec(nodes.protocol, nodes, "mha", tp_rank=r, tp_size=2)) for r in (0, 1)]
     try:
@@ -75,6 +76,7 @@ def test_sglangs_mha_keys_name_the_tp_rank_so_ranks_keep_their_own_heads(nodes):
             rank.close()
 
 
+@pytest.mark.parametrize("nodes", ["tcp"], indirect=True)  # over shm: the native backend's failure tests
 def test_a_dead_node_is_false_for_its_pages_never_an_exception(nodes):
     writer = Rank(mooncake_spec(nodes.protocol, nodes, "mla"))
     try:
