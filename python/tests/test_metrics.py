@@ -8,6 +8,7 @@ import urllib.request
 import pytest
 
 import kvfabric
+from kvfabric.engine import buffer_address
 from kvfabric.metrics import from_prometheus, quantile, rates
 from patterns import pattern
 
@@ -64,16 +65,12 @@ def test_engines_of_one_process_share_an_endpoint_with_their_own_labels():
         dst = bytearray(1 << 20)
         a.register(buf)
         b.register(dst)
-        a.write(a.open(b.name), buf, _addr(dst), 1 << 20)
+        a.write(a.open(b.name), buf, buffer_address(dst)[0], 1 << 20)
         engines = {x["engine"]: x for x in from_prometheus(scrape(a.stats()["metrics_address"]))}
         assert set(engines) == {a.name, b.name}
         assert engines[a.name]["peers"][0]["write_bytes"] == 1 << 20
         assert engines[b.name]["peers"] == []
 
-
-def _addr(buf: bytearray) -> int:
-    import ctypes
-    return ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf))
 
 
 def test_metrics_off_leaves_the_rails_counting():
@@ -81,7 +78,7 @@ def test_metrics_off_leaves_the_rails_counting():
         src, dst = bytearray(65536), bytearray(65536)
         a.register(src)
         b.register(dst)
-        a.write(a.open(b.name), src, _addr(dst), 65536)
+        a.write(a.open(b.name), src, buffer_address(dst)[0], 65536)
         st = a.stats()
         assert not st["counting"] and st["peers"] == [] and st["latency"] == []
         assert sum(r["write_bytes"] for r in st["rails"]) == 65536

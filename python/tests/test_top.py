@@ -11,14 +11,11 @@ import time
 import pytest
 
 import kvfabric
+from kvfabric.engine import buffer_address
 
 tmux = shutil.which("tmux")
 pytestmark = pytest.mark.skipif(tmux is None, reason="tmux is not installed (scripts/install-deps.sh installs it)")
 
-
-def _addr(buf: bytearray) -> int:
-    import ctypes
-    return ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf))
 
 
 def test_top_shows_the_rails_live_and_quits_on_q(tmp_path):
@@ -34,7 +31,7 @@ def test_top_shows_the_rails_live_and_quits_on_q(tmp_path):
 
         def traffic():
             while not stop.is_set():
-                a.write(seg, src, _addr(dst), 1 << 20)
+                a.write(seg, src, buffer_address(dst)[0], 1 << 20)
 
         writer = threading.Thread(target=traffic)
         writer.start()

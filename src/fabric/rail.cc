@@ -394,7 +394,6 @@ void Rail::DrainLocked() {
     if (rc == 0) {
       eagain_streak = 0;
       PeerTable::Taken(peer);
-      last_taken_ns_.store(SteadyNowNs(), std::memory_order_relaxed);
       continue;
     }
     op->posted = false;
@@ -553,16 +552,17 @@ void Rail::CheckStall(int64_t now) {
   // Work waiting counts as well as work in flight: slices the provider keeps
   // refusing (-FI_EAGAIN) sit queued with nothing in flight. But slices
   // that wait only for peers the provider cannot connect to (a peer that
-  // died: tcp refuses its posts for ever), when the rail took a post to
-  // another peer since, say nothing about the link (StallIsThePeers): they
-  // fail on their own after RailOptions::refused_period (DrainLocked), and
-  // the rail stays in service for every other peer. A rail that took no
-  // post since (a cut link, or its only peer gone) stalls as before.
+  // died: tcp refuses its posts for ever), when the rail completed an
+  // operation for another peer since, say nothing about the link
+  // (StallIsThePeers): they fail on their own after
+  // RailOptions::refused_period (DrainLocked), and the rail stays in
+  // service for every other peer. A rail that completed nothing since (a
+  // cut link, or its only peer gone) stalls as before.
   const bool in_flight = inflight_.load(std::memory_order_relaxed) > 0;
   const bool waiting = queued_.load(std::memory_order_relaxed) > 0;
-  if (!in_flight && waiting && health_.StallDue(now) &&
-      StallIsThePeers(in_flight, waiting, LatestRefusalOfWaitingPeers(),
-                      last_taken_ns_.load(std::memory_order_relaxed))) {
+  // The waiting peers are looked up (under the rail's locks) only when a stall is due.
+  const int64_t latest_refusal = !in_flight && waiting && health_.StallDue(now) ? LatestRefusalOfWaitingPeers() : 0;
+  if (StallIsThePeers(in_flight, waiting, latest_refusal, health_.last_completed_ns())) {
     health_.Excused(now);
     return;
   }

@@ -220,7 +220,6 @@ class Rail {
   RailCounters counters_;
   RailHealth health_;
   int64_t refused_ns_ = 0;  // RailOptions::refused_period
-  std::atomic<int64_t> last_taken_ns_{0};  // the latest post the provider took
   std::function<void()> waker_;
 
   const fi_info* info_copy_ = nullptr;  // for per-peer endpoints (shm)

@@ -2,12 +2,13 @@
 
 namespace kvfabric::fabric {
 
-bool StallIsThePeers(bool in_flight, bool waiting, int64_t latest_refusal_ns, int64_t last_taken_ns) {
-  return !in_flight && waiting && latest_refusal_ns != 0 && last_taken_ns > latest_refusal_ns;
+bool StallIsThePeers(bool in_flight, bool waiting, int64_t latest_refusal_ns, int64_t last_completed_ns) {
+  return !in_flight && waiting && latest_refusal_ns != 0 && last_completed_ns > latest_refusal_ns;
 }
 
 bool RailHealth::Completed(int64_t now_ns) {
   last_progress_ns_.store(now_ns, std::memory_order_relaxed);
+  last_completed_ns_.store(now_ns, std::memory_order_relaxed);
   if (out_until_ns_.load(std::memory_order_relaxed) == 0) return false;
   out_until_ns_.store(0);
   return true;

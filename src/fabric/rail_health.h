@@ -18,9 +18,10 @@ namespace kvfabric::fabric {
 // rail stays in service: nothing is in flight, work is waiting, every
 // waiting slice's peer is in a run of refused posts (the latest of those
 // runs began at `latest_refusal_ns`; 0 when some waiting peer is not
-// refused), and the rail took a post (to another peer) after that, at
-// `last_taken_ns`. A link that is down takes no post at all, so it stalls.
-bool StallIsThePeers(bool in_flight, bool waiting, int64_t latest_refusal_ns, int64_t last_taken_ns);
+// refused), and an operation (to another peer: the refused ones' posts
+// were not taken) completed on the rail after that, at
+// `last_completed_ns`. A link that is down completes nothing, so it stalls.
+bool StallIsThePeers(bool in_flight, bool waiting, int64_t latest_refusal_ns, int64_t last_completed_ns);
 
 class RailHealth {
  public:
@@ -51,6 +52,8 @@ class RailHealth {
   // out of service (or on probation) is back in service. Returns true when
   // it was not in service until now, for the caller to say so.
   bool Completed(int64_t now_ns);
+  // When something last completed on the rail (Completed), 0 if never.
+  int64_t last_completed_ns() const { return last_completed_ns_.load(std::memory_order_relaxed); }
 
   // Progress thread, every poll: `load_bytes` queued or in flight now,
   // `completed_bytes` the rail's running total. Takes a sample at the end of
@@ -101,6 +104,7 @@ class RailHealth {
   int64_t sample_start_ns_ = 0;  // 0: no window under way
   uint64_t sample_start_bytes_ = 0;
   std::atomic<int64_t> last_progress_ns_{0};  // last completion, or first post into an idle rail
+  std::atomic<int64_t> last_completed_ns_{0};  // last completion only
   std::atomic<int64_t> out_until_ns_{0};      // 0: in service
 };
 

@@ -97,6 +97,7 @@ TEST(RailHealthTest, AStallDueCanBeExcusedAndTheRailStaysInService) {
   EXPECT_TRUE(h.StallDue(kT0 + 2000 * kMs));
   // The work that waited was not the rail's: no stall, and the clock restarts.
   h.Excused(kT0 + 2000 * kMs);
+  EXPECT_EQ(h.last_completed_ns(), 0) << "an excuse is no completion";
   EXPECT_FALSE(h.StallDue(kT0 + 2001 * kMs));
   EXPECT_FALSE(h.CheckStall(kT0 + 3999 * kMs, true));
   EXPECT_TRUE(h.InService(kT0 + 3999 * kMs, 1));
@@ -105,11 +106,11 @@ TEST(RailHealthTest, AStallDueCanBeExcusedAndTheRailStaysInService) {
   EXPECT_FALSE(never.StallDue(kT0 + 100000 * kMs));
 }
 
-TEST(RailHealthTest, AStallIsThePeersOnlyWhenTheRailTookAPostSinceTheirRefusalsBegan) {
+TEST(RailHealthTest, AStallIsThePeersOnlyWhenTheRailCompletedWorkSinceTheirRefusalsBegan) {
   const int64_t refused = kT0 + 100 * kMs;
-  EXPECT_TRUE(StallIsThePeers(false, true, refused, refused + 1)) << "another peer's post taken since";
-  EXPECT_FALSE(StallIsThePeers(false, true, refused, refused)) << "no post taken since: the link";
-  EXPECT_FALSE(StallIsThePeers(false, true, refused, 0)) << "no post ever taken";
+  EXPECT_TRUE(StallIsThePeers(false, true, refused, refused + 1)) << "another peer's operation completed since";
+  EXPECT_FALSE(StallIsThePeers(false, true, refused, refused)) << "nothing completed since: the link";
+  EXPECT_FALSE(StallIsThePeers(false, true, refused, 0)) << "nothing ever completed";
   EXPECT_FALSE(StallIsThePeers(false, true, 0, refused)) << "some waiting peer is not refused";
   EXPECT_FALSE(StallIsThePeers(true, true, refused, refused + 1)) << "work in flight stalls as always";
   EXPECT_FALSE(StallIsThePeers(false, false, refused, refused + 1)) << "nothing waits: nothing to excuse";
@@ -119,6 +120,7 @@ TEST(RailHealthTest, CompletionsRestartTheStallClock) {
   RailHealth h(2000 * kMs, 5000 * kMs);
   h.WorkStarted(kT0);
   EXPECT_FALSE(h.Completed(kT0 + 1500 * kMs));  // was in service: nothing to say
+  EXPECT_EQ(h.last_completed_ns(), kT0 + 1500 * kMs);
   EXPECT_FALSE(h.CheckStall(kT0 + 3499 * kMs, true));
   EXPECT_TRUE(h.CheckStall(kT0 + 3500 * kMs, true));
 }

@@ -40,8 +40,8 @@ struct RailOptions {
   // A peer the provider refuses every post to (-FI_EAGAIN) for this long,
   // with nothing in flight to it, cannot be connected to: its waiting
   // operations fail with NetworkError (KVF_HANDSHAKE_TIMEOUT_MS, at least
-  // 1 s: the time allowed to connect). While the rail takes posts to other
-  // peers meanwhile, they do not count against its health (CheckStall).
+  // 1 s: the time allowed to connect). While the rail completes work for
+  // other peers meanwhile, they do not count against its health (CheckStall).
   // Zero: they wait for their own deadlines.
   std::chrono::nanoseconds refused_period = std::chrono::milliseconds(5000);
   // GPU memory is wanted on this rail: its fi_info was asked for FI_HMEM.

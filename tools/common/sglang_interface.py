@@ -17,6 +17,7 @@ config turns off), and torch's dtype names.
 """
 
 import importlib
+import importlib.util
 import os
 import sys
 import types
@@ -91,7 +92,7 @@ def load_mooncake():
             for c in classes:
                 setattr(module, c, type(c, (), {}))
             sys.modules[name] = module
-    if "requests" not in sys.modules:  # only check_server, which the tests' config turns off
+    if importlib.util.find_spec("requests") is None:  # only check_server, which the tests' config turns off
         sys.modules["requests"] = types.ModuleType("requests")
     from kvfabric.compat import shim
     shim.enable()
