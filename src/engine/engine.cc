@@ -169,6 +169,9 @@ void Engine::Close() {
   // to return: a shm peer left holding operations of an endpoint that closed
   // crashed in libfabric's progress (the stress test found it).
   e.batches.AbandonAll(Status::Closed(text::Format("engine {} was closed before the request ended", e.name)));
+  // And a shm peer that has not yet read an endpoint's name must read it
+  // before the endpoint closes (Rail::ProbeUnreadNames).
+  for (const auto& r : e.rails.rails) r->ProbeUnreadNames();
   const auto drain_until = Clock::now() + std::chrono::milliseconds(kCloseDrainMs);
   auto busy = [&e] {
     for (const auto& r : e.rails.rails)

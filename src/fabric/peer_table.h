@@ -45,6 +45,14 @@ class PeerTable {
     int64_t refused_since_ns = 0;  // start of its run of refused posts (RefusedTooLong); 0: none
     int64_t refused_last_ns = 0;   // the run's latest refusal
     std::atomic<int64_t> inflight{0};  // operations posted to it, not yet completed
+    // shm, its own endpoint `ep`: a fresh endpoint's first post to the peer
+    // sends the endpoint's name and is refused (-FI_EAGAIN) until the peer
+    // has read it; the peer reads it on its own schedule (see NameMayBeUnread).
+    bool name_sent = false;   // a post on `ep` was refused before any was taken
+    bool name_read = false;   // a post on `ep` was taken: the peer read the name
+    bool name_probe = false;  // a probe READ was queued to learn it (Rail::ProbeUnreadNames)
+    uint64_t probe_addr = 0;  // remote address and key of a refused post: something to READ
+    uint64_t probe_key = 0;
   };
 
   // A slot whose last reference went, now quiet: one fi_av_remove to make on
@@ -126,6 +134,33 @@ class PeerTable {
   // provider's flow control, not the peer's absence: it ends the run.
   // False for a null `p` or a `limit_ns` <= 0.
   static bool RefusedTooLong(Peer* p, int64_t now_ns, int64_t limit_ns);
+  // Whether `p`'s own endpoint may have sent the peer its name without the
+  // peer having read it yet, and no probe was queued to learn it: true for
+  // a peer with an endpoint, a refused post, no taken post, no probe, and
+  // not known dead. libfabric's shm before 2.0 crashes a peer that reads
+  // the name of an endpoint that closed meanwhile (prov/shm
+  // smr_progress_connreq maps the name's region, finds none, and
+  // dereferences it), so such an endpoint must not close until a post on
+  // it is taken, or the peer is gone.
+  static bool NameMayBeUnread(const Peer& p) {
+    return p.ep != nullptr && p.name_sent && !p.name_read && !p.name_probe && !p.dead;
+  }
+  // A post to `p` at `remote_addr` with `remote_key` was refused
+  // (-FI_EAGAIN): with its own endpoint and no post taken yet, the name may
+  // have been sent, and that address is something of the peer's to READ.
+  static void PostRefused(Peer* p, uint64_t remote_addr, uint64_t remote_key) {
+    if (p == nullptr || p->ep == nullptr || p->name_read) return;
+    p->name_sent = true;
+    p->probe_addr = remote_addr;
+    p->probe_key = remote_key;
+  }
+  // A post to `p` was taken: the peer has read the name, and its run of
+  // refusals (if any) ends.
+  static void PostTaken(Peer* p) {
+    if (p == nullptr) return;
+    p->name_read = true;
+    Taken(p);
+  }
   // A post to `p` was taken: its run of refusals (if any) ends.
   static void Taken(Peer* p) {
     if (p != nullptr) p->refused_since_ns = p->refused_last_ns = 0;

@@ -240,6 +240,41 @@ TEST(PeerTableTest, ATakenPostAGapOrWorkInFlightEndsARunOfRefusals) {
   EXPECT_EQ(PeerTable::RefusedSince(p), 0);
 }
 
+TEST(PeerTableTest, AnEndpointWhoseNameMayBeUnreadIsProbedOnce) {
+  PeerTable t("rail 0 (shm)");
+  fid_ep ep{};
+  PeerTable::Peer* p = t.Slot(0);
+  PeerTable::PostRefused(p, 0x1000, 7);
+  EXPECT_FALSE(PeerTable::NameMayBeUnread(*p)) << "no endpoint of its own: no name of its own";
+  p->ep = &ep;
+  EXPECT_FALSE(PeerTable::NameMayBeUnread(*p)) << "nothing posted yet: no name sent";
+  PeerTable::PostRefused(p, 0x2000, 9);
+  EXPECT_TRUE(PeerTable::NameMayBeUnread(*p));
+  EXPECT_EQ(p->probe_addr, 0x2000u);
+  EXPECT_EQ(p->probe_key, 9u);
+  p->name_probe = true;
+  EXPECT_FALSE(PeerTable::NameMayBeUnread(*p)) << "a probe is already queued";
+  p->name_probe = false;
+  p->dead = true;
+  EXPECT_FALSE(PeerTable::NameMayBeUnread(*p)) << "a dead peer reads nothing";
+  p->dead = false;
+  PeerTable::PostTaken(p);
+  EXPECT_FALSE(PeerTable::NameMayBeUnread(*p)) << "a taken post shows the name was read";
+  PeerTable::PostRefused(p, 0x3000, 1);  // flow control later: the name stays read
+  EXPECT_FALSE(PeerTable::NameMayBeUnread(*p));
+  EXPECT_EQ(p->probe_addr, 0x2000u);
+  PeerTable::PostTaken(nullptr);
+  PeerTable::PostRefused(nullptr, 0, 0);
+  // A removed slot reused by a new insert starts afresh (a new endpoint).
+  t.AddRef(0);
+  ASSERT_TRUE(t.Remove(0));
+  const auto removals = t.TakeQuietRemovals({});
+  ASSERT_EQ(removals.size(), 1u);
+  EXPECT_EQ(removals[0].close_ep, &ep);
+  EXPECT_FALSE(t.At(0)->name_read);
+  EXPECT_FALSE(t.At(0)->name_sent);
+}
+
 TEST(PeerTableTest, ProcessExistsKnowsThisProcess) {
   EXPECT_TRUE(ProcessExists(getpid()));
 }

@@ -38,6 +38,23 @@ bool PostsToHardware(const std::string& provider) {
   return provider.rfind("efa", 0) == 0 || provider.rfind("verbs", 0) == 0;
 }
 
+// The owner of name probes (Rail::ProbeUnreadNames): nobody waits for them.
+class NameProbeOwner final : public SliceOwner {
+ public:
+  void OnSliceDone(const Slice&, size_t, const Status&) override {}
+  bool OnSliceStalled(const Slice&) override { return false; }
+  bool Abandoned() override { return false; }
+};
+
+SliceOwner* NameProbe() {
+  static NameProbeOwner* const owner = new NameProbeOwner;  // outlives every rail
+  return owner;
+}
+
+// Where name probes READ their byte: static, so a probe a peer serves after
+// its rail closed still writes into this process's own memory.
+uint8_t probe_sink[64];
+
 }  // namespace
 
 MemoryRegion::~MemoryRegion() { CloseFid(mr_ ? &mr_->fid : nullptr); }
@@ -226,6 +243,15 @@ void Rail::ReapRemovedPeers() {
     for (const Slice& s : pending_)
       if (s.dest < queued.size()) queued[s.dest] = true;
   }
+  // A quiet slot whose endpoint may have sent its name unread waits for a
+  // probe first (PeerTable::NameMayBeUnread).
+  for (size_t a = 0; a < queued.size(); ++a) {
+    RemotePeer* p = peers_.At(a);
+    if (p->removals > 0 && p->inflight.load() == 0 && !queued[a] && PeerTable::NameMayBeUnread(*p)) {
+      QueueNameProbeLocked(a, p);
+      queued[a] = true;
+    }
+  }
   for (const PeerTable::Removal& r : peers_.TakeQuietRemovals(queued)) {
     if (r.close_ep != nullptr) {
       std::lock_guard<std::mutex> c(cq_mu_);
@@ -237,6 +263,29 @@ void Rail::ReapRemovedPeers() {
       KVF_LOG_WARN("{}: fi_av_remove of slot {} failed: {}; the entry stays in the address vector", label_, r.slot,
                    fi_strerror(-rc));
   }
+}
+
+void Rail::ProbeUnreadNames() {
+  if (!per_peer_ep_) return;
+  std::lock_guard<std::mutex> g(post_mu_);
+  for (size_t a = 0; a < peers_.size(); ++a) {
+    RemotePeer* p = peers_.At(a);
+    if (PeerTable::NameMayBeUnread(*p)) QueueNameProbeLocked(a, p);
+  }
+}
+
+void Rail::QueueNameProbeLocked(fi_addr_t slot, RemotePeer* p) {
+  p->name_probe = true;
+  Slice s;
+  s.owner = NameProbe();
+  s.rail = static_cast<uint32_t>(index_);
+  s.write = false;
+  s.local = probe_sink;
+  s.length = 1;
+  s.dest = slot;
+  s.remote_addr = p->probe_addr;  // any answer will do: a READ the peer refuses still shows it read the name
+  s.remote_key = p->probe_key;
+  Enqueue(&s, 1, /*post_now=*/false);
 }
 
 bool Rail::PeerAlive(RemotePeer* p) {
@@ -318,6 +367,7 @@ void Rail::Enqueue(Slice* slices, size_t n, bool post_now) {
       pending_.push_back(std::move(slices[i]));
     }
     queued_.fetch_add(static_cast<int64_t>(n));
+    unfinished_.fetch_add(static_cast<int64_t>(n));
   }
   load_bytes_.fetch_add(bytes);
   if (post_now && !post_from_progress_) KickPosting();
@@ -393,13 +443,14 @@ void Rail::DrainLocked() {
     int rc = PostOne(op);
     if (rc == 0) {
       eagain_streak = 0;
-      PeerTable::Taken(peer);
+      PeerTable::PostTaken(peer);
       continue;
     }
     op->posted = false;
     inflight_.fetch_sub(1);
     if (peer != nullptr) peer->inflight.fetch_sub(1);
     op->peer = nullptr;
+    if (rc == -FI_EAGAIN) PeerTable::PostRefused(peer, op->slice.remote_addr, op->slice.remote_key);
     if (rc == -FI_EAGAIN && PeerTable::RefusedTooLong(peer, SteadyNowNs(), refused_ns_)) {
       FailUnposted(op, Status::NetworkError(text::Format(
                            "{}: the provider refused every post to peer {} for {} ms: it cannot connect (the peer "
@@ -429,6 +480,7 @@ void Rail::FailUnposted(OpContext* op, const Status& error) {
   Slice s = std::move(op->slice);
   ReleaseContext(op);
   load_bytes_.fetch_sub(s.length);
+  unfinished_.fetch_sub(1);
   s.owner->OnSliceDone(s, 0, error);
 }
 
@@ -452,7 +504,10 @@ void Rail::Finish(OpContext* op, const Status& error) {
   Slice s = std::move(op->slice);
   ReleaseContext(op);
   load_bytes_.fetch_sub(s.length);
-  if (error.ok()) {
+  unfinished_.fetch_sub(1);
+  if (s.owner == NameProbe()) {
+    // Not the user's traffic: no counters.
+  } else if (error.ok()) {
     completed_bytes_.fetch_add(s.length, std::memory_order_relaxed);
     RailCounters::Add(s.write ? counters_.writes : counters_.reads);
     RailCounters::Add(s.write ? counters_.write_bytes : counters_.read_bytes, s.length);
@@ -589,6 +644,7 @@ void Rail::CheckStall(int64_t now) {
     op->detached = true;
     op->slice.owner = nullptr;
     inflight_.fetch_sub(1);
+    unfinished_.fetch_sub(1);
     load_bytes_.fetch_sub(op->slice.length);
     ++moved;
   }
@@ -602,6 +658,7 @@ void Rail::CheckStall(int64_t now) {
   for (Slice& s : queued) {
     if (s.owner->OnSliceStalled(s)) {
       load_bytes_.fetch_sub(s.length);
+      unfinished_.fetch_sub(1);
       ++moved;
     } else {
       keep.push_back(std::move(s));

@@ -106,8 +106,10 @@ class Rail {
   // Reads the CQ, completes slices, returns their credits and posts queued
   // slices. Called by the progress thread. Returns completions seen.
   size_t Poll();
-  // Work in flight or queued: the progress thread keeps polling while true.
-  bool Busy() const { return inflight_.load(std::memory_order_relaxed) > 0 || queued_.load(std::memory_order_relaxed) > 0; }
+  // Work in flight or queued (or between the two, being posted): the
+  // progress thread keeps polling while true, and Engine::Close waits for
+  // it to turn false.
+  bool Busy() const { return unfinished_.load(std::memory_order_relaxed) > 0; }
   // Bytes queued or in flight: what a new slice waits behind.
   uint64_t load_bytes() const { return load_bytes_.load(std::memory_order_relaxed); }
   uint64_t completed_bytes() const { return completed_bytes_.load(std::memory_order_relaxed); }
@@ -131,6 +133,15 @@ class Rail {
   // provider offers one: shm). A passive target sees no completions for
   // them, and without this would sleep while serving.
   bool TakeRemoteActivity();
+
+  // Before the endpoints close (Engine::Close, while the progress thread
+  // still runs): queues a 1-byte READ on each peer endpoint that may have
+  // sent its name without the peer having read it (PeerTable::NameMayBeUnread;
+  // shm only). The READ is taken only once the peer has read the name, so
+  // Busy() stays true until then, the peer's process is gone, or the
+  // provider refused it for RailOptions::refused_period. Removed peers get
+  // the same probe before their endpoint closes (ReapRemovedPeers).
+  void ProbeUnreadNames();
 
   // CQ wait object (an fd for epoll), or -1 when the provider has none.
   int wait_fd() const { return wait_fd_; }
@@ -169,8 +180,12 @@ class Rail {
   // then fails (and takes back the credits of) their operations that can no
   // longer complete.
   void ReapDeadPeers();
-  // Progress thread: carries out RemovePeer for slots now quiet.
+  // Progress thread: carries out RemovePeer for slots now quiet, after a
+  // name probe for those whose name may be unread.
   void ReapRemovedPeers();
+  // Queues the name probe of ProbeUnreadNames for `p` at `slot`; caller
+  // holds post_mu_.
+  void QueueNameProbeLocked(fi_addr_t slot, RemotePeer* p);
   // Progress thread: when health_ finds the rail stalled (work in flight
   // and nothing completing for KVF_RAIL_STALL_MS), offers every queued and
   // posted slice to its owner to move elsewhere; the rail is then out of
@@ -215,6 +230,11 @@ class Rail {
   std::unique_ptr<OpContext[]> contexts_;
   std::atomic<int64_t> inflight_{0};
   std::atomic<int64_t> queued_{0};
+  // Slices enqueued and not yet finished, failed or moved to another rail:
+  // queued, in flight, or between the two. One counter, so that Busy()
+  // never sees a slice in passing between queued_ and inflight_ (a refused
+  // post goes back to the queue) as no work at all.
+  std::atomic<int64_t> unfinished_{0};
   std::atomic<uint64_t> load_bytes_{0};
   std::atomic<uint64_t> completed_bytes_{0};
   RailCounters counters_;

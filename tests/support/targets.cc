@@ -79,6 +79,7 @@ class ProcessTarget : public Target {
     Command("fill " + std::to_string(off) + " " + std::to_string(len) + " " + std::to_string(seed));
   }
   bool Freeze() override { return pid_ > 0 && kill(pid_, SIGSTOP) == 0; }
+  bool Thaw() override { return pid_ > 0 && kill(pid_, SIGCONT) == 0; }
   bool Unregister() override { return Command("unregister 0 0 0") == "OK"; }
   bool Kill() override {
     if (pid_ <= 0) return false;

@@ -23,7 +23,8 @@ class Target {
   virtual size_t Check(size_t off, size_t len, uint32_t seed) = 0;
   virtual void Fill(size_t off, size_t len, uint32_t seed) = 0;
   virtual bool Kill() { return false; }    // only a process can be killed
-  virtual bool Freeze() { return false; }  // SIGSTOP: it serves nothing until killed
+  virtual bool Freeze() { return false; }  // SIGSTOP: it serves nothing until killed or thawed
+  virtual bool Thaw() { return false; }    // SIGCONT: it serves again
   // Unregisters the buffer in the target's engine (the memory stays, unreachable).
   virtual bool Unregister() = 0;
 };

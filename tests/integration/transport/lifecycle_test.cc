@@ -127,6 +127,65 @@ TEST_P(EngineLifecycleTest, CloseWhileWritersRun) {
   EXPECT_EQ(target_->Check(0, MiB, 77), MiB);
 }
 
+// An engine closed right after its first post to a target leaves the target
+// serving. On shm that post sends the engine's name, which the target reads
+// on its own schedule; libfabric's shm before 2.0 crashes the target when
+// it reads the name of an endpoint that closed meanwhile (the engine stress
+// test found it: the target died in about one run in eight). So the engine
+// confirms the name was read before closing the endpoint, waiting up to its
+// Close's drain time (Rail::ProbeUnreadNames). Here the target is stopped
+// while the name is sent and continues 200 ms into the Close: without the
+// confirmation it crashed in the first round.
+TEST_P(EngineLifecycleTest, ClosingRightAfterTheFirstPostLeavesTheTargetServing) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  for (int round = 0; round < 3; ++round) {
+    if (round > 0) {
+      ASSERT_NO_FATAL_FAILURE(Restart()) << "round " << round << ": the target stopped serving";
+    }
+    ASSERT_TRUE(target_->Freeze());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // SIGSTOP lands asynchronously
+    BatchId b;
+    ASSERT_NO_FATAL_FAILURE(SubmitBatch({Req(OpCode::kWrite, 0, 0, 4096)}, &b));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // posted: refused, the name sent
+    std::thread thaw([this] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      target_->Thaw();
+    });
+    const auto t0 = std::chrono::steady_clock::now();
+    engine_->Close();
+    thaw.join();
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3)) << "round " << round;
+  }
+  ASSERT_NO_FATAL_FAILURE(Restart()) << "the target stopped serving";
+  EXPECT_TRUE(WritePattern(0, 0, MiB, 78).ok());
+  EXPECT_EQ(target_->Check(0, MiB, 78), MiB);
+}
+
+// The same when the segment closes instead of the engine: the endpoint
+// closes once nothing waits for its slot (Rail::ReapRemovedPeers), here
+// after the request timed out with the target stopped.
+TEST_P(EngineLifecycleTest, ClosingTheSegmentRightAfterTheFirstPostLeavesTheTargetServing) {
+  cfg_.settings.transfer_timeout_ms = 100;
+  ASSERT_NO_FATAL_FAILURE(Start());
+  ASSERT_TRUE(target_->Freeze());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  BatchId b;
+  ASSERT_NO_FATAL_FAILURE(SubmitBatch({Req(OpCode::kWrite, 0, 0, 4096)}, &b));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_TRUE(engine_->CloseSegment(seg_).ok());
+  TransferStatus st;
+  ASSERT_TRUE(engine_->WaitBatch(b, 5000, &st).ok());
+  EXPECT_EQ(st.state, TaskState::kTimeout) << st.error.ToString();
+  ASSERT_TRUE(engine_->FreeBatch(b).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the slot is quiet: its endpoint may close
+  ASSERT_TRUE(target_->Thaw());
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  Status s = engine_->OpenSegment(target_->name, &seg_);
+  ASSERT_TRUE(s.ok()) << "the target stopped serving: " << s.ToString();
+  EXPECT_TRUE(WritePattern(0, 0, MiB, 79).ok());
+  EXPECT_EQ(target_->Check(0, MiB, 79), MiB);
+}
+
 // Close wakes a WaitBatch that would otherwise wait for its deadline (the
 // target is stopped: nothing completes), and the waiter gets Closed.
 TEST_P(EngineLifecycleTest, CloseWakesWaiters) {
