@@ -276,6 +276,11 @@ void Rail::ProbeUnreadNames() {
 
 void Rail::QueueNameProbeLocked(fi_addr_t slot, RemotePeer* p) {
   p->name_probe = true;
+  // The probe gets the whole connect time of its own: a peer whose
+  // requests just failed for refusals (a slow or stopped one) is the one
+  // most likely to read the name late.
+  PeerTable::Taken(p);
+  probes_queued_.fetch_add(1);
   Slice s;
   s.owner = NameProbe();
   s.rail = static_cast<uint32_t>(index_);
@@ -426,6 +431,7 @@ void Rail::DrainLocked() {
       op->slice = std::move(pending_.front());
       pending_.pop_front();
       queued_.fetch_sub(1);
+      if (op->slice.owner == NameProbe()) probes_queued_.fetch_sub(1);
     }
     if (op->slice.owner->Abandoned()) {
       FailUnposted(op, Status::Timeout("dropped before posting"));
@@ -461,6 +467,7 @@ void Rail::DrainLocked() {
     if (rc == -FI_EAGAIN) {
       {
         std::lock_guard<std::mutex> g(queue_mu_);
+        if (op->slice.owner == NameProbe()) probes_queued_.fetch_add(1);
         pending_.push_back(std::move(op->slice));
         op->slice = Slice();
         free_.push_back(op);
@@ -614,7 +621,9 @@ void Rail::CheckStall(int64_t now) {
   // service for every other peer. A rail that completed nothing since (a
   // cut link, or its only peer gone) stalls as before.
   const bool in_flight = inflight_.load(std::memory_order_relaxed) > 0;
-  const bool waiting = queued_.load(std::memory_order_relaxed) > 0;
+  // Name probes waiting for their peer say nothing of the link (they end
+  // on their own after the connect time): only other slices count.
+  const bool waiting = queued_.load(std::memory_order_relaxed) > probes_queued_.load(std::memory_order_relaxed);
   // The waiting peers are looked up (under the rail's locks) only when a stall is due.
   const int64_t latest_refusal = !in_flight && waiting && health_.StallDue(now) ? LatestRefusalOfWaitingPeers() : 0;
   if (StallIsThePeers(in_flight, waiting, latest_refusal, health_.last_completed_ns())) {

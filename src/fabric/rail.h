@@ -139,8 +139,10 @@ class Rail {
   // sent its name without the peer having read it (PeerTable::NameMayBeUnread;
   // shm only). The READ is taken only once the peer has read the name, so
   // Busy() stays true until then, the peer's process is gone, or the
-  // provider refused it for RailOptions::refused_period. Removed peers get
-  // the same probe before their endpoint closes (ReapRemovedPeers).
+  // provider refused it for RailOptions::refused_period, counted from the
+  // probe's queuing (a run of refusals before it does not count). Removed
+  // peers get the same probe before their endpoint closes
+  // (ReapRemovedPeers). A waiting probe never makes the rail stall.
   void ProbeUnreadNames();
 
   // CQ wait object (an fd for epoll), or -1 when the provider has none.
@@ -235,6 +237,9 @@ class Rail {
   // never sees a slice in passing between queued_ and inflight_ (a refused
   // post goes back to the queue) as no work at all.
   std::atomic<int64_t> unfinished_{0};
+  // Name probes (ProbeUnreadNames) in pending_: not counted as waiting
+  // work by CheckStall.
+  std::atomic<int64_t> probes_queued_{0};
   std::atomic<uint64_t> load_bytes_{0};
   std::atomic<uint64_t> completed_bytes_{0};
   RailCounters counters_;

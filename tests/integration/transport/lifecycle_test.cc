@@ -146,7 +146,7 @@ TEST_P(EngineLifecycleTest, ClosingRightAfterTheFirstPostLeavesTheTargetServing)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // SIGSTOP lands asynchronously
     BatchId b;
     ASSERT_NO_FATAL_FAILURE(SubmitBatch({Req(OpCode::kWrite, 0, 0, 4096)}, &b));
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // posted: refused, the name sent
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // posted: refused, the name sent
     std::thread thaw([this] {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
       target_->Thaw();
@@ -166,24 +166,59 @@ TEST_P(EngineLifecycleTest, ClosingRightAfterTheFirstPostLeavesTheTargetServing)
 // after the request timed out with the target stopped.
 TEST_P(EngineLifecycleTest, ClosingTheSegmentRightAfterTheFirstPostLeavesTheTargetServing) {
   cfg_.settings.transfer_timeout_ms = 100;
+  cfg_.settings.rail_stall_ms = 300;  // shorter than the target's stop after the request ended
   ASSERT_NO_FATAL_FAILURE(Start());
   ASSERT_TRUE(target_->Freeze());
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   BatchId b;
   ASSERT_NO_FATAL_FAILURE(SubmitBatch({Req(OpCode::kWrite, 0, 0, 4096)}, &b));
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // posted: refused, the name sent
   ASSERT_TRUE(engine_->CloseSegment(seg_).ok());
   TransferStatus st;
   ASSERT_TRUE(engine_->WaitBatch(b, 5000, &st).ok());
   EXPECT_EQ(st.state, TaskState::kTimeout) << st.error.ToString();
   ASSERT_TRUE(engine_->FreeBatch(b).ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the slot is quiet: its endpoint may close
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));  // the slot is quiet: its endpoint may close
   ASSERT_TRUE(target_->Thaw());
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   Status s = engine_->OpenSegment(target_->name, &seg_);
   ASSERT_TRUE(s.ok()) << "the target stopped serving: " << s.ToString();
   EXPECT_TRUE(WritePattern(0, 0, MiB, 79).ok());
   EXPECT_EQ(target_->Check(0, MiB, 79), MiB);
+  // The probe waited 600 ms for the stopped target, twice the stall time,
+  // and the rail stayed in service: a waiting probe is no stalled link.
+  EngineStats stats;
+  ASSERT_TRUE(engine_->Stats(&stats).ok());
+  for (const RailStats& r : stats.rails) EXPECT_EQ(r.stalls, 0u) << r.label;
+}
+
+// A request to a stopped target that fails for refusals (the connect time
+// passes) and whose segment is closed at once: the name probe gets a connect
+// time of its own, or it would fail at its first refusal and the endpoint
+// close before the target, resumed, reads the name.
+TEST_P(EngineLifecycleTest, ClosingTheSegmentOfAPeerThatRefusedTooLongLeavesItServing) {
+  cfg_.settings.handshake_timeout_ms = 1000;  // the connect time: refusals for this long fail a request
+  cfg_.settings.transfer_timeout_ms = 10000;
+  ASSERT_NO_FATAL_FAILURE(Start());
+  ASSERT_TRUE(target_->Freeze());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  BatchId b;
+  ASSERT_NO_FATAL_FAILURE(SubmitBatch({Req(OpCode::kWrite, 0, 0, 4096)}, &b));
+  TransferStatus st;
+  ASSERT_TRUE(engine_->WaitBatch(b, 8000, &st).ok());
+  if (GetParam().protocol == "shm") {
+    EXPECT_EQ(st.state, TaskState::kFailed) << TaskStateName(st.state);
+    EXPECT_EQ(st.error.code(), Status::Code::kNetworkError) << st.error.ToString();
+  }
+  ASSERT_TRUE(engine_->FreeBatch(b).ok());
+  ASSERT_TRUE(engine_->CloseSegment(seg_).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_TRUE(target_->Thaw());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  Status s = engine_->OpenSegment(target_->name, &seg_);
+  ASSERT_TRUE(s.ok()) << "the target stopped serving: " << s.ToString();
+  EXPECT_TRUE(WritePattern(0, 0, MiB, 80).ok());
+  EXPECT_EQ(target_->Check(0, MiB, 80), MiB);
 }
 
 // Close wakes a WaitBatch that would otherwise wait for its deadline (the
