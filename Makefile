@@ -10,6 +10,15 @@ SGLANG_SRC := $(BUILD)/sglang-$(SGLANG_VERSION)
 # Named after how many files are unpacked (below): a tree unpacked before a
 # file was added unpacks again, instead of skipping that file's tests.
 SGLANG_STAMP := $(SGLANG_SRC)/.unpacked-4
+# vLLM's release whose encoder-cache store the tests run (below).
+VLLM_VERSION ?= 0.33.0
+VLLM_SRC := $(BUILD)/vllm-$(VLLM_VERSION)
+VLLM_STAMP := $(VLLM_SRC)/.unpacked-6
+# The virtual environment's packages; the stamp is renamed when the list grows.
+VENV_DEPS := $(VENV)/.deps-2
+# pytest with the released framework sources it loads, JOBS tests at
+# once (pytest-xdist): its tests mostly wait for the processes they start.
+PYTEST = KVF_SGLANG_SRC=$(SGLANG_SRC) KVF_VLLM_SRC=$(VLLM_SRC) $(PY) -m pytest -q -n $(JOBS)
 # Tests run this many at once (the lab test alone: RUN_SERIAL).
 JOBS ?= $(shell nproc)
 
@@ -30,12 +39,12 @@ build: deps $(BUILD)/build.ninja
 # virtual environment, in the same CMake tree as `make build` with the same
 # build type, so the library and tools compile once (an editable install,
 # pip install -e ., keeps its own tree, build/python-<wheel tag>).
-$(VENV)/.deps: pyproject.toml
+$(VENV_DEPS): pyproject.toml
 	python3 -m venv $(VENV)
-	$(PY) -m pip install -q "scikit-build-core>=0.10" "nanobind>=2.4" pytest numpy textual prometheus-client
+	$(PY) -m pip install -q "scikit-build-core>=0.10" "nanobind>=2.4" pytest pytest-xdist numpy textual prometheus-client regex
 	touch $@
 
-python: deps $(VENV)/.deps
+python: deps $(VENV_DEPS)
 	$(PY) -m pip install -q --no-build-isolation -Cbuild-dir=$(BUILD) -Ccmake.build-type=$(BUILD_TYPE) \
 	    -Ccmake.define.KVF_BUILD_TESTS=ON .
 
@@ -45,9 +54,9 @@ run: build python
 	python3 tools/bench/compare.py --build $(BUILD) --reps 1 --duration 3 --verify
 	$(PY) tools/bench/python_vs_cpp.py --build $(BUILD) --reps 1 --duration 3
 
-test: build python $(SGLANG_STAMP)
+test: build python $(SGLANG_STAMP) $(VLLM_STAMP)
 	cd $(BUILD) && ctest --output-on-failure --timeout 300 -j$(JOBS)
-	KVF_SGLANG_SRC=$(SGLANG_SRC) $(PY) -m pytest -q python/tests
+	$(PYTEST) python/tests
 	$(MAKE) rust
 	FUZZ_SECONDS=$(TEST_FUZZ_SECONDS) scripts/fuzz.sh
 	$(MAKE) stress STRESS_SECONDS=$(TEST_STRESS_SECONDS)
@@ -55,9 +64,9 @@ test: build python $(SGLANG_STAMP)
 
 # The edit loop: build, the C++ tests and pytest, without the fuzzers and
 # the soak that `make test` (what CI runs) adds.
-check: build python $(SGLANG_STAMP)
+check: build python $(SGLANG_STAMP) $(VLLM_STAMP)
 	cd $(BUILD) && ctest --output-on-failure --timeout 300 -j$(JOBS) -E 'Lab\.'
-	KVF_SGLANG_SRC=$(SGLANG_SRC) $(PY) -m pytest -q python/tests
+	$(PYTEST) python/tests
 
 # The Rust crates (bindings/rust): kvfabric-sys over the libkvfabric.so
 # built above, and the safe kvfabric: their tests (two processes over tcp
@@ -84,13 +93,28 @@ rust-bench: build
 # wheel, from PyPI the first time), for python/tests/test_sglang_hicache.py
 # and test_sglang_mooncake_backend.py, which load them with torch stubbed;
 # SGLang itself, torch and CUDA are not installed.
-$(SGLANG_STAMP): $(VENV)/.deps
+$(SGLANG_STAMP): $(VENV_DEPS)
 	rm -rf $(SGLANG_SRC) && mkdir -p $(SGLANG_SRC)
 	$(PY) -m pip download -q --no-deps "sglang==$(SGLANG_VERSION)" -d $(SGLANG_SRC)/wheel
 	cd $(SGLANG_SRC) && $(abspath $(PY)) -c "import glob, zipfile; zipfile.ZipFile(glob.glob('wheel/sglang-*.whl')[0]).extractall('.', \
 	    ['sglang/srt/environ.py', 'sglang/srt/mem_cache/hicache_storage.py', 'sglang/srt/mem_cache/storage/backend_factory.py', \
 	     'sglang/srt/mem_cache/storage/mooncake_store/mooncake_store.py'])"
 	rm -rf $(SGLANG_SRC)/wheel
+	touch $@
+
+# vLLM's encoder-cache store as released: its Mooncake store config, the
+# store's client, backend and key helpers, and the requester-hostname helper
+# (six pure-Python files of its wheel, from PyPI the first time), for
+# python/tests/test_vllm_encoder_cache.py, which runs them with torch stood
+# in by CPU tensors over numpy; vLLM itself, torch and CUDA are not installed.
+$(VLLM_STAMP): $(VENV_DEPS)
+	rm -rf $(VLLM_SRC) && mkdir -p $(VLLM_SRC)
+	$(PY) -m pip download -q --no-deps "vllm==$(VLLM_VERSION)" -d $(VLLM_SRC)/wheel
+	cd $(VLLM_SRC) && $(abspath $(PY)) -c "import glob, zipfile; zipfile.ZipFile(glob.glob('wheel/vllm-*.whl')[0]).extractall('.', \
+	    ['vllm/distributed/mooncake_store.py', 'vllm/distributed/kv_transfer/kv_connector/v1/mooncake/rdma_utils.py'] + \
+	    ['vllm/distributed/ec_transfer/ec_connector/mooncake_store_embedding/' + f \
+	     for f in ('__init__.py', 'data.py', 'store_client.py', 'backend.py')])"
+	rm -rf $(VLLM_SRC)/wheel
 	touch $@
 
 # Threads calling an engine at random while it is closed, round after round,

@@ -67,6 +67,15 @@ def protocol(request):
     return request.param
 
 
+@pytest.fixture(params=["tcp", "shm"])
+def nodes(request):
+    """Three store nodes in their own processes (test_store.Nodes), over tcp, then shm."""
+    from test_store import Nodes
+    n = Nodes(request.param, 3)
+    yield n
+    n.close()
+
+
 @pytest.fixture
 def peer_factory():
     peers = []

@@ -8,10 +8,6 @@ processes (hicache_rank.py) read what this one wrote, byte for byte, over
 store nodes in their own processes, over tcp and shm.
 """
 
-import json
-import os
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -19,10 +15,9 @@ import pytest
 
 import kvfabric
 from hicache_pools import content
+from json_process import JsonProcess
 from sglang_interface import source_dir
 from test_store import Nodes
-
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 pytestmark = pytest.mark.skipif(source_dir() is None, reason="SGLang's HiCache sources are not unpacked "
                                 "(make check / make test do it; or set KVF_SGLANG_SRC)")
@@ -41,33 +36,11 @@ def spec(protocol, nodes, kind="mha", layout="page_first", config=None, extra=No
                       **(extra or {})}}
 
 
-class Rank:
+class Rank(JsonProcess):
     """A rank in its own process (hicache_rank.py)."""
 
     def __init__(self, s: dict):
-        self.p = subprocess.Popen([sys.executable, os.path.join(HERE, "hicache_rank.py"), json.dumps(s)],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=HERE)
-        line = self.p.stdout.readline()
-        assert line and json.loads(line)["ready"], f"rank did not start (exit {self.p.poll()})"
-        self.info = json.loads(line)
-
-    def __call__(self, **cmd) -> dict:
-        self.p.stdin.write(json.dumps(cmd) + "\n")
-        self.p.stdin.flush()
-        return json.loads(self.p.stdout.readline())
-
-    def close(self) -> None:
-        self.p.stdin.write("quit\n")
-        self.p.stdin.flush()
-        assert self.p.wait(timeout=20) == 0
-
-
-@pytest.fixture(params=["tcp", "shm"])
-def nodes(request):
-    n = Nodes(request.param, 3)
-    n.protocol = request.param
-    yield n
-    n.close()
+        super().__init__("hicache_rank.py", s, what="rank")
 
 
 @pytest.fixture

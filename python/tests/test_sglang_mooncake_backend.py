@@ -16,7 +16,7 @@ another rank byte for byte.
 import pytest
 
 from sglang_interface import mooncake_backend_present
-from test_sglang_hicache import Rank, nodes  # noqa: F401  (nodes: three store nodes over tcp, then shm)
+from test_sglang_hicache import Rank
 
 pytestmark = pytest.mark.skipif(not mooncake_backend_present(), reason="SGLang's Mooncake backend is not unpacked "
                                 "(make check / make test do it; or set KVF_SGLANG_SRC)")

@@ -22,14 +22,21 @@ class Nodes:
     def __init__(self, protocol: str, count: int):
         self.names = [f"127.0.0.1:{free_port()}" for _ in range(count)]
         self.members = ",".join(self.names)
-        self.procs = []
-        for name in self.names:
-            p = subprocess.Popen([sys.executable, os.path.join(HERE, "store_node.py"), protocol, name, self.members],
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=HERE)
-            line = p.stdout.readline()
-            assert line, f"store node {name} did not start (exit {p.wait()})"
-            assert json.loads(line)["name"] == name
-            self.procs.append(p)
+        self.protocol = protocol
+        self.procs = [self._start(name) for name in self.names]
+
+    def _start(self, name: str) -> subprocess.Popen:
+        p = subprocess.Popen([sys.executable, os.path.join(HERE, "store_node.py"), self.protocol, name,
+                              self.members], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=HERE)
+        line = p.stdout.readline()
+        assert line, f"store node {name} did not start (exit {p.wait()})"
+        assert json.loads(line)["name"] == name
+        return p
+
+    def restart(self, i: int) -> None:
+        """Node i, killed, starts again at its address: empty."""
+        assert self.procs[i].poll() is not None, "kill it first"
+        self.procs[i] = self._start(self.names[i])
 
     def stats(self, i: int) -> dict:
         """Node i's own counters (its pool, pins, evictions)."""

@@ -1,0 +1,29 @@
+"""A test's helper process that speaks JSON lines: it prints one object with
+"ready" once started, then answers each command line with one object; the
+line "quit" ends it (exit status 0)."""
+
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class JsonProcess:
+    def __init__(self, script: str, spec: dict, env: dict | None = None, what: str = "process"):
+        self.p = subprocess.Popen([sys.executable, os.path.join(HERE, script), json.dumps(spec)],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=HERE, env=env)
+        line = self.p.stdout.readline()
+        assert line and json.loads(line)["ready"], f"{what} did not start (exit {self.p.poll()})"
+        self.info = json.loads(line)
+
+    def __call__(self, **cmd) -> dict:
+        self.p.stdin.write(json.dumps(cmd) + "\n")
+        self.p.stdin.flush()
+        return json.loads(self.p.stdout.readline())
+
+    def close(self) -> None:
+        self.p.stdin.write("quit\n")
+        self.p.stdin.flush()
+        assert self.p.wait(timeout=20) == 0
