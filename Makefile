@@ -9,7 +9,7 @@ SGLANG_VERSION ?= 0.5.23
 SGLANG_SRC := $(BUILD)/sglang-$(SGLANG_VERSION)
 # Named after how many files are unpacked (below): a tree unpacked before a
 # file was added unpacks again, instead of skipping that file's tests.
-SGLANG_STAMP := $(SGLANG_SRC)/.unpacked-4
+SGLANG_STAMP := $(SGLANG_SRC)/.unpacked-6
 # vLLM's release whose encoder-cache store the tests run (below).
 VLLM_VERSION ?= 0.33.0
 VLLM_SRC := $(BUILD)/vllm-$(VLLM_VERSION)
@@ -89,16 +89,19 @@ rust-bench: build
 	python3 tools/bench/rust_vs_cpp.py --build $(BUILD) --json_out $(BUILD)/rust-bench.json
 
 # SGLang's HiCache interface as released: its storage base class, config,
-# backend factory and its own Mooncake backend (four pure-Python files of its
-# wheel, from PyPI the first time), for python/tests/test_sglang_hicache.py
-# and test_sglang_mooncake_backend.py, which load them with torch stubbed;
+# backend factory and its own Mooncake backend, and its embedding store's
+# base class, factory and Mooncake backend (six pure-Python files of its
+# wheel, from PyPI the first time), for python/tests/test_sglang_hicache.py,
+# test_sglang_mooncake_backend.py and test_sglang_embedding_store.py, which
+# load them with torch stubbed;
 # SGLang itself, torch and CUDA are not installed.
 $(SGLANG_STAMP): $(VENV_DEPS)
 	rm -rf $(SGLANG_SRC) && mkdir -p $(SGLANG_SRC)
 	$(PY) -m pip download -q --no-deps "sglang==$(SGLANG_VERSION)" -d $(SGLANG_SRC)/wheel
 	cd $(SGLANG_SRC) && $(abspath $(PY)) -c "import glob, zipfile; zipfile.ZipFile(glob.glob('wheel/sglang-*.whl')[0]).extractall('.', \
 	    ['sglang/srt/environ.py', 'sglang/srt/mem_cache/hicache_storage.py', 'sglang/srt/mem_cache/storage/backend_factory.py', \
-	     'sglang/srt/mem_cache/storage/mooncake_store/mooncake_store.py'])"
+	     'sglang/srt/mem_cache/storage/mooncake_store/mooncake_store.py', 'sglang/srt/mem_cache/embedding_store.py', \
+	     'sglang/srt/mem_cache/storage/mooncake_store/mooncake_embedding_store.py'])"
 	rm -rf $(SGLANG_SRC)/wheel
 	touch $@
 

@@ -27,6 +27,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from hicache_pools import content, make_pool  # noqa: E402  (tools/common)
 from sglang_interface import load, load_mooncake  # noqa: E402  (tools/common)
 
+from json_process import qualified_name, serve  # noqa: E402
+
 
 def make_backend(spec: dict):
     """(backend, pool) as SGLang makes them."""
@@ -63,23 +65,19 @@ def main() -> None:
     backend, pool = make_backend(spec)
     rank = spec.get("config", {}).get("tp_rank", 0)
     store = getattr(backend, "store", None)
-    print(json.dumps({"ready": True, "backend": f"{type(backend).__module__}.{type(backend).__qualname__}",
-                      "store": f"{type(store).__module__}.{type(store).__qualname__}"}), flush=True)
-    for line in sys.stdin:
-        if line.strip() == "quit":
-            break
-        cmd = json.loads(line)
+
+    def handle(cmd: dict) -> dict:
         if cmd["op"] == "set":
             fill(pool, cmd["hashes"], cmd["slots"], rank)
-            out = {"results": backend.batch_set_v1(cmd["hashes"], pool.indices(cmd["slots"]))}
-        elif cmd["op"] == "get":
+            return {"results": backend.batch_set_v1(cmd["hashes"], pool.indices(cmd["slots"]))}
+        if cmd["op"] == "get":
             for s in cmd["slots"]:
                 pool.fill(s, bytes(pool.page_nbytes()))
             results = backend.batch_get_v1(cmd["hashes"], pool.indices(cmd["slots"]))
-            out = {"results": results, "wrong": check(pool, cmd["hashes"], cmd["slots"], results, cmd["rank"])}
-        else:
-            out = {"prefix": backend.batch_exists(cmd["hashes"])}
-        print(json.dumps(out), flush=True)
+            return {"results": results, "wrong": check(pool, cmd["hashes"], cmd["slots"], results, cmd["rank"])}
+        return {"prefix": backend.batch_exists(cmd["hashes"])}
+
+    serve({"backend": qualified_name(backend), "store": qualified_name(store)}, handle)
     backend.close()
 
 

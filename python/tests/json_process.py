@@ -1,11 +1,13 @@
 """A test's helper process that speaks JSON lines: it prints one object with
 "ready" once started, then answers each command line with one object; the
-line "quit" ends it (exit status 0)."""
+line "quit" ends it (exit status 0). JsonProcess is the test's side, serve()
+the helper's."""
 
 import json
 import os
 import subprocess
 import sys
+from typing import Callable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -27,3 +29,18 @@ class JsonProcess:
         self.p.stdin.write("quit\n")
         self.p.stdin.flush()
         assert self.p.wait(timeout=20) == 0
+
+
+def qualified_name(obj) -> str:
+    """"module.Class" of `obj`'s class, as helpers report what they made."""
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
+def serve(ready: dict, handle: Callable[[dict], dict]) -> None:
+    """The helper's side: prints `ready` (with "ready": true), then answers
+    each command line with handle(command) until "quit" or the end of input."""
+    print(json.dumps({"ready": True, **ready}), flush=True)
+    for line in sys.stdin:
+        if line.strip() == "quit":
+            break
+        print(json.dumps(handle(json.loads(line))), flush=True)

@@ -13,7 +13,6 @@ import time
 import numpy as np
 import pytest
 
-import kvfabric
 from hicache_pools import content
 from json_process import JsonProcess
 from sglang_interface import source_dir

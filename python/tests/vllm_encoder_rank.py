@@ -28,6 +28,7 @@ from types import SimpleNamespace
 import numpy as np
 
 import cpu_torch
+from json_process import qualified_name, serve
 from vllm_interface import load_encoder_store
 
 
@@ -51,13 +52,8 @@ def main() -> int:
     backend = backend_mod.MooncakeEmbeddingStoreBackend(client, namespace,
                                                         max_pending_items=spec["max_pending_items"],
                                                         max_pending_bytes=spec["max_pending_bytes"])
-    print(json.dumps({"ready": True, "namespace": namespace,
-                      "store": type(client.store).__module__ + "." + type(client.store).__name__}), flush=True)
-    for line in sys.stdin:
-        line = line.strip()
-        if line == "quit":
-            break
-        cmd = json.loads(line)
+
+    def handle(cmd: dict) -> dict:
         out = {"error": None}
         try:
             if cmd["op"] == "step":
@@ -91,7 +87,9 @@ def main() -> int:
         except Exception as e:  # noqa: BLE001 - reported to the test, which decides
             out["error"] = f"{type(e).__name__}: {e}"
             out["trace"] = traceback.format_exc()
-        print(json.dumps(out), flush=True)
+        return out
+
+    serve({"namespace": namespace, "store": qualified_name(client.store)}, handle)
     backend.shutdown()
     return 0
 

@@ -1,8 +1,9 @@
 """SGLang's HiCache interface as released, without SGLang installed.
 
-``make test`` unpacks four pure-Python files of SGLang's wheel into
+``make test`` unpacks six pure-Python files of SGLang's wheel into
 ``KVF_SGLANG_SRC`` (its storage base class and config, its backend factory,
-the environment module they read, and its own Mooncake backend). ``load()``
+the environment module they read, its own Mooncake backend, and its
+multimodal embedding store's base class, factory and Mooncake backend). ``load()``
 imports them under their own names with a stand-in for torch (they name
 torch.Tensor only in annotations), without SGLang's package __init__ files
 (which import torch, transformers and the rest). The kvfabric backend is
@@ -77,6 +78,25 @@ def hicache_storage():
 def mooncake_backend_present() -> bool:
     root = source_dir()
     return root is not None and os.path.exists(os.path.join(root, MOONCAKE_BACKEND))
+
+
+EMBEDDING_BACKEND = os.path.join("sglang", "srt", "mem_cache", "storage", "mooncake_store",
+                                 "mooncake_embedding_store.py")
+
+
+def embedding_store_present() -> bool:
+    root = source_dir()
+    return root is not None and os.path.exists(os.path.join(root, EMBEDDING_BACKEND))
+
+
+def load_embedding_store():
+    """SGLang's EmbeddingStoreFactory (its multimodal embedding cache's
+    store), with its "mooncake" backend made loadable as load_mooncake()
+    does for HiCache's."""
+    load_mooncake()
+    if not embedding_store_present():
+        raise RuntimeError(f"SGLang's {EMBEDDING_BACKEND} is not unpacked: run `make check`")
+    return importlib.import_module("sglang.srt.mem_cache.embedding_store").EmbeddingStoreFactory
 
 
 def load_mooncake():
