@@ -22,6 +22,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import DataTable, Footer, Header, Label, Sparkline, Static
 
 from .metrics import from_prometheus, rates
+from .units import latency_bound
 
 HISTORY = 60  # sparkline points (one per refresh)
 
@@ -46,14 +47,6 @@ def _rate(bps: float) -> str:
         if bps >= div:
             return "%.1f %s" % (bps / div, unit)
     return "%.0f B/s" % bps
-
-
-def _seconds(s: Optional[float]) -> str:
-    if s is None:
-        return "-"
-    if s == float("inf"):
-        return ">10 s"
-    return "≤%g µs" % (s * 1e6) if s < 1e-3 else ("≤%g ms" % (s * 1e3) if s < 1 else "≤%g s" % s)
 
 
 def _dom_id(text: str) -> str:
@@ -111,7 +104,8 @@ class EngineView(Static):
         parts = []
         for op, v in sorted((change or {}).get("latency", {}).items()):
             if v["count"]:
-                parts.append("%s latency p50 %s p99 %s" % (op, _seconds(v["p50"]), _seconds(v["p99"])))
+                p50, p99 = (latency_bound(v[q], symbols=True) for q in ("p50", "p99"))
+                parts.append("%s latency p50 %s p99 %s" % (op, p50, p99))
         failures = sum(f["count"] for f in now["failures"])
         parts.append("failures %d (%s)" % (failures, ", ".join(
             "%s %s %d" % (f["op"], f["code"], f["count"]) for f in now["failures"]) or "none"))

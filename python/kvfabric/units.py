@@ -1,10 +1,11 @@
-"""Byte counts: as people write them ("4gb", "512 MiB"), and packed into a buffer."""
+"""Byte counts: as people write them ("4gb", "512 MiB"), and packed into a
+buffer; and latency histogram bounds as people read them ("<=50 us")."""
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
-__all__ = ["parse_bytes", "runs_within"]
+__all__ = ["parse_bytes", "runs_within", "latency_bound"]
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
           "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
@@ -46,3 +47,18 @@ def runs_within(sizes: Sequence[int], capacity: int, too_large: str) -> Iterator
         used += n
     if run:
         yield run
+
+
+def latency_bound(seconds: Optional[float], symbols: bool = False) -> str:
+    """A latency histogram bucket's upper bound (in seconds; None: no data,
+    inf: the overflow bucket, past 10 s) for people: "<=50 us", "<=2 ms",
+    "<=1.5 s", ">10 s", "-"; with ``symbols``, "≤" and "µs" (the terminal
+    UI) instead of the log's ASCII."""
+    if seconds is None:
+        return "-"
+    if seconds == float("inf"):
+        return ">10 s"
+    le, us = ("≤", "µs") if symbols else ("<=", "us")
+    if seconds < 1e-3:
+        return "%s%g %s" % (le, seconds * 1e6, us)
+    return "%s%g ms" % (le, seconds * 1e3) if seconds < 1 else "%s%g s" % (le, seconds)

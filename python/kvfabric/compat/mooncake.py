@@ -36,6 +36,7 @@ from typing import Callable, List, Optional, Sequence
 
 from ..engine import Engine, OpCode, TaskState, buffer_address, unsigned
 from ..errors import InvalidArgumentError, KvfabricError
+from ..units import latency_bound
 
 # Module attributes Mooncake's binding sets from its build flags. kvfabric
 # reaches EFA and CUDA memory at run time; the vendor transports it lacks.
@@ -360,21 +361,12 @@ class _ThroughputLog(threading.Thread):
             read = sum(x["read_rate"] for x in r["rails"])
             if write + read > 0 or r["failures"]:
                 lat = "; ".join(
-                    "%s latency p50 %s, p99 %s" % (op, _us(v["p50"]), _us(v["p99"]))
+                    "%s latency p50 %s, p99 %s" % (op, latency_bound(v["p50"]), latency_bound(v["p99"]))
                     for op, v in sorted(r["latency"].items()) if v["count"])
                 _log("info", "throughput %.1f MB/s (write %.1f, read %.1f) over %.1f s, %.0f requests/s%s%s" % (
                     (write + read) / 1e6, write / 1e6, read / 1e6, t1 - t0, r["requests"],
                     "; " + lat if lat else "", "; %d failed" % r["failures"] if r["failures"] else ""))
             last, t0 = now, t1
-
-
-def _us(seconds) -> str:
-    """A latency bucket bound for the log: "<=50 us", ">10 s"."""
-    if seconds is None:
-        return "-"
-    if seconds == float("inf"):
-        return ">10 s"
-    return "<=%g us" % (seconds * 1e6) if seconds < 1e-3 else "<=%g ms" % (seconds * 1e3)
 
 
 def start_engine(local_hostname: str, metadata_server: str, protocol: str, device_name: str = "",
