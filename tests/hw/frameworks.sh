@@ -4,12 +4,13 @@
 # See tests/hw/README.md. It has not run yet: no machine of this project has
 # a GPU.
 #
-#   tests/hw/frameworks.sh [--model MODEL] [--protocol P] [--python PY] [--out FILE]
+#   tests/hw/frameworks.sh [--model MODEL] [--protocol P] [--python PY] [--pool SIZE] [--out FILE]
 #                          [--only sglang|sglang-mooncake|vllm] [--check]
 #
 #   --model MODEL   a model both frameworks serve (default Qwen/Qwen2.5-1.5B-Instruct)
 #   --protocol P    the store's fabric: efa (default when fi_info finds one), tcp
 #   --python PY     the Python with kvfabric and the frameworks installed (default python3)
+#   --pool SIZE     each store node's pool (default 8gb)
 #   --out FILE      the report (default: tests/hw/frameworks-<host>-<date>.md)
 #   --only STEP     one step
 #   --check         only say what this host has for the runbook
@@ -26,14 +27,19 @@
 #                    (docs/vllm.md): B's vllm:external_prefix_cache_hits > 0
 # The report also says whether B's greedy answer matches A's, word for word:
 # KV pages that came back wrong would change it.
+#
+# KVF_HW_FAKE_FRAMEWORK=server.py (the tests' only): that stand-in HTTP
+# server replaces both frameworks, and no GPU is needed, so the runbook's
+# own plumbing is tested where there are none (python/tests/test_hw_runbook.py).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-model=Qwen/Qwen2.5-1.5B-Instruct protocol="" py=python3 out="" only="" check=0
+model=Qwen/Qwen2.5-1.5B-Instruct protocol="" py=python3 pool=8gb out="" only="" check=0
 while [ $# -gt 0 ]; do
   case $1 in
     --model) model=$2; shift 2 ;;
     --protocol) protocol=$2; shift 2 ;;
     --python) py=$2; shift 2 ;;
+    --pool) pool=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --only) only=$2; shift 2 ;;
     --check) check=1; shift ;;
@@ -45,12 +51,19 @@ if [ -z "$protocol" ]; then
   fi_info -p efa -t FI_EP_RDM >/dev/null 2>&1 && protocol=efa
 fi
 
+fake=${KVF_HW_FAKE_FRAMEWORK:-}
+settle=10  # seconds for A's pages to reach the store
+[ -n "$fake" ] && settle=1
+
 # What the host has.
-has() { "$py" -c "import $1" >/dev/null 2>&1; }
-shim_on() { "$py" -c "import mooncake.store as m, sys; sys.exit('kvfabric' not in m.__file__)" >/dev/null 2>&1; }
+has() { [ -n "$fake" ] && [ "$1" != kvfabric ] || "$py" -c "import $1" >/dev/null 2>&1; }
+shim_on() {
+  [ -n "$fake" ] || "$py" -c "import mooncake.store as m, sys; sys.exit('kvfabric' not in m.__file__)" >/dev/null 2>&1
+}
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 missing=()
-[ "$gpus" -ge 2 ] || missing+=("fewer than two GPUs here (nvidia-smi -L lists $gpus): A and B need one each")
+[ "$gpus" -ge 2 ] || [ -n "$fake" ] ||
+  missing+=("fewer than two GPUs here (nvidia-smi -L lists $gpus): A and B need one each")
 has kvfabric || missing+=("$py cannot import kvfabric (pip install /path/to/kvfabric, or --python)")
 notes=()
 has sglang || notes+=("no sglang in $py: its steps are skipped (pip install sglang)")
@@ -76,21 +89,23 @@ stop_all() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/
 trap 'stop_all; rm -rf "$log"' EXIT
 free_port() { "$py" -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])"; }
 wait_http() {  # $1: URL answering 200 once the server is up, $2: its log
-  for _ in $(seq 1 900); do
+  for _ in $(seq 1 4500); do
     curl -sf -m 2 "$1" >/dev/null 2>&1 && return 0
-    sleep 1
+    sleep 0.2
   done
   echo "not up after 15 min: $1; the end of its log:"; tail -30 "$2"; return 1
 }
 
-# The store: two nodes on this host, 8 GiB each; the instances are clients.
+# The store: two nodes on this host, --pool each; the instances are clients.
 members="127.0.0.1:$(free_port),127.0.0.1:$(free_port)"
 for m in ${members//,/ }; do
-  "$py" -m kvfabric store-node --pool 8gb --listen "$m" --members "$members" --protocol "$protocol" \
+  "$py" -m kvfabric store-node --pool "$pool" --listen "$m" --members "$members" --protocol "$protocol" \
     >"$log/node-${m##*:}" 2>&1 &
   pids+=($!)
 done
-sleep 3
+for m in ${members//,/ }; do  # each prints its name once it serves
+  for _ in $(seq 1 300); do grep -q '"name"' "$log/node-${m##*:}" && break; sleep 0.1; done
+done
 store_pids=("${pids[@]}")
 
 # One long prompt (a few thousand tokens: many KV pages), the same each time.
@@ -117,6 +132,7 @@ EOF
 # asks A then B, and writes B's verdict; $1: kind, $2: title.
 two_instances() {
   local kind=$1 title=$2; shift 2
+  [ -n "$fake" ] && set -- "$py" "$fake" --kind "$kind"
   local pa pb; pa=$(free_port); pb=$(free_port)
   echo "- $title" >>"$out"
   local health=/health
@@ -128,7 +144,7 @@ two_instances() {
     status=1; return
   fi
   ask "$kind" "http://127.0.0.1:$pa" >"$log/ans-a" 2>&1
-  sleep 10  # A's pages reach the store (written through, in the background)
+  sleep "$settle"  # A's pages reach the store (written through, in the background)
   ask "$kind" "http://127.0.0.1:$pb" >"$log/ans-b" 2>&1
   curl -s "http://127.0.0.1:$pb/metrics" >"$log/metrics-b" 2>/dev/null
   "$py" - "$kind" "$log" >>"$out" <<'EOF' || status=1
