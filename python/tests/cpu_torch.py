@@ -3,7 +3,9 @@ tensors, over numpy arrays: real host memory at real addresses, so the store
 moves their bytes as it would a torch tensor's.
 
 torch is not installed here (its PyPI wheels need CUDA's libraries), and
-the code under test (vllm_interface.py) calls only this much of it:
+the code under test (vllm_interface.py) calls only this much of it, on
+CPU tensors (vLLM moves GPU encoder outputs in production; that path, GPU
+pointers, pinned buffers and events, is not stood in for):
 ``empty``, ``from_numpy``, ``device``, the dtypes by name, and a tensor's
 ``data_ptr``, ``nbytes``, ``numel``, ``element_size``, ``shape``, ``ndim``,
 ``dtype`` (printed as ``torch.float16``), ``device.type``,
@@ -100,7 +102,12 @@ class Tensor:
         return Tensor(self._a[index], self.dtype)
 
     def copy_(self, src: "Tensor", non_blocking: bool = False) -> "Tensor":
-        np.copyto(self._a, src._a.view(self._a.dtype).reshape(self._a.shape))
+        # torch would convert values and broadcast; only the byte-for-byte
+        # case vLLM uses is stood in for, anything else is an error.
+        if src.dtype is not self.dtype or src.numel() != self.numel():
+            raise NotImplementedError(f"cpu_torch: copy_ of {src.dtype} x {src.numel()} into "
+                                      f"{self.dtype} x {self.numel()} (same dtype and count only)")
+        np.copyto(self._a, src._a.reshape(self._a.shape))
         return self
 
     def untyped_storage(self) -> UntypedStorage:

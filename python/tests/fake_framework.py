@@ -5,13 +5,16 @@ runbook's own test (test_hw_runbook.py): answers /health, SGLang's /generate
 
     fake_framework.py --kind sglang|vllm --port N [anything else, ignored]
 
-FAKE_STORAGE_HITS (default 2944) is the store hits it reports."""
+FAKE_STORAGE_HITS (default 2944) is the store hits it reports; with
+FAKE_EXIT set it exits at once, as a framework that failed to start."""
 
 import json
 import os
 import sys
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
+if os.environ.get("FAKE_EXIT"):
+    sys.exit(3)
 PORT = int(sys.argv[sys.argv.index("--port") + 1])
 HITS = int(os.environ.get("FAKE_STORAGE_HITS", "2944"))
 

@@ -12,12 +12,15 @@ registers one pool tensor of pages with the store (register_buffer) and moves
 embeddings between pool pages and the store. Prints {"ready": true, "store":
 its store's class}, then answers one JSON line per command line:
 
-- {"op": "put", "hashes", "pages": [[page...] per hash], "multi": bool}:
-  fills each hash's pages with its content, then batch_put_from_multi_buffers
-  (one buffer per page, as SGLang's controller does) or, with multi false,
-  batch_put of each hash's first page -> {"results": [...]}
-- {"op": "get", ...the same}: zeroes the pages, reads them back, and checks
-  each one reported as got -> {"results": [...], "wrong": n}
+- {"op": "put", "hashes", "runs": [[[first page, pages]...] per hash],
+  "nbytes": [bytes per hash], "multi": bool}: fills each hash's bytes into
+  its runs of pool pages, then puts them as SGLang's controller does
+  (_build_storage_transfer_buffers): one buffer per run of contiguous pages,
+  the last cut to the embedding's bytes; batch_put_from_multi_buffers, or
+  with multi false batch_put of one run -> {"results": [...]}
+- {"op": "get", ...the same}: zeroes the runs, reads them back the same way
+  (a reader's runs may split the bytes differently from the writer's), and
+  checks each one reported as got -> {"results": [...], "wrong": n}
 - {"op": "exists", "hashes"} -> {"results": [...]}
 - "quit"
 """
@@ -51,29 +54,44 @@ def main() -> int:
     mem = pool.numpy()
     base = pool.data_ptr()
 
+    def buffers(runs: list, nbytes: int) -> tuple[list[int], list[int]]:
+        """SGLang's _build_storage_transfer_buffers: (ptrs, sizes), one per run."""
+        ptrs, sizes = [], []
+        for first, pages in runs:
+            if nbytes <= 0:
+                break
+            n = min(pages * page, nbytes)
+            ptrs.append(base + first * page)
+            sizes.append(n)
+            nbytes -= n
+        return ptrs, sizes
+
+    def spans(ptrs: list[int], sizes: list[int]):
+        return [mem[p - base:p - base + n] for p, n in zip(ptrs, sizes)]
+
     def handle(cmd: dict) -> dict:
         hashes = cmd["hashes"]
         if cmd["op"] == "exists":
             return {"results": store.batch_is_exist(hashes)}
-        pages = cmd["pages"] if cmd["multi"] else [p[:1] for p in cmd["pages"]]
-        ptrs = [[base + p * page for p in ps] for ps in pages]
-        sizes = [[page] * len(ps) for ps in pages]
+        ptrs, sizes = zip(*(buffers(r, n) for r, n in zip(cmd["runs"], cmd["nbytes"]))) if hashes else ((), ())
         if cmd["op"] == "put":
-            for h, ps in zip(hashes, pages):
-                data = content(h, page * len(ps))
-                for k, p in enumerate(ps):
-                    mem[p * page:(p + 1) * page] = data[k * page:(k + 1) * page]
-            return {"results": store.batch_put_from_multi_buffers(hashes, ptrs, sizes) if cmd["multi"] else
-                    store.batch_put(hashes, [p[0] for p in ptrs], [s[0] for s in sizes])}
-        for ps in pages:
-            for p in ps:
-                mem[p * page:(p + 1) * page] = 0
-        results = (store.batch_get_into_multi_buffers(hashes, ptrs, sizes) if cmd["multi"] else
-                   store.batch_get(hashes, [p[0] for p in ptrs], [s[0] for s in sizes]))
-        wrong = 0
-        for h, ps, ok in zip(hashes, pages, results):
-            got = np.concatenate([mem[p * page:(p + 1) * page] for p in ps])
-            wrong += bool(ok) and not np.array_equal(got, content(h, page * len(ps)))
+            for h, n, ps, ss in zip(hashes, cmd["nbytes"], ptrs, sizes):
+                data, at = content(h, n), 0
+                for view in spans(ps, ss):
+                    view[:] = data[at:at + len(view)]
+                    at += len(view)
+            if cmd["multi"]:
+                return {"results": store.batch_put_from_multi_buffers(hashes, list(ptrs), list(sizes))}
+            return {"results": store.batch_put(hashes, [p[0] for p in ptrs], [s[0] for s in sizes])}
+        for ps, ss in zip(ptrs, sizes):
+            for view in spans(ps, ss):
+                view[:] = 0
+        if cmd["multi"]:
+            results = store.batch_get_into_multi_buffers(hashes, list(ptrs), list(sizes))
+        else:
+            results = store.batch_get(hashes, [p[0] for p in ptrs], [s[0] for s in sizes])
+        wrong = sum(bool(ok) and not np.array_equal(np.concatenate(spans(ps, ss)), content(h, n))
+                    for h, n, ps, ss, ok in zip(hashes, cmd["nbytes"], ptrs, sizes, results))
         return {"results": results, "wrong": wrong}
 
     serve({"backend": qualified_name(store), "store": qualified_name(store.store)}, handle)

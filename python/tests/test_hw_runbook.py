@@ -38,3 +38,14 @@ def test_the_runbook_fails_when_b_computed_the_prompt_itself(tmp_path):
     p, report = run(tmp_path, "--only", "vllm", KVF_HW_FAKE_FRAMEWORK=os.path.join(HERE, "fake_framework.py"),
                     FAKE_STORAGE_HITS="0")
     assert p.returncode == 1 and report.count("**FAIL**") == 1 and "- PASS" not in report, report
+
+
+def test_an_instance_that_exits_fails_its_step_at_once(tmp_path):
+    p, report = run(tmp_path, "--only", "sglang", KVF_HW_FAKE_FRAMEWORK=os.path.join(HERE, "fake_framework.py"),
+                    FAKE_EXIT="1")
+    assert p.returncode == 1 and "the instances did not start" in report and "exited before serving" in report, report
+
+
+def test_an_unknown_step_is_refused(tmp_path):
+    p, report = run(tmp_path, "--only", "sglang-typo")
+    assert p.returncode == 2 and "no such step" in p.stderr and report == ""

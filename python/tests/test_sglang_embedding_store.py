@@ -41,21 +41,27 @@ def test_sglangs_embedding_store_puts_and_another_instance_gets_byte_exact(nodes
                                     "MooncakeEmbeddingStore"
         assert a.info["store"] == "kvfabric.compat.mooncake_store.MooncakeDistributedStore"
         images = ["img-a", "img-b", "img-c"]
-        pages = [[0, 1, 2], [5, 3], [9]]  # an embedding spans pool pages, in any order
+        # Runs of pool pages, the last cut to the embedding's bytes, as
+        # SGLang's controller builds them; the reader's runs split the same
+        # bytes differently.
+        nbytes = [2 * PAGE + 1000, 2 * PAGE, 300]
         assert b(op="exists", hashes=images)["results"] == [False] * 3
-        assert a(op="put", hashes=images, pages=pages, multi=True)["results"] == [True] * 3
+        put = a(op="put", hashes=images, runs=[[[0, 1], [4, 2]], [[8, 2]], [[12, 1]]], nbytes=nbytes, multi=True)
+        assert put["results"] == [True] * 3
         assert b(op="exists", hashes=images + ["img-z"])["results"] == [True] * 3 + [False]
-        got = b(op="get", hashes=images, pages=[[10, 11, 12], [20, 21], [30]], multi=True)
+        got = b(op="get", hashes=images, runs=[[[20, 3]], [[24, 1], [30, 1]], [[40, 1]]], nbytes=nbytes, multi=True)
         assert got["results"] == [True] * 3 and got["wrong"] == 0
         # A put of embeddings partly stored already: SGLang asks which exist
         # and puts the rest (the stored ones are True without a put).
         more = ["img-c", "img-d"]
-        assert b(op="put", hashes=more, pages=[[30], [40, 41]], multi=True)["results"] == [True, True]
-        got = a(op="get", hashes=more, pages=[[50], [51, 52]], multi=True)
+        put = b(op="put", hashes=more, runs=[[[40, 1]], [[44, 2]]], nbytes=[300, PAGE + 7], multi=True)
+        assert put["results"] == [True, True]
+        got = a(op="get", hashes=more, runs=[[[50, 1]], [[51, 1], [53, 1]]], nbytes=[300, PAGE + 7], multi=True)
         assert got["results"] == [True, True] and got["wrong"] == 0
         # The single-buffer calls, and a miss, which is False, never bytes.
-        assert a(op="put", hashes=["img-e"], pages=[[60]], multi=False)["results"] == [True]
-        got = b(op="get", hashes=["img-e", "img-never"], pages=[[61], [62]], multi=False)
+        assert a(op="put", hashes=["img-e"], runs=[[[60, 1]]], nbytes=[PAGE], multi=False)["results"] == [True]
+        got = b(op="get", hashes=["img-e", "img-never"], runs=[[[61, 1]], [[62, 1]]], nbytes=[PAGE, PAGE],
+                multi=False)
         assert got["results"] == [True, False] and got["wrong"] == 0
     finally:
         a.close()
@@ -67,16 +73,17 @@ def test_a_dead_node_is_false_for_its_embeddings_never_an_exception(nodes):
     a, b = Instance(nodes), Instance(nodes)
     try:
         images = [f"img-{i}" for i in range(24)]
-        pages = [[i * 2, i * 2 + 1] for i in range(24)]
-        assert a(op="put", hashes=images, pages=pages, multi=True)["results"] == [True] * 24
+        runs = [[[i * 2, 2]] for i in range(24)]
+        nbytes = [2 * PAGE - 100] * 24
+        assert a(op="put", hashes=images, runs=runs, nbytes=nbytes, multi=True)["results"] == [True] * 24
         nodes.kill(0)
-        got = b(op="get", hashes=images, pages=pages, multi=True)
+        got = b(op="get", hashes=images, runs=runs, nbytes=nbytes, multi=True)
         assert 0 < sum(got["results"]) < 24 and got["wrong"] == 0
         exists = b(op="exists", hashes=images)["results"]
         assert [bool(r) for r in got["results"]] == exists, "what exists is what reads"
         # Putting them again: the stored ones are True without a put (SGLang
         # asks first), and the dead node's share is a result, not an exception.
-        again = b(op="put", hashes=images, pages=pages, multi=True)["results"]
+        again = b(op="put", hashes=images, runs=runs, nbytes=nbytes, multi=True)["results"]
         assert all(again[i] for i, e in enumerate(exists) if e)
     finally:
         a.close()

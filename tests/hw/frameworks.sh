@@ -46,6 +46,10 @@ while [ $# -gt 0 ]; do
     *) echo "frameworks.sh: unknown argument $1 (see the header of $0)" >&2; exit 2 ;;
   esac
 done
+case $only in
+  ""|sglang|sglang-mooncake|vllm) ;;
+  *) echo "frameworks.sh: --only $only: no such step (sglang, sglang-mooncake, vllm)" >&2; exit 2 ;;
+esac
 if [ -z "$protocol" ]; then
   protocol=tcp
   fi_info -p efa -t FI_EP_RDM >/dev/null 2>&1 && protocol=efa
@@ -88,9 +92,10 @@ pids=()
 stop_all() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; pids=(); }
 trap 'stop_all; rm -rf "$log"' EXIT
 free_port() { "$py" -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])"; }
-wait_http() {  # $1: URL answering 200 once the server is up, $2: its log
+wait_http() {  # $1: URL answering 200 once the server is up, $2: its log, $3: its pid
   for _ in $(seq 1 4500); do
     curl -sf -m 2 "$1" >/dev/null 2>&1 && return 0
+    kill -0 "$3" 2>/dev/null || { echo "it exited before serving $1; the end of its log:"; tail -30 "$2"; return 1; }
     sleep 0.2
   done
   echo "not up after 15 min: $1; the end of its log:"; tail -30 "$2"; return 1
@@ -105,6 +110,8 @@ for m in ${members//,/ }; do
 done
 for m in ${members//,/ }; do  # each prints its name once it serves
   for _ in $(seq 1 300); do grep -q '"name"' "$log/node-${m##*:}" && break; sleep 0.1; done
+  grep -q '"name"' "$log/node-${m##*:}" ||
+    { echo "frameworks.sh: the store node at $m did not start:"; tail -20 "$log/node-${m##*:}"; exit 1; }
 done
 store_pids=("${pids[@]}")
 
@@ -128,6 +135,13 @@ print(json.dumps(json.load(urllib.request.urlopen(req, timeout=600))))
 EOF
 }
 
+# Stops the serving instances, keeping the store nodes.
+stop_instances() {
+  local mine=("${pids[@]:${#store_pids[@]}}")
+  [ ${#mine[@]} -gt 0 ] && { kill "${mine[@]}" 2>/dev/null; wait "${mine[@]}" 2>/dev/null; }
+  pids=("${store_pids[@]}")
+}
+
 # Starts A and B with "$@" (the framework's command, without ports), waits,
 # asks A then B, and writes B's verdict; $1: kind, $2: title.
 two_instances() {
@@ -135,13 +149,17 @@ two_instances() {
   [ -n "$fake" ] && set -- "$py" "$fake" --kind "$kind"
   local pa pb; pa=$(free_port); pb=$(free_port)
   echo "- $title" >>"$out"
-  local health=/health
-  CUDA_VISIBLE_DEVICES=0 "$@" --port "$pa" >"$log/a" 2>&1 & pids+=($!)
-  CUDA_VISIBLE_DEVICES=1 "$@" --port "$pb" >"$log/b" 2>&1 & pids+=($!)
-  if ! wait_http "http://127.0.0.1:$pa$health" "$log/a" >"$log/why" || \
-     ! wait_http "http://127.0.0.1:$pb$health" "$log/b" >>"$log/why"; then
+  # Each its own IPC directory: vLLM's store connector names its lookup
+  # socket after the host and DP rank only, so two instances would share one.
+  mkdir -p "$log/rpc-a" "$log/rpc-b"
+  CUDA_VISIBLE_DEVICES=0 VLLM_RPC_BASE_PATH=$log/rpc-a "$@" --port "$pa" >"$log/a" 2>&1 & pids+=($!)
+  local pid_a=$!
+  CUDA_VISIBLE_DEVICES=1 VLLM_RPC_BASE_PATH=$log/rpc-b "$@" --port "$pb" >"$log/b" 2>&1 & pids+=($!)
+  local pid_b=$!
+  if ! wait_http "http://127.0.0.1:$pa/health" "$log/a" "$pid_a" >"$log/why" || \
+     ! wait_http "http://127.0.0.1:$pb/health" "$log/b" "$pid_b" >>"$log/why"; then
     { echo "  - **FAIL**: the instances did not start"; echo; echo '```'; cat "$log/why"; echo '```'; } >>"$out"
-    status=1; return
+    status=1; stop_instances; return
   fi
   ask "$kind" "http://127.0.0.1:$pa" >"$log/ans-a" 2>&1
   sleep "$settle"  # A's pages reach the store (written through, in the background)
@@ -169,9 +187,10 @@ same = "the same" if text(a) == text(b) else "**not** the same (greedy, so KV th
 print(f"  - {'PASS' if hits > 0 else '**FAIL**'}: {what}; B's answer is {same} as A's")
 sys.exit(0 if hits > 0 else 1)
 EOF
-  { echo; echo "  A's log (tail):"; echo; echo '```'; tail -15 "$log/a"; echo '```'; } >>"$out"
-  kill "${pids[@]:${#store_pids[@]}}" 2>/dev/null; wait "${pids[@]:${#store_pids[@]}}" 2>/dev/null
-  pids=("${store_pids[@]}")
+  for x in a b; do
+    { echo; echo "  $(tr ab AB <<<"$x")'s log (tail):"; echo; echo '```'; tail -15 "$log/$x"; echo '```'; } >>"$out"
+  done
+  stop_instances
 }
 
 {
@@ -184,8 +203,12 @@ EOF
   echo
 } >"$out"
 
+# Host pools of a fixed size (both instances start at once, and would each
+# size theirs from the same free memory), and B waits for its prefetch from
+# the store to complete, so its verdict does not depend on timing.
 hicache=(--page-size 64 --enable-hierarchical-cache --hicache-mem-layout page_first
-         --hicache-write-policy write_through --mem-fraction-static 0.6)
+         --hicache-write-policy write_through --hicache-size 8 --hicache-storage-prefetch-policy wait_complete
+         --mem-fraction-static 0.6)
 step() { [ -z "$only" ] || [ "$only" = "$1" ]; }
 if step sglang; then
   if has sglang; then
