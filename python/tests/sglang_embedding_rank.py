@@ -28,7 +28,6 @@ its store's class}, then answers one JSON line per command line:
 import json
 import os
 import sys
-import zlib
 
 import numpy as np
 
@@ -36,11 +35,13 @@ import cpu_torch
 from json_process import qualified_name, serve
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "common"))
+from hicache_pools import content as page_content  # noqa: E402  (tools/common)
 from sglang_interface import load_embedding_store  # noqa: E402  (tools/common)
 
 
 def content(h: str, nbytes: int) -> np.ndarray:
-    return np.random.default_rng(zlib.crc32(h.encode())).integers(0, 256, nbytes, dtype=np.uint8)
+    """The bytes of embedding `h` (hicache_pools' page content, one rank)."""
+    return np.frombuffer(page_content(h, 0, nbytes), dtype=np.uint8)
 
 
 def main() -> int:

@@ -20,6 +20,7 @@ in vLLM. Prints {"ready": true, ...}, then answers one JSON command per line:
 """
 
 import json
+import os
 import sys
 import time
 import traceback
@@ -31,12 +32,15 @@ import cpu_torch
 from json_process import qualified_name, serve
 from vllm_interface import load_encoder_store
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "common"))
+from hicache_pools import content as page_content  # noqa: E402  (tools/common)
+
 
 def pattern(item: dict) -> np.ndarray:
     """The encoder output of `item`: its seed's bytes, in its shape and dtype."""
     dt = getattr(cpu_torch, item["dtype"])
     nbytes = int(np.prod(item["shape"])) * dt.itemsize
-    raw = np.random.default_rng(item["seed"]).integers(0, 256, nbytes, dtype=np.uint8)
+    raw = np.frombuffer(page_content(f"seed-{item['seed']}", 0, nbytes), dtype=np.uint8)
     return raw.view(dt.np).reshape(item["shape"])
 
 

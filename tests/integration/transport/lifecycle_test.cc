@@ -36,6 +36,21 @@ class EngineLifecycleTest : public TransportFixture {
     Status s = engine_->OpenSegment(target_->name, &seg_);
     ASSERT_TRUE(s.ok()) << s.ToString();
   }
+  // Stops the target (SIGSTOP) and submits one 4 KiB write to it: on shm,
+  // a fresh endpoint's first post, which sends its name the target cannot
+  // read while stopped.
+  void SubmitToAStoppedTarget(BatchId* b) {
+    ASSERT_TRUE(target_->Freeze());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // SIGSTOP lands asynchronously
+    ASSERT_NO_FATAL_FAILURE(SubmitBatch({Req(OpCode::kWrite, 0, 0, 4096)}, b));
+  }
+  // The target still serves: its segment opens again and a write lands.
+  void ExpectTargetServes(uint32_t seed) {
+    Status s = engine_->OpenSegment(target_->name, &seg_);
+    ASSERT_TRUE(s.ok()) << "the target stopped serving: " << s.ToString();
+    EXPECT_TRUE(WritePattern(0, 0, MiB, seed).ok());
+    EXPECT_EQ(target_->Check(0, MiB, seed), MiB);
+  }
 };
 
 constexpr size_t kWriters = 4;
@@ -142,10 +157,8 @@ TEST_P(EngineLifecycleTest, ClosingRightAfterTheFirstPostLeavesTheTargetServing)
     if (round > 0) {
       ASSERT_NO_FATAL_FAILURE(Restart()) << "round " << round << ": the target stopped serving";
     }
-    ASSERT_TRUE(target_->Freeze());
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // SIGSTOP lands asynchronously
     BatchId b;
-    ASSERT_NO_FATAL_FAILURE(SubmitBatch({Req(OpCode::kWrite, 0, 0, 4096)}, &b));
+    ASSERT_NO_FATAL_FAILURE(SubmitToAStoppedTarget(&b));
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // posted: refused, the name sent
     std::thread thaw([this] {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -157,8 +170,7 @@ TEST_P(EngineLifecycleTest, ClosingRightAfterTheFirstPostLeavesTheTargetServing)
     EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3)) << "round " << round;
   }
   ASSERT_NO_FATAL_FAILURE(Restart()) << "the target stopped serving";
-  EXPECT_TRUE(WritePattern(0, 0, MiB, 78).ok());
-  EXPECT_EQ(target_->Check(0, MiB, 78), MiB);
+  ASSERT_NO_FATAL_FAILURE(ExpectTargetServes(78));
 }
 
 // The same when the segment closes instead of the engine: the endpoint
@@ -168,10 +180,8 @@ TEST_P(EngineLifecycleTest, ClosingTheSegmentRightAfterTheFirstPostLeavesTheTarg
   cfg_.settings.transfer_timeout_ms = 100;
   cfg_.settings.rail_stall_ms = 300;  // shorter than the target's stop after the request ended
   ASSERT_NO_FATAL_FAILURE(Start());
-  ASSERT_TRUE(target_->Freeze());
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
   BatchId b;
-  ASSERT_NO_FATAL_FAILURE(SubmitBatch({Req(OpCode::kWrite, 0, 0, 4096)}, &b));
+  ASSERT_NO_FATAL_FAILURE(SubmitToAStoppedTarget(&b));
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // posted: refused, the name sent
   ASSERT_TRUE(engine_->CloseSegment(seg_).ok());
   TransferStatus st;
@@ -181,10 +191,7 @@ TEST_P(EngineLifecycleTest, ClosingTheSegmentRightAfterTheFirstPostLeavesTheTarg
   std::this_thread::sleep_for(std::chrono::milliseconds(600));  // the slot is quiet: its endpoint may close
   ASSERT_TRUE(target_->Thaw());
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  Status s = engine_->OpenSegment(target_->name, &seg_);
-  ASSERT_TRUE(s.ok()) << "the target stopped serving: " << s.ToString();
-  EXPECT_TRUE(WritePattern(0, 0, MiB, 79).ok());
-  EXPECT_EQ(target_->Check(0, MiB, 79), MiB);
+  ASSERT_NO_FATAL_FAILURE(ExpectTargetServes(79));
   // The probe waited 600 ms for the stopped target, twice the stall time,
   // and the rail stayed in service: a waiting probe is no stalled link.
   EngineStats stats;
@@ -200,10 +207,8 @@ TEST_P(EngineLifecycleTest, ClosingTheSegmentOfAPeerThatRefusedTooLongLeavesItSe
   cfg_.settings.handshake_timeout_ms = 1000;  // the connect time: refusals for this long fail a request
   cfg_.settings.transfer_timeout_ms = 10000;
   ASSERT_NO_FATAL_FAILURE(Start());
-  ASSERT_TRUE(target_->Freeze());
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
   BatchId b;
-  ASSERT_NO_FATAL_FAILURE(SubmitBatch({Req(OpCode::kWrite, 0, 0, 4096)}, &b));
+  ASSERT_NO_FATAL_FAILURE(SubmitToAStoppedTarget(&b));
   TransferStatus st;
   ASSERT_TRUE(engine_->WaitBatch(b, 8000, &st).ok());
   if (GetParam().protocol == "shm") {
@@ -215,10 +220,7 @@ TEST_P(EngineLifecycleTest, ClosingTheSegmentOfAPeerThatRefusedTooLongLeavesItSe
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   ASSERT_TRUE(target_->Thaw());
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  Status s = engine_->OpenSegment(target_->name, &seg_);
-  ASSERT_TRUE(s.ok()) << "the target stopped serving: " << s.ToString();
-  EXPECT_TRUE(WritePattern(0, 0, MiB, 80).ok());
-  EXPECT_EQ(target_->Check(0, MiB, 80), MiB);
+  ASSERT_NO_FATAL_FAILURE(ExpectTargetServes(80));
 }
 
 // Close wakes a WaitBatch that would otherwise wait for its deadline (the
