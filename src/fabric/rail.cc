@@ -8,6 +8,7 @@
 #include <sys/uio.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 
@@ -57,6 +58,25 @@ uint8_t probe_sink[64];
 
 }  // namespace
 
+std::string Rail::NameShmEndpoint() {
+  if (info_.provider != "shm") return std::string();
+  // The region's file in /dev/shm takes this name (see shm_regions.h).
+  std::string name = ShmEndpointName();
+  free(info_copy_->src_addr);
+  info_copy_->src_addr = strdup(name.c_str());
+  info_copy_->src_addrlen = info_copy_->src_addr != nullptr ? name.size() + 1 : 0;
+  return name;
+}
+
+void Rail::HoldShmRegion(const std::string& name, ShmRegionHold* hold) {
+  if (name.empty()) return;
+  std::string why;
+  if (!hold->Take("/dev/shm", name, &why))
+    KVF_LOG_WARN("{}: cannot hold the shm region {} ({}); another kvfabric process may remove its file once this "
+                 "process is out of its sight (another pid namespace), and new peers then fail to connect",
+                 label_, name, why);
+}
+
 MemoryRegion::~MemoryRegion() { CloseFid(mr_ ? &mr_->fid : nullptr); }
 
 Rail::Rail(const fi_info* info, const RailOptions& options, size_t index)
@@ -94,7 +114,12 @@ Status Rail::Open(const fi_info* info, const RailOptions& options, size_t index,
   if (options.max_slice_bytes > 0 && options.max_slice_bytes < max_msg) max_msg = options.max_slice_bytes;
   r->info_.max_msg_size = max_msg;
 
-  if (r->info_.provider == "shm") RemoveStaleShmRegionsOfThisPid();
+  if (r->info_.provider == "shm") {
+    RemoveStaleShmRegionsOfThisPid();
+    RemoveAbandonedShmRegionsOnce();
+  }
+  r->info_copy_ = fi_dupinfo(info);
+  if (r->info_copy_ == nullptr) return Status::FabricError(where + ": fi_dupinfo failed (out of memory)");
   int rc = fi_fabric(info->fabric_attr, &r->fabric_, nullptr);
   if (rc) return Status::FabricError(where + ": " + FiError("fi_fabric", rc));
   rc = fi_domain(r->fabric_, const_cast<fi_info*>(info), &r->domain_, nullptr);
@@ -123,7 +148,8 @@ Status Rail::Open(const fi_info* info, const RailOptions& options, size_t index,
   if (cq_attr.size > 0 && cq_attr.size < depth) depth = cq_attr.size;
   r->info_.tx_depth = depth;
 
-  rc = fi_endpoint(r->domain_, const_cast<fi_info*>(info), &r->ep_, nullptr);
+  const std::string shm_name = r->NameShmEndpoint();
+  rc = fi_endpoint(r->domain_, r->info_copy_, &r->ep_, nullptr);
   if (rc) return Status::FabricError(where + ": " + FiError("fi_endpoint", rc));
   rc = fi_ep_bind(r->ep_, &r->av_->fid, 0);
   if (rc) return Status::FabricError(where + ": " + FiError("fi_ep_bind(av)", rc));
@@ -151,6 +177,7 @@ Status Rail::Open(const fi_info* info, const RailOptions& options, size_t index,
   if (efa) SetEfaOptionsBeforeEnable(calls, options.efa_rnr_retry, &r->efa_report_);
   rc = fi_enable(r->ep_);
   if (rc) return Status::FabricError(where + ": " + FiError("fi_enable", rc));
+  r->HoldShmRegion(shm_name, &r->main_hold_);
   if (efa) {
     ReadEfaEmulation(calls, &r->efa_report_);
     for (const std::string& w : r->efa_report_.warnings) KVF_LOG_WARN("{}: {}", where, w);
@@ -162,7 +189,6 @@ Status Rail::Open(const fi_info* info, const RailOptions& options, size_t index,
   if (rc) return Status::FabricError(where + ": " + FiError("fi_getname", rc));
   r->address_.assign(name, len);
 
-  r->info_copy_ = fi_dupinfo(info);
   r->contexts_.reset(new OpContext[depth]);
   r->free_.reserve(depth);
   for (size_t i = 0; i < depth; ++i) r->free_.push_back(&r->contexts_[depth - 1 - i]);
@@ -181,9 +207,11 @@ Rail::~Rail() {
   // Queued and in-flight slices hold registrations alive: release them while
   // the domain is still open.
   for (fid_ep* ep : peers_.TakeEndpoints()) fi_close(&ep->fid);
+  peer_holds_.clear();
+  main_hold_ = ShmRegionHold();
   pending_.clear();
   contexts_.reset();
-  if (info_copy_ != nullptr) fi_freeinfo(const_cast<fi_info*>(info_copy_));
+  if (info_copy_ != nullptr) fi_freeinfo(info_copy_);
   CloseFid(cq_ ? &cq_->fid : nullptr);
   CloseFid(av_ ? &av_->fid : nullptr);
   CloseFid(domain_ ? &domain_->fid : nullptr);
@@ -208,10 +236,12 @@ Status Rail::InsertPeer(const std::string& raw_address, int64_t pid, fi_addr_t* 
     std::lock_guard<std::mutex> cq_guard(cq_mu_);
     p->pid = pid;
     fid_ep* ep = nullptr;
-    rc = fi_endpoint(domain_, const_cast<fi_info*>(info_copy_), &ep, nullptr);
+    const std::string shm_name = NameShmEndpoint();
+    rc = fi_endpoint(domain_, info_copy_, &ep, nullptr);
     if (rc == 0) rc = fi_ep_bind(ep, &av_->fid, 0);
     if (rc == 0) rc = fi_ep_bind(ep, &cq_->fid, FI_TRANSMIT | FI_RECV);
     if (rc == 0) rc = fi_enable(ep);
+    if (rc == 0) HoldShmRegion(shm_name, &peer_holds_[ep]);
     if (rc != 0) {
       if (ep != nullptr) fi_close(&ep->fid);
       if (p->refs == 0) fi_av_remove(av_, &a, 1, 0);  // undo this insert; nothing uses the slot
@@ -256,6 +286,7 @@ void Rail::ReapRemovedPeers() {
     if (r.close_ep != nullptr) {
       std::lock_guard<std::mutex> c(cq_mu_);
       fi_close(&r.close_ep->fid);
+      peer_holds_.erase(r.close_ep);
     }
     fi_addr_t slot = r.slot;
     int rc = fi_av_remove(av_, &slot, 1, 0);
@@ -304,6 +335,11 @@ void Rail::ReapDeadPeers() {
   if (peers_.TakeDeadPeers(&close) == 0) return;
   // After the close the provider never touches these endpoints' operations again.
   for (fid_ep* ep : close) fi_close(&ep->fid);
+  {
+    // An open hold would keep the unlinked region's 16 MiB alive.
+    std::lock_guard<std::mutex> c(cq_mu_);
+    for (fid_ep* ep : close) peer_holds_.erase(ep);
+  }
   while (ReadCompletions() > 0) {
   }
   const size_t depth = info_.tx_depth;

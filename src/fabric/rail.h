@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "fabric/efa_options.h"
@@ -26,6 +27,7 @@
 #include "fabric/rail_health.h"
 #include "fabric/rail_info.h"
 #include "fabric/rail_options.h"
+#include "fabric/shm_regions.h"
 #include "fabric/slice.h"
 #include "kvfabric/status.h"
 
@@ -176,6 +178,12 @@ class Rail {
   // False when `p` is a same-host peer whose process has exited (see
   // PeerTable::Alive; reads the clock only for such peers).
   bool PeerAlive(RemotePeer* p);
+  // shm: sets info_copy_'s source address to a new ShmEndpointName and
+  // returns it (the next fi_endpoint takes it); other providers: "".
+  std::string NameShmEndpoint();
+  // Takes `hold` on the region named `name` (nothing for ""); a failure is
+  // logged, not returned: the endpoint works without it.
+  void HoldShmRegion(const std::string& name, ShmRegionHold* hold);
   // Reads up to 64 completions and finishes their slices.
   size_t ReadCompletions();
   // Progress thread only: closes the endpoints of dead peers, drains the CQ,
@@ -247,7 +255,13 @@ class Rail {
   int64_t refused_ns_ = 0;  // RailOptions::refused_period
   std::function<void()> waker_;
 
-  const fi_info* info_copy_ = nullptr;  // for per-peer endpoints (shm)
+  fi_info* info_copy_ = nullptr;  // for the endpoints (shm: named by NameShmEndpoint)
+  // shm: the locks that keep this process's regions from being taken for
+  // abandoned (shm_regions.h); per-peer ones guarded by cq_mu_, and each
+  // dropped when its endpoint closes (an open file keeps an unlinked
+  // region's memory).
+  ShmRegionHold main_hold_;
+  std::unordered_map<fid_ep*, ShmRegionHold> peer_holds_;
   bool per_peer_ep_ = false;
   PeerTable peers_;  // guarded by post_mu_ (see PeerTable for what is not)
 };

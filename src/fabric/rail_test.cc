@@ -1,6 +1,10 @@
 #include "fabric/rail.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -10,6 +14,7 @@
 #include <vector>
 
 #include "fabric/fabric_info.h"
+#include "fabric/shm_regions.h"
 
 namespace kvfabric::fabric {
 namespace {
@@ -26,6 +31,56 @@ TEST(RailTest, ShmOpensOverAStaleRegionOfThisPid) {
   std::unique_ptr<Rail> rail;
   Status s = Rail::Open(infos.entries().front(), RailOptions(), 0, &rail);
   EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+// A killed process leaves its shm regions in /dev/shm (16 MiB each): the
+// next process to open an shm rail removes them, and never a live one's.
+TEST(RailTest, ShmRegionsOfAKilledProcessAreRemovedAndLiveOnesKept) {
+  InfoList infos;
+  ASSERT_TRUE(InfoList::Query("shm", &infos).ok());
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    std::unique_ptr<Rail> rail;
+    const char ok = Rail::Open(infos.entries().front(), RailOptions(), 0, &rail).ok() ? 'y' : 'n';
+    (void)!write(ready[1], &ok, 1);
+    pause();
+    _exit(0);
+  }
+  char ok = 0;
+  ASSERT_EQ(read(ready[0], &ok, 1), 1);
+  ASSERT_EQ(ok, 'y');
+  auto regions_of = [](pid_t pid) {
+    const std::string prefix = std::string(kShmNamePrefix) + std::to_string(pid) + "-";
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator("/dev/shm"))
+      if (e.path().filename().string().rfind(prefix, 0) == 0) names.push_back(e.path().filename().string());
+    return names;
+  };
+  ASSERT_EQ(regions_of(child).size(), 1u);
+  std::unique_ptr<Rail> mine;
+  ASSERT_TRUE(Rail::Open(infos.entries().front(), RailOptions(), 0, &mine).ok());
+  ASSERT_EQ(regions_of(getpid()).size(), 1u);
+  // A live process's region: locked, and kept however old.
+  const std::string live = "/dev/shm/" + regions_of(child)[0];
+  const int fd = open(live.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  EXPECT_NE(flock(fd, LOCK_EX | LOCK_NB), 0) << "the child holds its region";
+  close(fd);
+  EXPECT_EQ(RemoveAbandonedShmRegions("/dev/shm", std::chrono::seconds(0)).removed, 0u);
+  EXPECT_EQ(regions_of(child).size(), 1u);
+
+  kill(child, SIGKILL);
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_EQ(regions_of(child).size(), 1u) << "SIGKILL leaves the region behind";
+  const ShmSweep sweep = RemoveAbandonedShmRegions("/dev/shm", std::chrono::seconds(0));
+  EXPECT_GE(sweep.removed, 1u);
+  EXPECT_TRUE(regions_of(child).empty());
+  EXPECT_EQ(regions_of(getpid()).size(), 1u) << "this process's own region stays";
+  close(ready[0]);
+  close(ready[1]);
 }
 
 // Where the application chooses memory keys (tcp: no FI_MR_PROV_KEY), they

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,6 +22,18 @@ using tools::FillPattern;
 
 // Needs a target that can die: instantiated for the process cases only.
 class PeerFailureTest : public TransportFixture {};
+
+// How many of this process's open files are shm regions (kvfabric's) that
+// were unlinked: each keeps its 16 MiB of memory until closed.
+int OpenUnlinkedShmRegions() {
+  int n = 0;
+  std::error_code ec;
+  for (const auto& fd : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    const std::string target = std::filesystem::read_symlink(fd.path(), ec).string();
+    if (target.rfind("/dev/shm/kvf-", 0) == 0 && target.find("(deleted)") != std::string::npos) ++n;
+  }
+  return n;
+}
 
 TEST_P(PeerFailureTest, PeerKilledMidBatch) {
   cfg_.settings.transfer_timeout_ms = 3000;
@@ -192,6 +205,9 @@ TEST_P(PeerFailureTest, PeerRestartedUnderTheSameName) {
   ASSERT_TRUE(third.ok()) << third.ToString();
   EXPECT_EQ(target_->Check(MiB, MiB, 125), MiB);
   EXPECT_EQ(WaitForPeerSlots(1), 1u);
+  // shm: the endpoints this process opened for the two dead targets are
+  // closed, and their regions' memory with them.
+  EXPECT_EQ(OpenUnlinkedShmRegions(), 0);
 }
 
 // A peer that died between two requests: over tcp the provider refuses
