@@ -38,8 +38,8 @@
   X(3, OutOfRange, ERANGE, "a local or remote range outside registered memory")              \
   X(4, Busy, EBUSY, "the object still has work in flight")                                   \
   X(5, Timeout, ETIMEOUT, "a deadline passed")                                               \
-  X(6, FabricError, EFABRIC, "libfabric reported an error")                                  \
-  X(7, NetworkError, ENETWORK, "the handshake connection to a peer failed or broke")         \
+  X(6, FabricError, EFABRIC, "libfabric failed the operation itself (bad key or address)")   \
+  X(7, NetworkError, ENETWORK, "a peer could not be reached, or was lost with work in flight") \
   X(8, ProtocolError, EPROTOCOL, "a peer sent a malformed message")                          \
   X(9, Unavailable, EUNAVAILABLE, "the provider or feature is absent on this machine")       \
   X(10, Internal, EINTERNAL, "a bug in kvfabric: please report it with the message")         \

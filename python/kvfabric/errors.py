@@ -52,13 +52,13 @@ class TransferTimeoutError(KvfabricError, TimeoutError):
 
 
 class FabricError(KvfabricError):
-    """libfabric reported an error (for example, the peer died)."""
+    """libfabric failed the operation itself (bad key or address)."""
 
     code = 6
 
 
 class NetworkError(KvfabricError, ConnectionError):
-    """The handshake connection to a peer failed or broke."""
+    """A peer could not be reached, or was lost with work in flight."""
 
     code = 7
 

@@ -16,6 +16,7 @@
 #include "common/crypto.h"
 #include "common/log.h"
 #include "common/text.h"
+#include "fabric/completion_error.h"
 #include "fabric/fabric_info.h"
 #include "fabric/shm_regions.h"
 
@@ -584,10 +585,13 @@ size_t Rail::ReadCompletions() {
     if (got <= 0) return 0;
     char buf[256] = {0};
     const char* text = fi_cq_strerror(cq_, err.prov_errno, err.err_data, buf, sizeof(buf));
+    const Status::Code code = CompletionErrorCode(info_.provider, err.err, err.prov_errno);
     const std::string msg =
-        text::Format("operation on {} failed: {} ({})", label_, fi_strerror(err.err), text ? text : "");
+        text::Format("operation on {} failed: {} ({}){}", label_, fi_strerror(err.err), text ? text : "",
+                     code == Status::Code::kNetworkError ? "; the connection to the peer was lost" : "");
     if (err.op_context != nullptr) {
-      Finish(reinterpret_cast<OpContext*>(err.op_context), Status::FabricError(msg));
+      Finish(reinterpret_cast<OpContext*>(err.op_context),
+             code == Status::Code::kNetworkError ? Status::NetworkError(msg) : Status::FabricError(msg));
     } else {
       // shm reports a dead peer this way; the liveness check or the request
       // deadline ends the affected work.

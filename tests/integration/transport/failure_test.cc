@@ -76,6 +76,51 @@ TEST_P(PeerFailureTest, PeerKilledMidBatch) {
   EXPECT_EQ(other->Check(0, MiB, 111), MiB);
 }
 
+// A peer killed with operations posted to it (its connection up, the
+// provider holding them, unlike the batch above that waits for a frozen
+// peer's connection): over tcp the provider flushes them when the
+// connection closes, over shm the liveness check ends them. Either way they
+// end at once, not at their deadline, and as NetworkError: the path to the
+// peer is gone. As FabricError a store GET that met this was -800 through
+// the Mooncake compat layer, on which vLLM stops its worker.
+TEST_P(PeerFailureTest, PeerKilledWithOperationsPostedEndsThemAsNetworkErrors) {
+  cfg_.settings.transfer_timeout_ms = 10000;
+  ASSERT_NO_FATAL_FAILURE(Start(64 * MiB));
+  ASSERT_TRUE(WritePattern(0, 0, MiB, 7).ok());  // the connection is up
+  ASSERT_TRUE(target_->Freeze());
+  std::vector<TransferRequest> reqs;
+  for (size_t i = 0; i < 256; ++i)
+    reqs.push_back(Req(i % 2 ? OpCode::kRead : OpCode::kWrite, (i % 64) * MiB, (i % 64) * MiB, MiB));
+  BatchId b;
+  ASSERT_NO_FATAL_FAILURE(SubmitBatch(reqs, &b));
+  auto in_flight = [&] {
+    EngineStats es;
+    EXPECT_TRUE(engine_->Stats(&es).ok());
+    uint64_t n = 0;
+    for (const RailStats& r : es.rails) n += r.in_flight;
+    return n;
+  };
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_GT(in_flight(), 0u) << "the operations were posted before the kill";
+  ASSERT_TRUE(target_->Kill());
+  const auto t0 = std::chrono::steady_clock::now();
+  TransferStatus agg;
+  ASSERT_TRUE(engine_->WaitBatch(b, 15000, &agg).ok());
+  EXPECT_NE(agg.state, TaskState::kPending);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3)) << "they waited for their deadline";
+  size_t lost = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    TransferStatus st;
+    ASSERT_TRUE(engine_->GetTaskStatus(b, i, &st).ok());
+    if (st.state == TaskState::kCompleted) continue;
+    ++lost;
+    EXPECT_EQ(st.error.code(), Status::Code::kNetworkError) << st.error.ToString();
+  }
+  EXPECT_GT(lost, 0u);
+  EXPECT_EQ(in_flight(), 0u) << "every credit came back";
+  EXPECT_TRUE(engine_->FreeBatch(b).ok());
+}
+
 TEST_P(PeerFailureTest, UnregisterRevokesRemoteAccess) {
   cfg_.settings.transfer_timeout_ms = 3000;
   ASSERT_NO_FATAL_FAILURE(Start(4 * MiB));

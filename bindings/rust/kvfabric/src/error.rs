@@ -21,10 +21,10 @@ pub enum Error {
     /// A deadline passed.
     #[error("timeout: {0}")]
     Timeout(String),
-    /// libfabric reported an error.
+    /// libfabric failed the operation itself (bad key or address).
     #[error("fabric error: {0}")]
     Fabric(String),
-    /// The handshake connection to a peer failed or broke.
+    /// A peer could not be reached, or was lost with work in flight.
     #[error("network error: {0}")]
     Network(String),
     /// A peer sent a malformed message.
