@@ -335,11 +335,13 @@ void Rail::ReapDeadPeers() {
   std::vector<fid_ep*> close;
   if (peers_.TakeDeadPeers(&close) == 0) return;
   // After the close the provider never touches these endpoints' operations again.
-  for (fid_ep* ep : close) fi_close(&ep->fid);
   {
     // An open hold would keep the unlinked region's 16 MiB alive.
     std::lock_guard<std::mutex> c(cq_mu_);
-    for (fid_ep* ep : close) peer_holds_.erase(ep);
+    for (fid_ep* ep : close) {
+      fi_close(&ep->fid);
+      peer_holds_.erase(ep);
+    }
   }
   while (ReadCompletions() > 0) {
   }

@@ -121,6 +121,39 @@ TEST_P(PeerFailureTest, PeerKilledWithOperationsPostedEndsThemAsNetworkErrors) {
   EXPECT_TRUE(engine_->FreeBatch(b).ok());
 }
 
+// A READ from a peer that hangs (stopped, or cut off) outlives its
+// deadline: the task says Timeout, and the caller gives the buffer to other
+// data. When the peer goes on, the READ must not land in the buffer then.
+// Over shm the initiator does a READ's copy itself (CMA), so a stopped peer
+// does not hold it up: it completes, and nothing is left to land later.
+// Over tcp it does land later: a known hazard (docs/store.md, "Next" 4),
+// reproduced here and skipped until the rail can close the connection of a
+// peer whose request outlived its deadline.
+TEST_P(PeerFailureTest, AReadThatTimedOutNeverLandsLater) {
+  cfg_.settings.transfer_timeout_ms = 1000;
+  ASSERT_NO_FATAL_FAILURE(Start(8 * MiB));
+  ASSERT_TRUE(WritePattern(0, 0, 4 * MiB, 31).ok());  // the connection is up; the target holds pattern 31
+  FillPattern(local(0), 4 * MiB, 0, 32);
+  ASSERT_TRUE(target_->Freeze());
+  Status s = engine_->Transfer({Req(OpCode::kRead, 0, 0, 4 * MiB)});
+  if (s.ok()) {
+    EXPECT_EQ(GetParam().protocol, "shm") << "only shm's READ goes on without the peer";
+    EXPECT_EQ(tools::CheckPattern(local(0), 4 * MiB, 0, 31), 4 * MiB);
+  } else {
+    ASSERT_EQ(s.code(), Status::Code::kTimeout) << s.ToString();
+  }
+  FillPattern(local(0), 4 * MiB, 0, 33);  // the caller's next use of the buffer
+  ASSERT_TRUE(target_->Thaw());
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const size_t intact = tools::CheckPattern(local(0), 4 * MiB, 0, 33);
+  if (GetParam().protocol == "tcp" && intact < 4 * MiB)
+    GTEST_SKIP() << "known hazard: the timed-out READ landed later over tcp (docs/store.md, Next 4)";
+  EXPECT_EQ(intact, 4 * MiB) << "the timed-out READ landed later";
+  // The peer is served again afterwards.
+  ASSERT_TRUE(WritePattern(0, 0, MiB, 34).ok());
+  EXPECT_EQ(target_->Check(0, MiB, 34), MiB);
+}
+
 TEST_P(PeerFailureTest, UnregisterRevokesRemoteAccess) {
   cfg_.settings.transfer_timeout_ms = 3000;
   ASSERT_NO_FATAL_FAILURE(Start(4 * MiB));
