@@ -105,10 +105,13 @@ class Store {
   // (*lengths)[i] the page's length; NotFound, a miss (absent, evicted, or
   // read but not verified: the message says which); InvalidArgument
   // (buffers too small or unregistered); NetworkError, Timeout. The bytes
-  // of a key that is not OK are unspecified, and after a Timeout its READs
-  // may still be pending: a node that hung and goes on may still write
-  // those buffers later (until the READs end or the engine is closed), so
-  // do not give them to other data meanwhile. Pages read into host memory
+  // of a key that is not OK are unspecified. After a Timeout its READs
+  // are ended (Engine::ExpireBatch): over tcp and verbs their connection is
+  // closed before the call returns, so a node that hung and goes on writes
+  // nothing later; over shm none is left in flight. Over efa a READ the
+  // device still holds may complete later (until it ends or the engine is
+  // closed): there, do not give those buffers to other data meanwhile.
+  // Pages read into host memory
   // are checksummed; into GPU memory they are not (counted in
   // get_unverified): the read window alone keeps them whole.
   Status BatchGet(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,

@@ -17,10 +17,13 @@ void Task::Start(Batch* batch, uint32_t slices, Clock::time_point deadline, int6
   batch_ = batch;
   slices_left_.store(slices);
   bytes_.store(0);
-  deadline_ = deadline;
+  deadline_.store(deadline.time_since_epoch().count());
   timeout_ms_ = timeout_ms;
   what_ = std::move(what);
   error_ = Status::OK();
+  cut_.store(false);
+  failed_late_.store(false);
+  expired_early_.store(false);
   state_.store(static_cast<int>(TaskState::kPending));
 }
 
@@ -51,7 +54,16 @@ void Task::Complete(size_t bytes, const Status& error) {
 }
 
 bool Task::CheckDeadline() {
-  if (Clock::now() <= deadline_) return false;
+  if (!Expired() || !pending()) return false;
+  // Slices still out may write local memory when their peer goes on (a
+  // stopped process, a link that comes back): their connections close
+  // first, so the caller can reuse its buffers once it sees the Timeout.
+  if (rerouter_ != nullptr && slices_left_.load() > 0 && !cut_.exchange(true)) rerouter_->CutConnections(this);
+  if (expired_early_.load())
+    return Finish(TaskState::kTimeout,
+                  Status::Timeout(text::Format("{} was ended by its caller before completing (ExpireBatch); is the "
+                                               "peer alive?",
+                                               what_)));
   return Finish(TaskState::kTimeout,
                 Status::Timeout(text::Format("{} did not complete within {} ms (KVF_TRANSFER_TIMEOUT_MS); is the peer alive?",
                                              what_, timeout_ms_)));
@@ -63,7 +75,7 @@ void Task::AddSlices(uint32_t n) {
 }
 
 bool Task::OnSliceStalled(const fabric::Slice& slice) {
-  if (rerouter_ == nullptr || !pending()) return false;
+  if (rerouter_ == nullptr || !pending() || Expired()) return false;
   if (rerouter_->Reroute(this, slice, /*failed=*/false) == 0) return false;
   // The rail forgets the slice: count it as ended (its replacements count
   // now, and may all have finished already).
@@ -86,19 +98,28 @@ void Task::OnSliceDone(const fabric::Slice& slice, size_t bytes, const Status& i
     }
   }
   bytes_.fetch_add(bytes);
+  // Past the deadline a slice that ends (dropped unposted, or failed) is
+  // not moved, and the task's Timeout waits for CheckDeadline, which cuts
+  // the slices still out first; when this was the last one, nothing is
+  // left to cut.
+  const bool expired = pending() && Expired();
+  if (expired && !error.ok()) failed_late_.store(true);
   // A failed slice goes to another rail while the task still wants it; only
   // when none can take it does the task fail.
-  const bool rerouted = !error.ok() && rerouter_ != nullptr && pending() && slice.owner_tag < 0 &&
+  const bool rerouted = !error.ok() && !expired && rerouter_ != nullptr && pending() && slice.owner_tag < 0 &&
                         rerouter_->Reroute(this, slice, /*failed=*/true) > 0;
-  if (!error.ok() && !rerouted && pending()) Finish(TaskState::kFailed, error.Annotate(what_));
-  if (slices_left_.fetch_sub(1) == 1 && pending()) Finish(TaskState::kCompleted, Status::OK());
+  if (!error.ok() && !rerouted && !expired && pending()) Finish(TaskState::kFailed, error.Annotate(what_));
+  const bool last = slices_left_.fetch_sub(1) == 1;
+  if (last && failed_late_.load()) CheckDeadline();  // none out: nothing to cut
+  else if (last && pending()) Finish(TaskState::kCompleted, Status::OK());
   // Last touch of the batch: after this a freed batch may be released.
   batch->outstanding_slices().fetch_sub(1);
 }
 
 bool Task::Abandoned() {
-  if (!pending()) return true;
-  return CheckDeadline();
+  // No Timeout from here: the rail asks under its post lock, and a Timeout
+  // may first cut connections (CheckDeadline), which takes that lock.
+  return !pending() || Expired();
 }
 
 TransferStatus Task::Snapshot() {
@@ -187,6 +208,15 @@ void Batch::AbandonPending(const Status& error) {
   const size_t used = used_.load();
   for (size_t i = 0; i < used; ++i)
     if (tasks_[i].pending()) tasks_[i].Abandon(error);
+}
+
+void Batch::ExpirePending() {
+  const size_t used = used_.load();
+  for (size_t i = 0; i < used; ++i)
+    if (tasks_[i].pending()) {
+      tasks_[i].Expire();
+      (void)tasks_[i].Snapshot();
+    }
 }
 
 void Batch::CancelWaits() {

@@ -46,6 +46,12 @@ class Rerouter {
   // ended: with `copy_back` (a READ that succeeded) its bytes go from the
   // slot to device memory first; the slot is released either way.
   virtual Status Unstage(Task* task, const fabric::Slice& slice, bool copy_back) = 0;
+  // `task` outlived its deadline with slices still out: closes the
+  // connections to its peer that carry them, on the rails that can
+  // (Rail::CutPeer), so none of them writes local memory after the task
+  // says Timeout. Called once per task, before the Timeout, on the thread
+  // that found the deadline passed (never under a rail's lock).
+  virtual void CutConnections(Task* task) = 0;
 };
 
 // What the engine counts of a task when it ends (Counters::RequestEnded).
@@ -76,6 +82,15 @@ class Task final : public fabric::SliceOwner {
   // Ends a pending task now with `error` (engine shutdown): its queued
   // slices are dropped unposted, those in flight are ignored when they return.
   void Abandon(const Status& error) { (void)Finish(TaskState::kFailed, error); }
+  // Moves the deadline of a pending task to now: its next status read ends
+  // it as TIMEOUT (cutting its connections first, see CheckDeadline).
+  void Expire() {
+    expired_early_.store(true);
+    const Clock::rep now = Clock::now().time_since_epoch().count();
+    Clock::rep d = deadline_.load();
+    while (d > now && !deadline_.compare_exchange_weak(d, now)) {
+    }
+  }
 
   void OnSliceDone(const fabric::Slice& slice, size_t bytes, const Status& error) override;
   bool OnSliceStalled(const fabric::Slice& slice) override;
@@ -92,12 +107,15 @@ class Task final : public fabric::SliceOwner {
  private:
   bool Finish(TaskState terminal, const Status& error);
   bool CheckDeadline();
+  bool Expired() const { return Clock::now().time_since_epoch().count() > deadline_.load(std::memory_order_relaxed); }
 
   Batch* batch_ = nullptr;
   std::atomic<int> state_{static_cast<int>(TaskState::kPending)};
   std::atomic<uint32_t> slices_left_{0};
   std::atomic<uint64_t> bytes_{0};
-  Clock::time_point deadline_ = Clock::time_point::max();
+  // The deadline in steady-clock ticks (atomic: Expire moves it while
+  // other threads read it).
+  std::atomic<Clock::rep> deadline_{Clock::time_point::max().time_since_epoch().count()};
   int64_t timeout_ms_ = 0;
   std::mutex mu_;
   Status error_;
@@ -105,6 +123,9 @@ class Task final : public fabric::SliceOwner {
   std::shared_ptr<Peer> peer_;
   Rerouter* rerouter_ = nullptr;
   std::shared_ptr<const void> route_;
+  std::atomic<bool> cut_{false};          // Rerouter::CutConnections called
+  std::atomic<bool> failed_late_{false};  // a slice failed past the deadline
+  std::atomic<bool> expired_early_{false};  // Expire moved the deadline
   TaskTally tally_;
   int64_t started_ns_ = 0;
 };
@@ -134,6 +155,9 @@ class Batch {
   void CancelWaits();
   // Abandons every pending task (Task::Abandon).
   void AbandonPending(const Status& error);
+  // Ends every pending task now as TIMEOUT, as if its deadline had passed
+  // (Task::Expire, then its status read: connections cut first).
+  void ExpirePending();
   void OnTaskFinished();
 
  private:

@@ -156,7 +156,13 @@ class FakeRerouter : public Rerouter {
     return replacements_;
   }
   Status Unstage(Task*, const fabric::Slice&, bool) override { return Status::OK(); }
+  void CutConnections(Task* task) override {
+    ++cuts;
+    pending_at_cut = task->pending();
+  }
   std::vector<std::pair<size_t, bool>> calls;
+  int cuts = 0;
+  bool pending_at_cut = false;
 
  private:
   uint32_t replacements_;
@@ -225,6 +231,47 @@ TEST(BatchTest, StalledSliceStaysWhenNoRailCanTakeIt) {
   t.OnSliceDone(SliceOf(100), 100, Status::OK());
   t2.OnSliceDone(SliceOf(100), 100, Status::OK());
   EXPECT_EQ(t2.Snapshot().state, TaskState::kCompleted);
+}
+
+// Past its deadline with slices out, a task has its peer's connections cut
+// before it says Timeout (once, however many times it is read), so none of
+// its slices can write the caller's memory after that. Its slices that end
+// later are not moved to other rails.
+TEST(BatchTest, ATimeoutCutsTheConnectionsOfItsSlicesFirst) {
+  Batch b(1, 1);
+  FakeRerouter rr(1);
+  Task& t = StartOnlyTask(b, 2, 50, "READ from a stopped peer", &rr);
+  EXPECT_FALSE(t.Abandoned());
+  std::this_thread::sleep_for(std::chrono::milliseconds(80));
+  EXPECT_TRUE(t.Abandoned()) << "its queued slices are dropped";
+  EXPECT_TRUE(t.pending()) << "Abandoned, asked under a rail's lock, never ends the task (no cut from there)";
+  EXPECT_EQ(rr.cuts, 0);
+  TransferStatus s = t.Snapshot();
+  EXPECT_EQ(s.state, TaskState::kTimeout);
+  EXPECT_EQ(rr.cuts, 1);
+  EXPECT_TRUE(rr.pending_at_cut) << "cut before the Timeout is visible";
+  (void)t.Snapshot();
+  EXPECT_EQ(rr.cuts, 1);
+  // The cut fails the slices: they end, and none is moved elsewhere.
+  t.OnSliceDone(SliceOf(100), 0, Status::NetworkError("connection closed"));
+  t.OnSliceDone(SliceOf(100), 0, Status::NetworkError("connection closed"));
+  EXPECT_TRUE(rr.calls.empty());
+  EXPECT_EQ(t.Snapshot().state, TaskState::kTimeout);
+}
+
+// A slice dropped unposted past the deadline (the rail saw Abandoned) ends
+// the task as a Timeout once it was the last one out: nothing to cut.
+TEST(BatchTest, TheLastSliceDroppedPastTheDeadlineEndsTheTaskAsATimeout) {
+  Batch b(1, 1);
+  FakeRerouter rr(1);
+  Task& t = StartOnlyTask(b, 1, 20, "WRITE", &rr);
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  ASSERT_TRUE(t.Abandoned());
+  t.OnSliceDone(SliceOf(100), 0, Status::Timeout("dropped before posting"));
+  EXPECT_TRUE(rr.calls.empty()) << "not moved to another rail";
+  EXPECT_EQ(rr.cuts, 0) << "nothing was out to cut";
+  EXPECT_EQ(t.Snapshot().state, TaskState::kTimeout);
+  EXPECT_TRUE(b.AllDone());
 }
 
 }  // namespace

@@ -480,6 +480,15 @@ Status Engine::WaitBatch(BatchId batch_id, int64_t timeout_ms, TransferStatus* o
   return Status::OK();
 }
 
+Status Engine::ExpireBatch(BatchId batch_id) {
+  KVF_ENTER_ENGINE_();
+  Status error;
+  auto batch = impl_->FindBatch(batch_id, &error);
+  if (!batch) return error;
+  batch->ExpirePending();
+  return Status::OK();
+}
+
 Status Engine::FreeBatch(BatchId batch_id) {
   KVF_ENTER_ENGINE_();
   return impl_->batches.Free(batch_id);

@@ -99,6 +99,15 @@ Peer::Slots Peer::SetDesc(std::shared_ptr<const metadata::SegmentDesc> desc,
   return stale;
 }
 
+Peer::Slots Peer::ResolvedSlots() const {
+  std::lock_guard<std::mutex> g(mu_);
+  Slots out;
+  for (size_t i = 0; i < av_.size(); ++i)
+    for (fi_addr_t a : av_[i])
+      if (a != FI_ADDR_NOTAVAIL) out.emplace_back(i, a);
+  return out;
+}
+
 Peer::Slots Peer::ReleaseSlots() {
   Slots out;
   {

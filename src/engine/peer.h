@@ -58,6 +58,8 @@ class Peer {
   // an unchanged peer (same epoch) are kept, those of a restarted one are
   // returned for removal.
   Slots SetDesc(std::shared_ptr<const metadata::SegmentDesc> desc, const std::vector<fabric::RailInfo>& local);
+  // Every (local rail, AV slot) pair resolved so far, left in place.
+  Slots ResolvedSlots() const;
   // The segment is closed: every slot, for removal; later lookups and
   // resolves fail (a request that raced the close inserts nothing).
   Slots ReleaseSlots();

@@ -7,7 +7,8 @@
 //   staged_post.cc  GPU memory the rails cannot register (no FI_HMEM):
 //                   slices through pinned staging slots.
 //   reroute.cc      a slice that failed or stalled goes to another rail of
-//                   the same peer (engine::Rerouter).
+//                   the same peer, and a task past its deadline has its
+//                   peer's connections cut (engine::Rerouter).
 #pragma once
 
 #include <atomic>
@@ -66,6 +67,7 @@ class Poster final : public Rerouter {
   // engine::Rerouter
   uint32_t Reroute(Task* task, const fabric::Slice& slice, bool failed) override;
   Status Unstage(Task* task, const fabric::Slice& slice, bool copy_back) override;
+  void CutConnections(Task* task) override;
 
  private:
   // Reroute's work (reroute.cc): the slices queued on another rail, or 0.

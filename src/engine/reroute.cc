@@ -54,4 +54,11 @@ uint32_t Poster::MoveSlice(Task* task, const fabric::Slice& s, bool failed) {
   return static_cast<uint32_t>(out.size());
 }
 
+void Poster::CutConnections(Task* task) {
+  const std::shared_ptr<Peer>& peer = task->peer();
+  if (!peer) return;
+  for (const auto& [rail, slot] : peer->ResolvedSlots())
+    if (rail < rails_->rails.size()) (*rails_)[rail]->CutPeer(slot);
+}
+
 }  // namespace kvfabric::engine

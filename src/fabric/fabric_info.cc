@@ -136,7 +136,18 @@ fi_info* MakeHints(const std::string& provider, bool hmem) {
 
 }  // namespace
 
+bool AvRemoveClosesConnections() {
+  static const bool on = [] {
+    setenv("FI_AV_REMOVE_CLEANUP", "1", /*overwrite=*/0);
+    const char* v = getenv("FI_AV_REMOVE_CLEANUP");
+    const std::string s = v != nullptr ? v : "";
+    return s == "1" || s == "yes" || s == "true" || s == "on" || s == "y";
+  }();
+  return on;
+}
+
 Status InfoList::Query(const std::string& provider, InfoList* out, bool hmem) {
+  (void)AvRemoveClosesConnections();  // before libfabric reads its variables
   fi_info* head = nullptr;
   int rc = -FI_ENODATA;
   if (hmem) {

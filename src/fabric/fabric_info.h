@@ -62,6 +62,15 @@ std::string DomainForDevice(const std::string& device, const std::vector<std::st
 // Owns an fi_getinfo result and exposes the usable entries: one per
 // (domain, fabric), IPv4 for socket-based providers (tcp;ofi_rxm returns every
 // interface several times and ignores the domain we ask for).
+// Asks libfabric, before its first use in this process, to close rxm's
+// connection to an address when the address is removed from an AV
+// (FI_AV_REMOVE_CLEANUP=1; off by default in libfabric). Rail::CutPeer
+// relies on it to end the operations to a peer that stopped answering. A
+// value the user set is kept. Returns whether removal closes connections:
+// the variable is on (and was when libfabric started: InfoList::Query
+// calls this before its first fi_getinfo).
+bool AvRemoveClosesConnections();
+
 class InfoList {
  public:
   InfoList() = default;

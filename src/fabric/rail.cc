@@ -40,6 +40,14 @@ bool PostsToHardware(const std::string& provider) {
   return provider.rfind("efa", 0) == 0 || provider.rfind("verbs", 0) == 0;
 }
 
+// Providers on which removing an address from the AV closes the connection
+// to it, and fails the operations posted on it (rxm, with
+// FI_AV_REMOVE_CLEANUP: the code path of a peer that shut down).
+bool RemovalClosesConnections(const std::string& provider) {
+  const std::string rxm = ";ofi_rxm";
+  return provider.size() > rxm.size() && provider.compare(provider.size() - rxm.size(), rxm.size(), rxm) == 0;
+}
+
 // The owner of name probes (Rail::ProbeUnreadNames): nobody waits for them.
 class NameProbeOwner final : public SliceOwner {
  public:
@@ -88,6 +96,7 @@ Rail::Rail(const fi_info* info, const RailOptions& options, size_t index)
       refused_ns_(options.refused_period.count()),
       peers_(label_) {
   per_peer_ep_ = info_.provider == "shm";
+  cuts_connections_ = RemovalClosesConnections(info_.provider) && AvRemoveClosesConnections();
   post_from_progress_ = options.post_mode == PostMode::kProgress ||
                         (options.post_mode == PostMode::kAuto && !PostsToHardware(info_.provider));
   // FI_MR_LOCAL needs no flag: every post passes the local MR descriptor.
@@ -254,6 +263,38 @@ Status Rail::InsertPeer(const std::string& raw_address, int64_t pid, fi_addr_t* 
   peers_.AddRef(a);
   *out = a;
   return Status::OK();
+}
+
+bool Rail::CutPeer(fi_addr_t slot) {
+  if (!cuts_connections_) return false;
+  std::lock_guard<std::mutex> post(post_mu_);
+  RemotePeer* p = peers_.At(slot);
+  if (p == nullptr || p->refs == 0) return false;
+  const int64_t in_flight = p->inflight.load();
+  if (in_flight == 0) return false;
+  std::lock_guard<std::mutex> cq(cq_mu_);
+  // A second insert of the address keeps the slot (the AV counts inserts);
+  // the removal then runs rxm's cleanup, which closes the connection.
+  fi_addr_t again = FI_ADDR_NOTAVAIL;
+  int rc = fi_av_insert(av_, p->address.data(), 1, &again, 0, nullptr);
+  if (rc != 1 || again != slot) {
+    if (rc == 1 && again != FI_ADDR_NOTAVAIL) fi_av_remove(av_, &again, 1, 0);
+    KVF_LOG_WARN("{}: cannot close the connection to {} (inserting its address again gave slot {}, not {}); its "
+                 "operations in flight may still land after their request timed out",
+                 label_, PeerText(*p), rc == 1 ? static_cast<int64_t>(again) : -1, slot);
+    return false;
+  }
+  rc = fi_av_remove(av_, &slot, 1, 0);
+  if (rc != 0) {
+    KVF_LOG_WARN("{}: closing the connection to {} failed: {}; its operations in flight may still land after "
+                 "their request timed out",
+                 label_, PeerText(*p), fi_strerror(-rc));
+    return false;
+  }
+  KVF_LOG_WARN("{}: closed the connection to {} with {} operation(s) in flight: a request to it outlived its "
+               "deadline (KVF_TRANSFER_TIMEOUT_MS); its next request connects again",
+               label_, PeerText(*p), in_flight);
+  return true;
 }
 
 void Rail::RemovePeer(fi_addr_t slot) {

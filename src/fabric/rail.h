@@ -77,6 +77,16 @@ class Rail {
   // closes the peer's endpoint too) once nothing is queued or in flight to
   // it; until then the slot stays valid for the operations that use it.
   void RemovePeer(fi_addr_t slot);
+  // Closes this rail's connection to the peer at `slot` when operations
+  // are posted to it, so that none of them writes local memory once this
+  // returns: the provider fails them at once (NetworkError). For a request
+  // that outlived its deadline (engine::Rerouter::Cut). Only where
+  // removing an address closes its connection (rxm: tcp, verbs, with
+  // AvRemoveClosesConnections): the address is inserted a second time
+  // first, so the slot stays valid and the next post connects anew. False
+  // when it closed nothing (no operation in flight, or a provider that
+  // cannot: shm copies a READ itself, efa has no connections).
+  bool CutPeer(fi_addr_t slot);
   // AV slots in use: inserted and not yet removed.
   size_t peer_slots();
 
@@ -263,6 +273,7 @@ class Rail {
   ShmRegionHold main_hold_;
   std::unordered_map<fid_ep*, ShmRegionHold> peer_holds_;
   bool per_peer_ep_ = false;
+  bool cuts_connections_ = false;  // CutPeer can close a peer's connection
   PeerTable peers_;  // guarded by post_mu_ (see PeerTable for what is not)
 };
 

@@ -65,6 +65,10 @@ void BatchRunner::Finish(Flight* flight, net::Deadline deadline, std::vector<Sta
   TransferStatus all;
   Status waited = engine_->WaitBatch(flight->batch, std::max<int64_t>(0, left.count()), &all);
   const bool every_one_completed = waited.ok() && all.state == TaskState::kCompleted;
+  // Transfers not done by the call's deadline end here as Timeout, their
+  // connections closed first (Engine::ExpireBatch): none of them writes the
+  // caller's buffers after the call returns, where the provider allows.
+  if (waited.ok() && all.state == TaskState::kPending) (void)engine_->ExpireBatch(flight->batch);
   for (size_t g = 0; g < flight->first_task.size() && !every_one_completed; ++g) {
     if (flight->first_task[g] == kNotSubmitted) continue;
     for (size_t t = 0; t < flight->tasks[g]; ++t) {

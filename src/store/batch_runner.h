@@ -41,9 +41,11 @@ class BatchRunner {
              Flight* flight, std::vector<Status>* outcomes);
   // Waits for the flight until `deadline` and sets (*outcomes)[g] of each
   // submitted group: OK when every request of the group completed, else
-  // the first failure among them (Timeout for one not done by then). Then
-  // frees the batch, or, when a transfer outlives the deadline, keeps it
-  // until it ends (later calls free it).
+  // the first failure among them (Timeout for one not done by then: it is
+  // ended with Engine::ExpireBatch, its connection closed where the
+  // provider allows). Then frees the batch, or, when a transfer the
+  // provider still holds outlives the deadline, keeps it until it ends
+  // (later calls free it).
   void Finish(Flight* flight, net::Deadline deadline, std::vector<Status>* outcomes);
   // Waits until every request of the flight has ended, or `until`, and
   // says which groups have: (*ended)[g] when every request of group g has

@@ -1,6 +1,7 @@
 #include "tests/support/targets.h"
 
 #include "tests/support/process.h"
+#include "tests/support/servers.h"
 
 #include <poll.h>
 #include <signal.h>
@@ -78,7 +79,9 @@ class ProcessTarget : public Target {
   void Fill(size_t off, size_t len, uint32_t seed) override {
     Command("fill " + std::to_string(off) + " " + std::to_string(len) + " " + std::to_string(seed));
   }
-  bool Freeze() override { return pid_ > 0 && kill(pid_, SIGSTOP) == 0; }
+  // Returns once every thread of the target has stopped (SIGSTOP alone
+  // returns before: a request posted right after could still be served).
+  bool Freeze() override { return pid_ > 0 && StopProcess(pid_); }
   bool Thaw() override { return pid_ > 0 && kill(pid_, SIGCONT) == 0; }
   bool Unregister() override { return Command("unregister 0 0 0") == "OK"; }
   bool Kill() override {

@@ -886,6 +886,35 @@ TEST_P(StoreTest, AHungHomeCostsOnlyItsOwnKeys) {
       << "the healthy home was taken out of placement";
 }
 
+// A GET whose home hangs (SIGSTOP) with its READs in flight returns Timeout
+// at the call's deadline, and the caller gives the buffers to other data.
+// When the home goes on, those READs must not land in them: the engine
+// closes their connection before the call returns (Engine::ExpireBatch).
+// Over shm the client copies a READ itself, so the GET may even succeed.
+TEST_P(StoreTest, AGetThatTimedOutNeverWritesItsBuffersLater) {
+  StartNodes(1);
+  StartClient();
+  std::vector<Page> pages;
+  for (size_t i = 0; i < 8; ++i) pages.push_back(Page{"late-" + std::to_string(i), {{i << 19, 1 << 19}}, 1 << 19});
+  tools::FillPattern(src_->bytes, 8 << 19, 0, 41);
+  ASSERT_EQ(CountOk(Put(pages)), pages.size());
+  std::vector<bool> exact;
+  Get(pages, &exact);  // locations remembered: the next GET READs at once
+  for (bool e : exact) ASSERT_TRUE(e);
+  ASSERT_TRUE(test::StopProcess(nodes_[0].child->pid())) << "the node did not stop";
+  const auto st = Get(pages, &exact);
+  for (size_t i = 0; i < pages.size(); ++i)
+    if (st[i].ok()) EXPECT_TRUE(exact[i]) << pages[i].key;
+    else EXPECT_EQ(st[i].code(), Status::Code::kTimeout) << st[i].ToString();
+  tools::FillPattern(dst_->bytes, 8 << 19, 0, 42);  // the caller's next use of its buffers
+  kill(nodes_[0].child->pid(), SIGCONT);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_EQ(tools::CheckPattern(dst_->bytes, 8 << 19, 0, 42), size_t{8} << 19) << "a timed-out READ landed later";
+  // The node serves again.
+  const auto again = Get(pages, &exact);
+  for (size_t i = 0; i < pages.size(); ++i) EXPECT_TRUE(exact[i]) << again[i].ToString();
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, StoreTest, ::testing::Values("tcp", "shm", "tcp-pull"),
                          [](const auto& info) {
                            std::string name = info.param;
