@@ -25,6 +25,7 @@ void Task::Start(Batch* batch, uint32_t slices, Clock::time_point deadline, int6
   failed_late_.store(false);
   expired_early_.store(false);
   state_.store(static_cast<int>(TaskState::kPending));
+  started_.store(true);
 }
 
 bool Task::Finish(TaskState terminal, const Status& error) {
@@ -58,7 +59,16 @@ bool Task::CheckDeadline() {
   // Slices still out may write local memory when their peer goes on (a
   // stopped process, a link that comes back): their connections close
   // first, so the caller can reuse its buffers once it sees the Timeout.
-  if (rerouter_ != nullptr && slices_left_.load() > 0 && !cut_.exchange(true)) rerouter_->CutConnections(this);
+  // A second reader waits for the first one's cut: it must not report the
+  // Timeout while the connections are still open. Never under a rail's
+  // lock: with slices out this runs only on the threads that read status.
+  if (rerouter_ != nullptr && slices_left_.load() > 0) {
+    std::lock_guard<std::mutex> g(cut_mu_);
+    if (!cut_.load()) {
+      rerouter_->CutConnections(this);
+      cut_.store(true);
+    }
+  }
   if (expired_early_.load())
     return Finish(TaskState::kTimeout,
                   Status::Timeout(text::Format("{} was ended by its caller before completing (ExpireBatch); is the "
@@ -90,8 +100,14 @@ void Task::OnSliceDone(const fabric::Slice& slice, size_t bytes, const Status& i
   Status error = in;
   if (slice.owner_tag >= 0 && rerouter_ != nullptr) {
     // A READ's bytes are in the staging slot: they reach device memory
-    // before the task may complete.
-    Status s = rerouter_->Unstage(this, slice, /*copy_back=*/error.ok() && !slice.write && pending());
+    // before the task may complete. Under the task's lock (Finish takes it),
+    // and never past the deadline: no copy into the caller's memory may
+    // follow the task's Timeout.
+    std::lock_guard<std::mutex> g(mu_);
+    const bool wanted = error.ok() && !slice.write && pending();
+    const bool copy_back = wanted && !Expired();
+    Status s = rerouter_->Unstage(this, slice, copy_back);
+    if (wanted && !copy_back) s = Status::Timeout("its bytes came after the deadline; not copied to device memory");
     if (error.ok() && !s.ok()) {
       error = s;
       bytes = 0;
@@ -213,7 +229,7 @@ void Batch::AbandonPending(const Status& error) {
 void Batch::ExpirePending() {
   const size_t used = used_.load();
   for (size_t i = 0; i < used; ++i)
-    if (tasks_[i].pending()) {
+    if (tasks_[i].started() && tasks_[i].pending()) {
       tasks_[i].Expire();
       (void)tasks_[i].Snapshot();
     }

@@ -84,9 +84,11 @@ class Task final : public fabric::SliceOwner {
   void Abandon(const Status& error) { (void)Finish(TaskState::kFailed, error); }
   // Moves the deadline of a pending task to now: its next status read ends
   // it as TIMEOUT (cutting its connections first, see CheckDeadline).
+  bool started() const { return started_.load(); }
   void Expire() {
     expired_early_.store(true);
-    const Clock::rep now = Clock::now().time_since_epoch().count();
+    // One tick back: Expired() tests "now > deadline".
+    const Clock::rep now = Clock::now().time_since_epoch().count() - 1;
     Clock::rep d = deadline_.load();
     while (d > now && !deadline_.compare_exchange_weak(d, now)) {
     }
@@ -123,9 +125,11 @@ class Task final : public fabric::SliceOwner {
   std::shared_ptr<Peer> peer_;
   Rerouter* rerouter_ = nullptr;
   std::shared_ptr<const void> route_;
-  std::atomic<bool> cut_{false};          // Rerouter::CutConnections called
+  std::mutex cut_mu_;                     // held while CutConnections runs
+  std::atomic<bool> cut_{false};          // Rerouter::CutConnections done
   std::atomic<bool> failed_late_{false};  // a slice failed past the deadline
   std::atomic<bool> expired_early_{false};  // Expire moved the deadline
+  std::atomic<bool> started_{false};        // Start has run (ExpirePending skips the others)
   TaskTally tally_;
   int64_t started_ns_ = 0;
 };

@@ -58,6 +58,23 @@ Status BatchTable::Free(BatchId id) {
   return Status::OK();
 }
 
+Status BatchTable::Expire(BatchId id) {
+  std::shared_ptr<Batch> batch;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = batches_.find(id);
+    if (it == batches_.end()) return Status::NotFound(text::Format("unknown batch {}", id));
+    if (submitting_.count(id) != 0)
+      return Status::Busy(text::Format("batch {} is being submitted to on another thread; expire it after that "
+                                       "Submit returns", id));
+    batch = it->second;
+  }
+  // Submits of this batch after the check start their tasks with their own
+  // deadline: only the tasks started before it are expired.
+  batch->ExpirePending();
+  return Status::OK();
+}
+
 void BatchTable::CancelWaits() {
   std::lock_guard<std::mutex> g(mu_);
   waits_cancelled_ = true;

@@ -44,6 +44,9 @@ class BatchTable {
   // Busy while any of its tasks is pending or a Submit is using it;
   // NotFound for an unknown id.
   Status Free(BatchId id);
+  // Batch::ExpirePending; Busy while a Submit is using the batch (its
+  // tasks are still being started), NotFound for an unknown id.
+  Status Expire(BatchId id);
   // Engine shutdown, first step: every Wait on a batch returns false now,
   // also on batches allocated later.
   void CancelWaits();

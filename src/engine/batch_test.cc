@@ -159,7 +159,11 @@ class FakeRerouter : public Rerouter {
   void CutConnections(Task* task) override {
     ++cuts;
     pending_at_cut = task->pending();
+    if (cut_takes_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(cut_takes_ms));
+    cut_done_at = Clock::now();
   }
+  int cut_takes_ms = 0;
+  Clock::time_point cut_done_at{};
   std::vector<std::pair<size_t, bool>> calls;
   int cuts = 0;
   bool pending_at_cut = false;
@@ -268,10 +272,48 @@ TEST(BatchTest, TheLastSliceDroppedPastTheDeadlineEndsTheTaskAsATimeout) {
   std::this_thread::sleep_for(std::chrono::milliseconds(40));
   ASSERT_TRUE(t.Abandoned());
   t.OnSliceDone(SliceOf(100), 0, Status::Timeout("dropped before posting"));
+  EXPECT_FALSE(t.pending()) << "ended by its last slice, before anyone read its status";
   EXPECT_TRUE(rr.calls.empty()) << "not moved to another rail";
   EXPECT_EQ(rr.cuts, 0) << "nothing was out to cut";
   EXPECT_EQ(t.Snapshot().state, TaskState::kTimeout);
   EXPECT_TRUE(b.AllDone());
+}
+
+// Two threads read a task past its deadline at once: the second must not
+// report the Timeout while the first is still cutting its connections.
+TEST(BatchTest, ASecondReaderWaitsForTheCutBeforeTheTimeout) {
+  Batch b(1, 1);
+  FakeRerouter rr(1);
+  rr.cut_takes_ms = 200;
+  Task& t = StartOnlyTask(b, 1, 20, "READ", &rr);
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  Clock::time_point seen[2];
+  std::thread readers[2];
+  for (int i = 0; i < 2; ++i)
+    readers[i] = std::thread([&, i] {
+      while (t.Snapshot().state == TaskState::kPending) {
+      }
+      seen[i] = Clock::now();
+    });
+  for (auto& r : readers) r.join();
+  EXPECT_EQ(rr.cuts, 1);
+  for (int i = 0; i < 2; ++i) EXPECT_GE(seen[i], rr.cut_done_at) << "reader " << i << " saw the Timeout before the cut ended";
+}
+
+// ExpirePending ends a started task at once (cut first), and leaves alone
+// one reserved by a Submit that has not started it yet.
+TEST(BatchTest, ExpirePendingEndsStartedTasksAtOnce) {
+  Batch b(1, 2);
+  FakeRerouter rr(1);
+  Task& t = StartOnlyTask(b, 1, 60000, "READ", &rr);
+  size_t reserved;
+  ASSERT_TRUE(b.Reserve(1, &reserved));
+  b.ExpirePending();
+  EXPECT_FALSE(t.pending());
+  EXPECT_EQ(t.Snapshot().state, TaskState::kTimeout);
+  EXPECT_NE(t.Snapshot().error.ToString().find("ended by its caller"), std::string::npos);
+  EXPECT_EQ(rr.cuts, 1);
+  EXPECT_TRUE(b.task(reserved).pending()) << "not started: left to its Submit";
 }
 
 }  // namespace

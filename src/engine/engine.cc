@@ -482,11 +482,7 @@ Status Engine::WaitBatch(BatchId batch_id, int64_t timeout_ms, TransferStatus* o
 
 Status Engine::ExpireBatch(BatchId batch_id) {
   KVF_ENTER_ENGINE_();
-  Status error;
-  auto batch = impl_->FindBatch(batch_id, &error);
-  if (!batch) return error;
-  batch->ExpirePending();
-  return Status::OK();
+  return impl_->batches.Expire(batch_id);
 }
 
 Status Engine::FreeBatch(BatchId batch_id) {

@@ -6,6 +6,7 @@
 #include <rdma/fi_errno.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -140,7 +141,10 @@ bool AvRemoveClosesConnections() {
   static const bool on = [] {
     setenv("FI_AV_REMOVE_CLEANUP", "1", /*overwrite=*/0);
     const char* v = getenv("FI_AV_REMOVE_CLEANUP");
-    const std::string s = v != nullptr ? v : "";
+    // libfabric's reading of a boolean (fi_param_get_bool): 1, yes, true,
+    // on, y, any case.
+    std::string s = v != nullptr ? v : "";
+    for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
     return s == "1" || s == "yes" || s == "true" || s == "on" || s == "y";
   }();
   return on;

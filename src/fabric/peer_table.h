@@ -45,6 +45,9 @@ class PeerTable {
     int64_t refused_since_ns = 0;  // start of its run of refused posts (RefusedTooLong); 0: none
     int64_t refused_last_ns = 0;   // the run's latest refusal
     std::atomic<int64_t> inflight{0};  // operations posted to it, not yet completed
+    // Rail::CutPeer closed its connection, and no post was taken since:
+    // what is still in flight was flushed already (another cut is moot).
+    bool cut_since_post = false;
     // shm, its own endpoint `ep`: a fresh endpoint's first post to the peer
     // sends the endpoint's name and is refused (-FI_EAGAIN) until the peer
     // has read it; the peer reads it on its own schedule (see NameMayBeUnread).

@@ -271,7 +271,7 @@ bool Rail::CutPeer(fi_addr_t slot) {
   RemotePeer* p = peers_.At(slot);
   if (p == nullptr || p->refs == 0) return false;
   const int64_t in_flight = p->inflight.load();
-  if (in_flight == 0) return false;
+  if (in_flight == 0 || p->cut_since_post) return false;
   std::lock_guard<std::mutex> cq(cq_mu_);
   // A second insert of the address keeps the slot (the AV counts inserts);
   // the removal then runs rxm's cleanup, which closes the connection.
@@ -291,6 +291,7 @@ bool Rail::CutPeer(fi_addr_t slot) {
                  label_, PeerText(*p), fi_strerror(-rc));
     return false;
   }
+  p->cut_since_post = true;
   KVF_LOG_WARN("{}: closed the connection to {} with {} operation(s) in flight: a request to it outlived its "
                "deadline (KVF_TRANSFER_TIMEOUT_MS); its next request connects again",
                label_, PeerText(*p), in_flight);
@@ -530,6 +531,7 @@ void Rail::DrainLocked() {
     if (rc == 0) {
       eagain_streak = 0;
       PeerTable::PostTaken(peer);
+      if (peer != nullptr) peer->cut_since_post = false;
       continue;
     }
     op->posted = false;
