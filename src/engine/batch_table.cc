@@ -43,13 +43,17 @@ BatchTable::SubmitGuard::~SubmitGuard() {
   if (--it->second == 0) table_->submitting_.erase(it);
 }
 
+Status BatchTable::NotSubmittingLocked(BatchId id, const char* then) const {
+  if (batches_.find(id) == batches_.end()) return Status::NotFound(text::Format("unknown batch {}", id));
+  if (submitting_.count(id) != 0)
+    return Status::Busy(text::Format("batch {} is being submitted to on another thread; {}", id, then));
+  return Status::OK();
+}
+
 Status BatchTable::Free(BatchId id) {
   std::lock_guard<std::mutex> g(mu_);
+  KVF_RETURN_IF_ERROR(NotSubmittingLocked(id, "free it after that Submit returns and its requests end"));
   auto it = batches_.find(id);
-  if (it == batches_.end()) return Status::NotFound(text::Format("unknown batch {}", id));
-  if (submitting_.count(id) != 0)
-    return Status::Busy(text::Format("batch {} is being submitted to on another thread; free it after that Submit "
-                                     "returns and its requests end", id));
   if (!it->second->AllDone())
     return Status::Busy(text::Format("batch {} still has requests in flight; wait for them first", id));
   if (it->second->outstanding_slices().load() > 0) zombies_.push_back(it->second);
@@ -62,12 +66,8 @@ Status BatchTable::Expire(BatchId id) {
   std::shared_ptr<Batch> batch;
   {
     std::lock_guard<std::mutex> g(mu_);
-    auto it = batches_.find(id);
-    if (it == batches_.end()) return Status::NotFound(text::Format("unknown batch {}", id));
-    if (submitting_.count(id) != 0)
-      return Status::Busy(text::Format("batch {} is being submitted to on another thread; expire it after that "
-                                       "Submit returns", id));
-    batch = it->second;
+    KVF_RETURN_IF_ERROR(NotSubmittingLocked(id, "expire it after that Submit returns"));
+    batch = batches_.at(id);
   }
   // Submits of this batch after the check start their tasks with their own
   // deadline: only the tasks started before it are expired.

@@ -58,6 +58,9 @@ class BatchTable {
 
  private:
   void ReapZombiesLocked();
+  // NotFound for an unknown `id`, Busy (ending with `then`, what to do)
+  // while a Submit uses it, else OK. Caller holds mu_.
+  Status NotSubmittingLocked(BatchId id, const char* then) const;
 
   std::mutex mu_;
   std::unordered_map<BatchId, std::shared_ptr<Batch>> batches_;

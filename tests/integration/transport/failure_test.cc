@@ -248,9 +248,15 @@ TEST_P(PeerFailureTest, FreeBatchWhileASubmitIsCheckingIsRefused) {
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   const bool still_checking = !returned.load();
   const Status freed = engine_->FreeBatch(b);
+  // ExpireBatch too: the Submit's tasks are being started.
+  const Status expired = engine_->ExpireBatch(b);
+  const bool checked_throughout = !returned.load();
   submitter.join();
   ASSERT_TRUE(still_checking) << "the Submit returned before FreeBatch was called: " << submitted.ToString();
   EXPECT_EQ(freed.code(), Status::Code::kBusy) << freed.ToString();
+  if (checked_throughout) {
+    EXPECT_EQ(expired.code(), Status::Code::kBusy) << expired.ToString();
+  }
   EXPECT_FALSE(submitted.ok());
   EXPECT_TRUE(engine_->FreeBatch(b).ok());
   target_->Kill();
