@@ -1,7 +1,6 @@
 #include "engine/peer.h"
 
 #include <algorithm>
-
 #include <thread>
 
 #include "common/host.h"
@@ -64,13 +63,17 @@ std::shared_ptr<const metadata::SegmentDesc> Peer::desc() const {
   return desc_;
 }
 
-Peer::Slots Peer::TakeSlotsLocked() {
+Peer::Slots Peer::ResolvedSlotsLocked() const {
   Slots out;
   for (size_t i = 0; i < av_.size(); ++i)
-    for (fi_addr_t& a : av_[i]) {
+    for (fi_addr_t a : av_[i])
       if (a != FI_ADDR_NOTAVAIL) out.emplace_back(i, a);
-      a = FI_ADDR_NOTAVAIL;
-    }
+  return out;
+}
+
+Peer::Slots Peer::TakeSlotsLocked() {
+  Slots out = ResolvedSlotsLocked();
+  for (std::vector<fi_addr_t>& rail : av_) std::fill(rail.begin(), rail.end(), FI_ADDR_NOTAVAIL);
   return out;
 }
 
@@ -101,11 +104,7 @@ Peer::Slots Peer::SetDesc(std::shared_ptr<const metadata::SegmentDesc> desc,
 
 Peer::Slots Peer::ResolvedSlots() const {
   std::lock_guard<std::mutex> g(mu_);
-  Slots out;
-  for (size_t i = 0; i < av_.size(); ++i)
-    for (fi_addr_t a : av_[i])
-      if (a != FI_ADDR_NOTAVAIL) out.emplace_back(i, a);
-  return out;
+  return ResolvedSlotsLocked();
 }
 
 Peer::Slots Peer::ReleaseSlots() {

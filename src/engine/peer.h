@@ -119,6 +119,7 @@ class Peer {
   bool TakeSuspect() { return suspect_.exchange(false, std::memory_order_relaxed); }
 
  private:
+  Slots ResolvedSlotsLocked() const;
   Slots TakeSlotsLocked();
   // Returns once no PostGuard taken before the call remains.
   void WaitForPosts() const;

@@ -77,6 +77,12 @@ std::string Rail::NameShmEndpoint() {
   return name;
 }
 
+void Rail::ClosePeerEndpointLocked(fid_ep* ep) {
+  fi_close(&ep->fid);
+  // An open hold would keep the unlinked region's 16 MiB alive.
+  peer_holds_.erase(ep);
+}
+
 void Rail::HoldShmRegion(const std::string& name, ShmRegionHold* hold) {
   if (name.empty()) return;
   std::string why;
@@ -216,8 +222,7 @@ Rail::~Rail() {
   CloseFid(remote_cntr_ ? &remote_cntr_->fid : nullptr);
   // Queued and in-flight slices hold registrations alive: release them while
   // the domain is still open.
-  for (fid_ep* ep : peers_.TakeEndpoints()) fi_close(&ep->fid);
-  peer_holds_.clear();
+  for (fid_ep* ep : peers_.TakeEndpoints()) ClosePeerEndpointLocked(ep);
   main_hold_ = ShmRegionHold();
   pending_.clear();
   contexts_.reset();
@@ -328,8 +333,7 @@ void Rail::ReapRemovedPeers() {
   for (const PeerTable::Removal& r : peers_.TakeQuietRemovals(queued)) {
     if (r.close_ep != nullptr) {
       std::lock_guard<std::mutex> c(cq_mu_);
-      fi_close(&r.close_ep->fid);
-      peer_holds_.erase(r.close_ep);
+      ClosePeerEndpointLocked(r.close_ep);
     }
     fi_addr_t slot = r.slot;
     int rc = fi_av_remove(av_, &slot, 1, 0);
@@ -378,12 +382,8 @@ void Rail::ReapDeadPeers() {
   if (peers_.TakeDeadPeers(&close) == 0) return;
   // After the close the provider never touches these endpoints' operations again.
   {
-    // An open hold would keep the unlinked region's 16 MiB alive.
     std::lock_guard<std::mutex> c(cq_mu_);
-    for (fid_ep* ep : close) {
-      fi_close(&ep->fid);
-      peer_holds_.erase(ep);
-    }
+    for (fid_ep* ep : close) ClosePeerEndpointLocked(ep);
   }
   while (ReadCompletions() > 0) {
   }

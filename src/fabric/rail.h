@@ -191,6 +191,9 @@ class Rail {
   // shm: sets info_copy_'s source address to a new ShmEndpointName and
   // returns it (the next fi_endpoint takes it); other providers: "".
   std::string NameShmEndpoint();
+  // Closes a peer's own endpoint (shm) and lets go of its region's hold.
+  // Caller holds cq_mu_ (or is the destructor).
+  void ClosePeerEndpointLocked(fid_ep* ep);
   // Takes `hold` on the region named `name` (nothing for ""); a failure is
   // logged, not returned: the endpoint works without it.
   void HoldShmRegion(const std::string& name, ShmRegionHold* hold);
