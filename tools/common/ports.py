@@ -10,10 +10,25 @@ Ports below the ephemeral range are only taken by a bind that names them.
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 
 _rng = random.SystemRandom()
+# Ports this process handed out: a caller often names several servers
+# before it starts any, and a port is free until its server binds it.
+_given: set[int] = set()
+
+
+def _share(low: int, high: int) -> tuple[int, int]:
+    """This process's part of [low, high): pytest-xdist workers, which run
+    tests at the same time, each pick from a part of their own."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if not (worker.startswith("gw") and worker[2:].isdigit() and count.isdigit() and int(count) > 0):
+        return low, high
+    index, parts = int(worker[2:]) % int(count), int(count)
+    size = (high - low) // parts
+    return low + index * size, low + (index + 1) * size
 
 
 def _ephemeral_low() -> int:
@@ -35,12 +50,17 @@ def _bindable(host: str, port: int) -> int:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port of `host` that was free a moment ago, below the ephemeral range."""
+    """A port of `host` that was free a moment ago, below the ephemeral range,
+    not handed out by this process before, and, under pytest-xdist, from this
+    worker's own part of the range."""
     low, floor = _ephemeral_low(), 10000
     if low - floor >= 1000:
+        first, end = _share(floor, low)
         for _ in range(200):
-            port = _bindable(host, _rng.randrange(floor, low))
+            pick = _rng.randrange(first, end)
+            port = 0 if pick in _given else _bindable(host, pick)
             if port:
+                _given.add(port)
                 return port
     port = _bindable(host, 0)
     if not port:
