@@ -23,6 +23,8 @@ void Task::Start(Batch* batch, uint32_t slices, Clock::time_point deadline, int6
   error_ = Status::OK();
   cut_.store(false);
   failed_late_.store(false);
+  failing_.store(false);
+  failure_ = Status::OK();
   expired_early_.store(false);
   state_.store(static_cast<int>(TaskState::kPending));
   started_.store(true);
@@ -49,6 +51,22 @@ bool Task::Finish(TaskState terminal, const Status& error) {
   return true;
 }
 
+void Task::RecordFailure(const Status& error) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (failing_.load()) return;
+  failure_ = error;
+  failing_.store(true);
+}
+
+bool Task::FinishFailed() {
+  Status error;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    error = failure_;
+  }
+  return Finish(TaskState::kFailed, error);
+}
+
 void Task::Complete(size_t bytes, const Status& error) {
   bytes_.fetch_add(bytes);
   Finish(error.ok() ? TaskState::kCompleted : TaskState::kFailed, error);
@@ -69,6 +87,9 @@ bool Task::CheckDeadline() {
       cut_.store(true);
     }
   }
+  // A slice had failed before the deadline: that is the task's end, now
+  // that the slices still out can land nowhere.
+  if (failing_.load()) return FinishFailed();
   if (expired_early_.load())
     return Finish(TaskState::kTimeout,
                   Status::Timeout(text::Format("{} was ended by its caller before completing (ExpireBatch); is the "
@@ -85,7 +106,7 @@ void Task::AddSlices(uint32_t n) {
 }
 
 bool Task::OnSliceStalled(const fabric::Slice& slice) {
-  if (rerouter_ == nullptr || !pending() || Expired()) return false;
+  if (rerouter_ == nullptr || !pending() || failing_.load() || Expired()) return false;
   if (rerouter_->Reroute(this, slice, /*failed=*/false) == 0) return false;
   // The rail forgets the slice: count it as ended (its replacements count
   // now, and may all have finished already).
@@ -121,12 +142,14 @@ void Task::OnSliceDone(const fabric::Slice& slice, size_t bytes, const Status& i
   const bool expired = pending() && Expired();
   if (expired && !error.ok()) failed_late_.store(true);
   // A failed slice goes to another rail while the task still wants it; only
-  // when none can take it does the task fail.
-  const bool rerouted = !error.ok() && !expired && rerouter_ != nullptr && pending() && slice.owner_tag < 0 &&
-                        rerouter_->Reroute(this, slice, /*failed=*/true) > 0;
-  if (!error.ok() && !rerouted && !expired && pending()) Finish(TaskState::kFailed, error.Annotate(what_));
+  // when none can take it does the task fail, and then only once its other
+  // slices are back: until then they may still write the caller's memory.
+  const bool rerouted = !error.ok() && !expired && rerouter_ != nullptr && pending() && !failing_.load() &&
+                        slice.owner_tag < 0 && rerouter_->Reroute(this, slice, /*failed=*/true) > 0;
+  if (!error.ok() && !rerouted && !expired && pending()) RecordFailure(error.Annotate(what_));
   const bool last = slices_left_.fetch_sub(1) == 1;
   if (last && failed_late_.load()) CheckDeadline();  // none out: nothing to cut
+  else if (last && failing_.load()) FinishFailed();
   else if (last && pending()) Finish(TaskState::kCompleted, Status::OK());
   // Last touch of the batch: after this a freed batch may be released.
   batch->outstanding_slices().fetch_sub(1);
@@ -134,8 +157,9 @@ void Task::OnSliceDone(const fabric::Slice& slice, size_t bytes, const Status& i
 
 bool Task::Abandoned() {
   // No Timeout from here: the rail asks under its post lock, and a Timeout
-  // may first cut connections (CheckDeadline), which takes that lock.
-  return !pending() || Expired();
+  // may first cut connections (CheckDeadline), which takes that lock. A
+  // failing task's queued slices are dropped: it ends when they are back.
+  return !pending() || failing_.load() || Expired();
 }
 
 TransferStatus Task::Snapshot() {

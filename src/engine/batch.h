@@ -1,7 +1,12 @@
 // Batch and Task: the engine's bookkeeping for submitted requests. A task is
 // one request; it is split into slices (fabric::Slice) that rails post and
-// complete. A task ends once: COMPLETED when all its slices succeed, FAILED
-// at the first failed slice, TIMEOUT when its deadline passes first.
+// complete. A task ends once: COMPLETED when all its slices succeed; FAILED
+// when a slice failed that no other rail took, but only once none of its
+// slices is out any more (a READ still in flight would write the caller's
+// buffer after the caller saw the failure and reused it); TIMEOUT when its
+// deadline passes first. At the deadline, slices still out have their
+// connections cut before the task ends (CheckDeadline), as FAILED if a
+// slice had failed before, else TIMEOUT.
 #pragma once
 
 #include <atomic>
@@ -109,6 +114,10 @@ class Task final : public fabric::SliceOwner {
  private:
   bool Finish(TaskState terminal, const Status& error);
   bool CheckDeadline();
+  // A slice failed for good: the first such error is kept, and the task
+  // ends FAILED with it when its last slice is back (or at its deadline).
+  void RecordFailure(const Status& error);
+  bool FinishFailed();
   bool Expired() const { return Clock::now().time_since_epoch().count() > deadline_.load(std::memory_order_relaxed); }
 
   Batch* batch_ = nullptr;
@@ -128,6 +137,8 @@ class Task final : public fabric::SliceOwner {
   std::mutex cut_mu_;                     // held while CutConnections runs
   std::atomic<bool> cut_{false};          // Rerouter::CutConnections done
   std::atomic<bool> failed_late_{false};  // a slice failed past the deadline
+  std::atomic<bool> failing_{false};      // a slice failed for good: see RecordFailure
+  Status failure_;                        // its error (under mu_)
   std::atomic<bool> expired_early_{false};  // Expire moved the deadline
   std::atomic<bool> started_{false};        // Start has run (ExpirePending skips the others)
   TaskTally tally_;

@@ -81,17 +81,24 @@ TEST(BatchTest, ATaskIsCountedOnceWhenItEnds) {
   EXPECT_EQ(s.latency[0].histogram.count, 1u);
 }
 
-TEST(BatchTest, FirstFailedSliceFailsTheTask) {
+// A failed slice fails the task, but only once its other slices are back:
+// a READ still in flight would write the buffer of a caller that saw the
+// failure and reused it. Its queued slices are dropped meanwhile.
+TEST(BatchTest, AFailedSliceFailsTheTaskOnceItsOtherSlicesAreBack) {
   Batch b(1, 1);
   Task& t = StartOnlyTask(b, 2, 10000, "READ from peer");
   t.OnSliceDone(fabric::Slice(), 0, Status::FabricError("EPIPE"));
-  TransferStatus s = t.Snapshot();
-  EXPECT_EQ(s.state, TaskState::kFailed);  // before its other slice returns
-  EXPECT_NE(s.error.message().find("READ from peer"), std::string::npos);
-  EXPECT_TRUE(t.Abandoned());
+  EXPECT_EQ(t.Snapshot().state, TaskState::kPending) << "its other slice is still out";
+  EXPECT_FALSE(b.AllDone());
+  EXPECT_TRUE(t.Abandoned()) << "its queued slices are dropped unposted";
   t.OnSliceDone(fabric::Slice(), 100, Status::OK());
-  EXPECT_EQ(t.Snapshot().state, TaskState::kFailed);
+  TransferStatus s = t.Snapshot();
+  EXPECT_EQ(s.state, TaskState::kFailed);
+  EXPECT_EQ(s.error.code(), Status::Code::kFabricError) << s.error.ToString();
+  EXPECT_NE(s.error.message().find("READ from peer"), std::string::npos);
+  EXPECT_NE(s.error.message().find("EPIPE"), std::string::npos) << "the first failure, not the slice that came last";
   EXPECT_EQ(b.Aggregate().state, TaskState::kFailed);
+  EXPECT_TRUE(b.AllDone());
 }
 
 TEST(BatchTest, DeadlineTurnsPendingIntoTimeout) {
@@ -261,6 +268,33 @@ TEST(BatchTest, ATimeoutCutsTheConnectionsOfItsSlicesFirst) {
   t.OnSliceDone(SliceOf(100), 0, Status::NetworkError("connection closed"));
   EXPECT_TRUE(rr.calls.empty());
   EXPECT_EQ(t.Snapshot().state, TaskState::kTimeout);
+}
+
+// A task failing with a slice that does not come back: at the deadline its
+// connections are cut (the slice can land nowhere after that), and the task
+// ends with the failure it had, not a Timeout. A failing task moves no slice.
+TEST(BatchTest, AFailingTaskWithASliceStuckOutCutsItAtTheDeadlineAndFails) {
+  Batch b(1, 1);
+  FakeRerouter rr(0);  // no other rail: the first failure stays
+  Task& t = StartOnlyTask(b, 3, 60, "READ from a half-dead peer", &rr);
+  t.OnSliceDone(SliceOf(100), 0, Status::NetworkError("connection reset"));
+  EXPECT_EQ(rr.calls.size(), 1u);
+  EXPECT_EQ(t.Snapshot().state, TaskState::kPending);
+  EXPECT_FALSE(t.OnSliceStalled(SliceOf(100))) << "a failing task's stalled slices are not moved";
+  EXPECT_EQ(rr.calls.size(), 1u);
+  t.OnSliceDone(SliceOf(100), 0, Status::Timeout("dropped before posting"));  // Abandoned at the rail
+  EXPECT_EQ(rr.calls.size(), 1u) << "a failing task's failed slices are not moved";
+  EXPECT_EQ(t.Snapshot().state, TaskState::kPending) << "one slice is still out";
+  EXPECT_EQ(rr.cuts, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(90));
+  TransferStatus s = t.Snapshot();
+  EXPECT_EQ(rr.cuts, 1) << "the stuck slice's connections are cut first";
+  EXPECT_TRUE(rr.pending_at_cut);
+  EXPECT_EQ(s.state, TaskState::kFailed);
+  EXPECT_EQ(s.error.code(), Status::Code::kNetworkError) << s.error.ToString();
+  t.OnSliceDone(SliceOf(100), 0, Status::NetworkError("connection closed"));  // the cut fails it
+  EXPECT_EQ(t.Snapshot().state, TaskState::kFailed);
+  EXPECT_EQ(b.outstanding_slices().load(), 0);
 }
 
 // A slice dropped unposted past the deadline (the rail saw Abandoned) ends
