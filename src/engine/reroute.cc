@@ -58,7 +58,9 @@ void Poster::CutConnections(Task* task) {
   const std::shared_ptr<Peer>& peer = task->peer();
   if (!peer) return;
   for (const auto& [rail, slot] : peer->ResolvedSlots())
-    if (rail < rails_->rails.size()) (*rails_)[rail]->CutPeer(slot);
+    if (rail < rails_->rails.size())
+      (*rails_)[rail]->CutPeer(slot, "a request to it outlived its deadline (KVF_TRANSFER_TIMEOUT_MS), or its caller "
+                                     "ended it (ExpireBatch)");
 }
 
 }  // namespace kvfabric::engine

@@ -270,7 +270,7 @@ Status Rail::InsertPeer(const std::string& raw_address, int64_t pid, fi_addr_t* 
   return Status::OK();
 }
 
-bool Rail::CutPeer(fi_addr_t slot) {
+bool Rail::CutPeer(fi_addr_t slot, std::string_view why) {
   if (!cuts_connections_) return false;
   std::lock_guard<std::mutex> post(post_mu_);
   RemotePeer* p = peers_.At(slot);
@@ -284,22 +284,20 @@ bool Rail::CutPeer(fi_addr_t slot) {
   int rc = fi_av_insert(av_, p->address.data(), 1, &again, 0, nullptr);
   if (rc != 1 || again != slot) {
     if (rc == 1 && again != FI_ADDR_NOTAVAIL) fi_av_remove(av_, &again, 1, 0);
-    KVF_LOG_WARN("{}: cannot close the connection to {} (inserting its address again gave slot {}, not {}); its "
-                 "operations in flight may still land after their request timed out",
-                 label_, PeerText(*p), rc == 1 ? static_cast<int64_t>(again) : -1, slot);
+    KVF_LOG_WARN("{}: cannot close the connection to {} ({}): inserting its address again gave slot {}, not {}; its "
+                 "operations in flight may still land later",
+                 label_, PeerText(*p), why, rc == 1 ? static_cast<int64_t>(again) : -1, slot);
     return false;
   }
   rc = fi_av_remove(av_, &slot, 1, 0);
   if (rc != 0) {
-    KVF_LOG_WARN("{}: closing the connection to {} failed: {}; its operations in flight may still land after "
-                 "their request timed out",
-                 label_, PeerText(*p), fi_strerror(-rc));
+    KVF_LOG_WARN("{}: closing the connection to {} ({}) failed: {}; its operations in flight may still land later",
+                 label_, PeerText(*p), why, fi_strerror(-rc));
     return false;
   }
   p->cut_since_post = true;
-  KVF_LOG_WARN("{}: closed the connection to {} with {} operation(s) in flight: a request to it outlived its "
-               "deadline (KVF_TRANSFER_TIMEOUT_MS); its next request connects again",
-               label_, PeerText(*p), in_flight);
+  KVF_LOG_WARN("{}: closed the connection to {} with {} operation(s) in flight: {}; its next request connects again",
+               label_, PeerText(*p), in_flight, why);
   return true;
 }
 
@@ -584,12 +582,6 @@ void Rail::Finish(OpContext* op, const Status& error) {
   if (op->peer != nullptr) op->peer->inflight.fetch_sub(1);
   op->peer = nullptr;
   op->posted = false;
-  if (op->detached) {
-    // Moved to another rail after a stall: its owner has forgotten it.
-    op->detached = false;
-    ReleaseContext(op);
-    return;
-  }
   Slice s = std::move(op->slice);
   ReleaseContext(op);
   load_bytes_.fetch_sub(s.length);
@@ -719,28 +711,25 @@ void Rail::CheckStall(int64_t now) {
   RailCounters::Add(counters_.stalls);
   size_t moved = 0, kept = 0;
   const int64_t posted_now = inflight_.load();
-  // Posted operations stay posted until this thread reads the CQ, so the
-  // snapshot stays valid after the lock is released; owners are called
-  // without it (rerouting takes other rails' locks).
-  std::vector<OpContext*> posted;
+  // Posted operations are not moved while the provider may still complete
+  // them (CheckStall in rail.h): their connections are closed, so they fail
+  // now and their owners move them as failed slices. The peers are read
+  // under the post lock; CutPeer takes it again.
+  std::vector<std::pair<fi_addr_t, size_t>> peers;  // slot, operations posted to it
   {
     std::lock_guard<std::mutex> g(post_mu_);
-    for (size_t i = 0; i < info_.tx_depth; ++i)
-      if (contexts_[i].posted && !contexts_[i].detached) posted.push_back(&contexts_[i]);
-  }
-  for (OpContext* op : posted) {
-    if (!op->slice.owner->OnSliceStalled(op->slice)) {
-      ++kept;
-      continue;
+    for (size_t i = 0; i < info_.tx_depth; ++i) {
+      const OpContext& op = contexts_[i];
+      if (!op.posted || op.slice.owner == NameProbe()) continue;
+      auto it = std::find_if(peers.begin(), peers.end(), [&](const auto& p) { return p.first == op.slice.dest; });
+      if (it == peers.end()) peers.emplace_back(op.slice.dest, 1);
+      else ++it->second;
     }
-    // The provider still owns the context (and the registration it uses);
-    // it comes back through the CQ, or never if the link stays down.
-    op->detached = true;
-    op->slice.owner = nullptr;
-    inflight_.fetch_sub(1);
-    unfinished_.fetch_sub(1);
-    load_bytes_.fetch_sub(op->slice.length);
-    ++moved;
+  }
+  size_t cut = 0;
+  for (const auto& [slot, ops] : peers) {
+    if (CutPeer(slot, "its rail stalled (KVF_RAIL_STALL_MS); those operations fail and move to other rails")) ++cut;
+    else kept += ops;
   }
   std::deque<Slice> queued;
   {
@@ -765,10 +754,11 @@ void Rail::CheckStall(int64_t now) {
     pending_.insert(pending_.begin(), std::make_move_iterator(keep.begin()), std::make_move_iterator(keep.end()));
   }
   KVF_LOG_WARN("{}: nothing completed for {} ms with {} operation(s) in flight; out of service for "
-               "{} ms (KVF_RAIL_STALL_MS, KVF_RAIL_RETRY_MS): {} slice(s) moved to other rails, {} left in place "
-               "(no other rail serves them); check the link of {}",
-               label_, health_.stall_ns() / 1000000, posted_now,
-               health_.retry_ns() / 1000000, moved, kept, info_.domain);
+               "{} ms (KVF_RAIL_STALL_MS, KVF_RAIL_RETRY_MS): {} queued slice(s) moved to other rails, the "
+               "connections of {} peer(s) closed so that their operations in flight fail and move too, {} left in "
+               "place (no other rail serves them, or the provider cannot close its connections); check the link of {}",
+               label_, health_.stall_ns() / 1000000, posted_now, health_.retry_ns() / 1000000, moved, cut, kept,
+               info_.domain);
 }
 
 bool Rail::TryWait() {

@@ -17,7 +17,9 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "fabric/efa_options.h"
@@ -80,13 +82,15 @@ class Rail {
   // Closes this rail's connection to the peer at `slot` when operations
   // are posted to it, so that none of them writes local memory once this
   // returns: the provider fails them at once (NetworkError). For a request
-  // that outlived its deadline (engine::Rerouter::Cut). Only where
+  // that outlived its deadline (engine::Rerouter::CutConnections), and for
+  // a stalled rail's operations before they move (CheckStall); `why` says
+  // which in the log line. Only where
   // removing an address closes its connection (rxm: tcp, verbs, with
   // AvRemoveClosesConnections): the address is inserted a second time
   // first, so the slot stays valid and the next post connects anew. False
   // when it closed nothing (no operation in flight, or a provider that
   // cannot: shm copies a READ itself, efa has no connections).
-  bool CutPeer(fi_addr_t slot);
+  bool CutPeer(fi_addr_t slot, std::string_view why);
   // AV slots in use: inserted and not yet removed.
   size_t peer_slots();
 
@@ -171,7 +175,6 @@ class Rail {
     Slice slice;
     RemotePeer* peer = nullptr;  // set while posted
     bool posted = false;         // handed to the provider, not yet returned
-    bool detached = false;       // its owner moved it elsewhere after a stall
   };
 
   // Names the rail from `info` and takes the options that need no libfabric
@@ -210,9 +213,14 @@ class Rail {
   // holds post_mu_.
   void QueueNameProbeLocked(fi_addr_t slot, RemotePeer* p);
   // Progress thread: when health_ finds the rail stalled (work in flight
-  // and nothing completing for KVF_RAIL_STALL_MS), offers every queued and
-  // posted slice to its owner to move elsewhere; the rail is then out of
-  // service for KVF_RAIL_RETRY_MS.
+  // and nothing completing for KVF_RAIL_STALL_MS), offers every queued
+  // slice to its owner to move elsewhere, and closes the connections of the
+  // posted ones (CutPeer), which then fail and move as failed slices do; the
+  // rail is then out of service for KVF_RAIL_RETRY_MS. A posted operation
+  // is never moved while it may still complete: the link may come back, and
+  // a late READ would land in a buffer its caller has reused, a late WRITE
+  // send bytes its source no longer holds. Where connections cannot be
+  // closed (shm, efa) posted operations stay until the provider ends them.
   void CheckStall(int64_t now);
   // When every slice queued waits for a peer in a run of refused posts, the
   // latest start of those runs; 0 when some does not (or none waits).

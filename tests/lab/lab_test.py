@@ -7,7 +7,9 @@ run checks the bytes it moved (--verify reads them back). Proves:
   - data moves across 4 rails byte-exact, WRITE and READ;
   - every rail carries a fair share of the traffic;
   - a rail whose link goes down mid-run does not fail the transfer, and the
-    initiator's metrics endpoint shows the stall and the reroutes.
+    initiator's metrics endpoint shows the stall and the reroutes;
+  - a READ moved off that rail never lands later, when the link comes back,
+    in a buffer its caller has reused (kvfabric-lab-late-landing).
 
 Needs root and network namespaces: exits 77 (ctest's skip code) with the
 reason otherwise. Usage: lab_test.py --build BUILD_DIR
@@ -216,7 +218,11 @@ class MultiRailTest(unittest.TestCase):
         self.assertGreaterEqual(sample(m, "kvfabric_rail_stalls_total", rail="2") or 0, 1, m)
         self.assertEqual(sample(m, "kvfabric_rail_in_service", rail="2"), 0, m)
         self.assertEqual(sample(m, "kvfabric_rail_in_service"), RAILS - 1, m)
-        self.assertGreater(sample(m, "kvfabric_reroutes_total", reason="stalled") or 0, 0, m)
+        # The stalled rail's operations in flight had their connection closed:
+        # they failed, and moved as failed operations do (queued ones, if any,
+        # move as "stalled").
+        self.assertGreater(sample(m, "kvfabric_reroutes_total", reason="failed") or 0, 0, m)
+        self.assertIn("its rail stalled (KVF_RAIL_STALL_MS)", p["stderr"])
         for r in (0, 1, 3):
             self.assertEqual(sample(m, "kvfabric_rail_stalls_total", rail=str(r)), 0, m)
         self.assertEqual(sample(m, "kvfabric_request_failures_total"), None, "no request failed: " + m)
@@ -225,6 +231,49 @@ class MultiRailTest(unittest.TestCase):
         # The rail moved its share until the cut, then (nearly) nothing.
         self.assertLess(p["rail_bytes"][2], total * 0.2, p)
         self.assertGreater(p["rail_bytes"][2], 0, p)
+
+    def test_a_read_moved_off_a_stalled_rail_never_lands_later(self):
+        # The initiator READs 64 MiB over the 4 rails again and again; rail
+        # 2's link goes down, the rail stalls (500 ms) and its READs move to
+        # the others, so the request completes. The initiator then reuses
+        # its buffer (fills it with 0xEE); the link comes back, and nothing
+        # of the READs that were on rail 2 may land in it. Before the rail
+        # closed a stalled rail's connections, they did when TCP
+        # retransmitted.
+        tool = os.path.join(BUILD, "tests", "kvfabric-lab-late-landing")
+        nics = lambda h: ",".join("%s%d" % (h, i) for i in range(RAILS))
+        target = subprocess.Popen([LAB, "exec", "A", tool, "target", nics("a"), "10.77.0.1:%d" % (PORT + 1)], env=ENV,
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        initiator = None
+        try:
+            line = target.stdout.readline()
+            self.assertTrue(line.startswith("segment "), line + target.stderr.read()[-2000:] if not line else line)
+            segment = line.split()[1]
+            initiator = subprocess.Popen(
+                [LAB, "exec", "B", "env", "KVF_RAIL_STALL_MS=500", tool, "initiator", nics("b"), "10.77.0.2:0",
+                 segment], env=ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            time.sleep(1.0)  # its READs run on every rail
+            lab("link", "a2", "down")
+            try:
+                line = initiator.stdout.readline()
+                self.assertEqual(line.strip(), "reused", initiator.stderr.read()[-3000:] if not line else line)
+            finally:
+                lab("link", "a2", "up")
+            initiator.stdin.write("up\n")
+            initiator.stdin.flush()
+            out, err = initiator.communicate(timeout=60)
+            self.assertEqual(initiator.returncode, 0, err[-3000:])
+            m = re.match(r"late (\d+) wrong (\d+)", out.strip())
+            self.assertIsNotNone(m, out + err[-3000:])
+            self.assertEqual(int(m.group(2)), 0, "READs got wrong bytes before the reuse")
+            self.assertEqual(int(m.group(1)), 0, "bytes landed in the reused buffer after their READ completed: "
+                             + err[-3000:])
+            self.assertIn("its rail stalled", err, "the stalled rail closed no connection")
+        finally:
+            for p in (initiator, target):
+                if p is not None and p.poll() is None:
+                    p.kill()
+                    p.communicate()
 
 
 def main():
