@@ -12,11 +12,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <random>
-#include <utility>
 #include <map>
 #include <mutex>
+#include <random>
+#include <set>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace kvfabric::test {
@@ -69,12 +70,22 @@ int FreePort(const std::string& host) {
   (void)hi;
   const int floor = 10000;
   if (lo - floor >= 1000) {
+    // Never the same port twice in one process: a test often names several
+    // servers before it starts any, and a port stays free until its server
+    // binds it.
     static std::mutex mu;
     static std::mt19937 rng(std::random_device{}() ^ static_cast<unsigned>(getpid()));
+    static std::set<int> given;
     std::uniform_int_distribution<int> pick(floor, lo - 1);
     std::lock_guard lock(mu);
-    for (int i = 0; i < 200; ++i)
-      if (int port = TryBind(host, pick(rng)); port != 0) return port;
+    for (int i = 0; i < 200; ++i) {
+      const int candidate = pick(rng);
+      if (given.count(candidate) != 0) continue;
+      if (int port = TryBind(host, candidate); port != 0) {
+        given.insert(port);
+        return port;
+      }
+    }
   }
   return TryBind(host, 0);
 }
