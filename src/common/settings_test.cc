@@ -19,7 +19,7 @@ TEST(SettingsTest, DefaultsComeFromTheDeclaration) {
   EXPECT_EQ(s.write_completion, "delivery");
   EXPECT_TRUE(s.same_host_shm);
   EXPECT_EQ(s.store_put_mode, "push");
-  EXPECT_EQ(Settings::Table().size(), 55u);
+  EXPECT_EQ(Settings::Table().size(), 56u);
   for (const auto& i : Settings::Table()) {
     EXPECT_EQ(i.env.rfind("KVF_", 0), 0u) << i.env;
     EXPECT_FALSE(i.meaning.empty()) << i.env;
@@ -90,6 +90,7 @@ TEST(SettingsTest, ChoicesAreDeclaredWithTheirValues) {
   EXPECT_EQ(Info("log_level").choices, (std::vector<std::string>{"trace", "debug", "info", "warn", "error", "off"}));
   EXPECT_EQ(Info("post_mode").choices, (std::vector<std::string>{"auto", "direct", "progress"}));
   EXPECT_EQ(Info("write_completion").choices, (std::vector<std::string>{"delivery", "transmit"}));
+  EXPECT_EQ(Info("close_connections").choices, (std::vector<std::string>{"auto", "on", "off"}));
   for (const char* f : {"log_level", "post_mode", "write_completion"}) EXPECT_EQ(Info(f).type, "Choice") << f;
 }
 
@@ -110,7 +111,7 @@ TEST(SettingsTest, EveryChoiceRefusesOtherValuesNamingTheAllowedList) {
       EXPECT_EQ(s.Get(i.env), c);
     }
   }
-  EXPECT_EQ(choices, 5);
+  EXPECT_EQ(choices, 6);
   Settings s;
   EXPECT_EQ(Refusal(&s, "KVF_POST_MODE", "directly"),
             "KVF_POST_MODE='directly': allowed values are auto, direct, progress");

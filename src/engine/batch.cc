@@ -109,11 +109,23 @@ bool Task::OnSliceStalled(const fabric::Slice& slice) {
   if (rerouter_ == nullptr || !pending() || failing_.load() || Expired()) return false;
   if (rerouter_->Reroute(this, slice, /*failed=*/false) == 0) return false;
   // The rail forgets the slice: count it as ended (its replacements count
-  // now, and may all have finished already).
+  // now, and may all have ended already, failed or dropped).
   Batch* batch = batch_;
-  if (slices_left_.fetch_sub(1) == 1 && pending()) Finish(TaskState::kCompleted, Status::OK());
+  SliceLeft();
   batch->outstanding_slices().fetch_sub(1);
   return true;
+}
+
+bool Task::CanMove(const fabric::Slice& slice) {
+  return rerouter_ != nullptr && pending() && !failing_.load() && !Expired() && slice.owner_tag < 0 &&
+         rerouter_->CanReroute(this, slice);
+}
+
+void Task::SliceLeft() {
+  if (slices_left_.fetch_sub(1) != 1) return;
+  if (failed_late_.load()) CheckDeadline();  // none out: nothing to cut
+  else if (failing_.load()) FinishFailed();
+  else if (pending()) Finish(TaskState::kCompleted, Status::OK());
 }
 
 void Task::OnSliceDone(const fabric::Slice& slice, size_t bytes, const Status& in) {
@@ -147,10 +159,7 @@ void Task::OnSliceDone(const fabric::Slice& slice, size_t bytes, const Status& i
   const bool rerouted = !error.ok() && !expired && rerouter_ != nullptr && pending() && !failing_.load() &&
                         slice.owner_tag < 0 && rerouter_->Reroute(this, slice, /*failed=*/true) > 0;
   if (!error.ok() && !rerouted && !expired && pending()) RecordFailure(error.Annotate(what_));
-  const bool last = slices_left_.fetch_sub(1) == 1;
-  if (last && failed_late_.load()) CheckDeadline();  // none out: nothing to cut
-  else if (last && failing_.load()) FinishFailed();
-  else if (last && pending()) Finish(TaskState::kCompleted, Status::OK());
+  SliceLeft();
   // Last touch of the batch: after this a freed batch may be released.
   batch->outstanding_slices().fetch_sub(1);
 }

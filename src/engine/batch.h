@@ -51,6 +51,9 @@ class Rerouter {
   // ended: with `copy_back` (a READ that succeeded) its bytes go from the
   // slot to device memory first; the slot is released either way.
   virtual Status Unstage(Task* task, const fabric::Slice& slice, bool copy_back) = 0;
+  // Whether Reroute(task, slice, failed=true) would now queue the slice on
+  // another rail; queues nothing.
+  virtual bool CanReroute(Task* task, const fabric::Slice& slice) = 0;
   // `task` outlived its deadline with slices still out: closes the
   // connections to its peer that carry them, on the rails that can
   // (Rail::CutPeer), so none of them writes local memory after the task
@@ -101,6 +104,7 @@ class Task final : public fabric::SliceOwner {
 
   void OnSliceDone(const fabric::Slice& slice, size_t bytes, const Status& error) override;
   bool OnSliceStalled(const fabric::Slice& slice) override;
+  bool CanMove(const fabric::Slice& slice) override;
   bool Abandoned() override;
   // The rerouter queued `n` more slices for this task.
   void AddSlices(uint32_t n);
@@ -118,6 +122,10 @@ class Task final : public fabric::SliceOwner {
   // ends FAILED with it when its last slice is back (or at its deadline).
   void RecordFailure(const Status& error);
   bool FinishFailed();
+  // A slice left the task (it ended, or moved elsewhere): the last one to
+  // leave ends a task still pending, as its story says (failed_late_,
+  // failing_, else COMPLETED).
+  void SliceLeft();
   bool Expired() const { return Clock::now().time_since_epoch().count() > deadline_.load(std::memory_order_relaxed); }
 
   Batch* batch_ = nullptr;

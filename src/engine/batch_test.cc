@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <functional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -159,9 +160,12 @@ class FakeRerouter : public Rerouter {
   explicit FakeRerouter(uint32_t replacements) : replacements_(replacements) {}
   uint32_t Reroute(Task* task, const fabric::Slice& slice, bool failed) override {
     calls.push_back({slice.length, failed});
-    if (replacements_ > 0) task->AddSlices(replacements_);
-    return replacements_;
+    const uint32_t n = failed && !failed_move ? 0 : replacements_;
+    if (n > 0) task->AddSlices(n);
+    if (during_reroute) std::exchange(during_reroute, nullptr)();  // once
+    return n;
   }
+  bool CanReroute(Task*, const fabric::Slice&) override { return replacements_ > 0; }
   Status Unstage(Task*, const fabric::Slice&, bool) override { return Status::OK(); }
   void CutConnections(Task* task) override {
     ++cuts;
@@ -169,6 +173,8 @@ class FakeRerouter : public Rerouter {
     if (cut_takes_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(cut_takes_ms));
     cut_done_at = Clock::now();
   }
+  bool failed_move = true;  // false: failed slices are not moved (stalled ones are)
+  std::function<void()> during_reroute;  // runs inside the next Reroute, after the replacements are added
   int cut_takes_ms = 0;
   Clock::time_point cut_done_at{};
   std::vector<std::pair<size_t, bool>> calls;
@@ -242,6 +248,51 @@ TEST(BatchTest, StalledSliceStaysWhenNoRailCanTakeIt) {
   t.OnSliceDone(SliceOf(100), 100, Status::OK());
   t2.OnSliceDone(SliceOf(100), 100, Status::OK());
   EXPECT_EQ(t2.Snapshot().state, TaskState::kCompleted);
+}
+
+// A slice moved off a stalled rail while another slice fails for good and
+// the replacement is dropped (the task is failing): the task ends FAILED,
+// never COMPLETED, whichever slice leaves last (found in review: the stall
+// path ended it COMPLETED).
+TEST(BatchTest, ASliceMovedOffAStalledRailWhileAnotherFailsEndsTheTaskFailed) {
+  Batch b(1, 1);
+  FakeRerouter rr(1);
+  rr.failed_move = false;
+  Task& t = StartOnlyTask(b, 2, 10000, "READ", &rr);
+  rr.during_reroute = [&] {
+    t.OnSliceDone(SliceOf(100), 0, Status::NetworkError("the other slice's peer reset"));  // fails for good
+    t.OnSliceDone(SliceOf(100), 0, Status::Timeout("dropped before posting"));          // the replacement
+  };
+  EXPECT_TRUE(t.OnSliceStalled(SliceOf(100)));
+  TransferStatus s = t.Snapshot();
+  EXPECT_EQ(s.state, TaskState::kFailed) << s.error.ToString();
+  EXPECT_EQ(s.error.code(), Status::Code::kNetworkError) << s.error.ToString();
+  EXPECT_EQ(b.outstanding_slices().load(), 0);
+}
+
+// What a stalled rail asks before it closes a connection: would this posted
+// slice move? Not for a failing, ended or expired task, a staged slice, or
+// with no other rail.
+TEST(BatchTest, APostedSliceCanMoveOnlyWhileItsTaskWantsItAndAnotherRailTakesIt) {
+  Batch b(1, 4);
+  FakeRerouter one(1), none(0);
+  size_t first;
+  ASSERT_TRUE(b.Reserve(4, &first));
+  b.outstanding_slices() += 5;
+  b.task(0).Start(&b, 2, In(10000), 10000, "READ", nullptr, &one);
+  b.task(1).Start(&b, 1, In(10000), 10000, "READ", nullptr, &none);
+  b.task(2).Start(&b, 1, In(-1), 0, "READ", nullptr, &one);
+  b.task(3).Start(&b, 1, In(10000), 10000, "READ");
+  EXPECT_TRUE(b.task(0).CanMove(SliceOf(100)));
+  fabric::Slice staged = SliceOf(100);
+  staged.owner_tag = 3;
+  EXPECT_FALSE(b.task(0).CanMove(staged)) << "a staged slice";
+  EXPECT_FALSE(b.task(1).CanMove(SliceOf(100))) << "no other rail";
+  EXPECT_FALSE(b.task(2).CanMove(SliceOf(100))) << "past its deadline";
+  EXPECT_FALSE(b.task(3).CanMove(SliceOf(100))) << "no rerouter";
+  one.failed_move = false;
+  b.task(0).OnSliceDone(SliceOf(100), 0, Status::NetworkError("reset"));
+  EXPECT_FALSE(b.task(0).CanMove(SliceOf(100))) << "a failing task";
 }
 
 // Past its deadline with slices out, a task has its peer's connections cut

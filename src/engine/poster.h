@@ -66,12 +66,17 @@ class Poster final : public Rerouter {
 
   // engine::Rerouter
   uint32_t Reroute(Task* task, const fabric::Slice& slice, bool failed) override;
+  bool CanReroute(Task* task, const fabric::Slice& slice) override;
   Status Unstage(Task* task, const fabric::Slice& slice, bool copy_back) override;
   void CutConnections(Task* task) override;
 
  private:
   // Reroute's work (reroute.cc): the slices queued on another rail, or 0.
   uint32_t MoveSlice(Task* task, const fabric::Slice& slice, bool failed);
+  // The rail a slice of `task` would move to now (`*to`), with the peer's
+  // rail it pairs with (`*peer_rail`); false when none can take it (it
+  // cannot move, or every rail had its chance).
+  bool MoveTarget(Task* task, const fabric::Slice& slice, int64_t now, size_t* to, int* peer_rail);
 
   // Through staging slots (staged_post.cc).
   Status PostStaged(Batch* batch, Task* task, const Plan& plan, std::shared_ptr<Route> route, const size_t* cand,

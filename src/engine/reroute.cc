@@ -20,31 +20,46 @@ uint32_t Poster::Reroute(Task* task, const fabric::Slice& s, bool failed) {
   return n;
 }
 
+bool Poster::MoveTarget(Task* task, const fabric::Slice& s, int64_t now, size_t* to, int* peer_rail) {
+  const std::shared_ptr<Peer>& peer = task->peer();
+  const auto route = std::static_pointer_cast<const Route>(task->route());
+  if (!peer || !route || s.owner_tag >= 0) return false;
+  // Keys and slots of a restarted peer's new process do not fit this request.
+  if (peer->desc()->epoch != route->desc->epoch) return false;
+  size_t paired[kMaxLocalRails];
+  const size_t npaired = RailsFor(*route, *peer, paired);
+  if (s.attempts + 1 >= npaired) return false;  // every rail had its chance
+  RailView views[kMaxLocalRails];
+  rails_->View(*peer, {paired, npaired}, route->local->near_rails, now, views);
+  size_t cand[kMaxLocalRails];
+  const size_t ncand = CandidateRails({paired, npaired}, views, static_cast<int>(s.rail), /*fallback=*/false, cand);
+  if (ncand == 0) return false;
+  const uint64_t planned[kMaxLocalRails] = {};
+  *to = PickRail({cand, ncand}, views, s.length, planned, NextRotation());
+  *peer_rail = peer->PeerRailFor(*to, route->remote->chunks.front().keys);
+  fi_addr_t unused;
+  return peer->Lookup(*to, *peer_rail, &unused);  // false: not resolved yet, or reconnecting after a restart
+}
+
+bool Poster::CanReroute(Task* task, const fabric::Slice& s) {
+  size_t to;
+  int peer_rail;
+  return MoveTarget(task, s, SteadyNowNs(), &to, &peer_rail);
+}
+
 uint32_t Poster::MoveSlice(Task* task, const fabric::Slice& s, bool failed) {
   const std::shared_ptr<Peer>& peer = task->peer();
   const auto route = std::static_pointer_cast<const Route>(task->route());
-  if (!peer || !route || s.owner_tag >= 0) return 0;
-  // Keys and slots of a restarted peer's new process do not fit this request.
-  if (peer->desc()->epoch != route->desc->epoch) return 0;
+  if (!peer || !route || s.owner_tag >= 0 || peer->desc()->epoch != route->desc->epoch) return 0;
   const int64_t now = SteadyNowNs();
   if (failed && peer->MarkRailDown(s.rail, now, now + options_.rail_retry_ms * 1000000))
     KVF_LOG_WARN("segment {}: an operation on rail {} ({}) failed; that rail is out of service for this peer for "
                  "{} ms (KVF_RAIL_RETRY_MS) and its work moves to the peer's other rails",
                  peer->name(), s.rail, (*rails_)[s.rail]->info().domain, options_.rail_retry_ms);
-  size_t paired[kMaxLocalRails];
-  const size_t npaired = RailsFor(*route, *peer, paired);
-  if (s.attempts + 1 >= npaired) return 0;  // every rail had its chance
-  RailView views[kMaxLocalRails];
-  rails_->View(*peer, {paired, npaired}, route->local->near_rails, now, views);
-  size_t cand[kMaxLocalRails];
-  const size_t ncand = CandidateRails({paired, npaired}, views, static_cast<int>(s.rail), /*fallback=*/false, cand);
-  if (ncand == 0) return 0;
-  const uint64_t planned[kMaxLocalRails] = {};
-  const size_t ri = PickRail({cand, ncand}, views, s.length, planned, NextRotation());
   const Peer::PostGuard posting(peer.get());  // the slot stays until the slices are queued
-  fi_addr_t unused;
-  const int peer_rail = peer->PeerRailFor(ri, route->remote->chunks.front().keys);
-  if (!peer->Lookup(ri, peer_rail, &unused)) return 0;  // not resolved yet, or reconnecting after a restart
+  size_t ri;
+  int peer_rail;
+  if (!MoveTarget(task, s, now, &ri, &peer_rail)) return 0;
   std::vector<fabric::Slice> out;
   Status st = MakeSlices(*route, s.write, peer.get(), ri, reinterpret_cast<uintptr_t>(s.local), s.remote_va, s.length,
                          s.attempts + 1, task, &out);

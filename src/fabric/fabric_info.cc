@@ -43,7 +43,10 @@ bool DmabufOffered() {
   return v >= FI_VERSION(1, 20);
 }
 
-void ApplyProviderDefaults(bool rxm_fast_connect, bool host_memory_only) {
+void ApplyProviderDefaults(bool rxm_fast_connect, bool host_memory_only, bool av_remove_cleanup) {
+  // rxm closes its connection to an address removed from the AV, so that
+  // Rail::CutPeer can end a peer's operations (MayCloseConnections).
+  if (av_remove_cleanup) setenv("FI_AV_REMOVE_CLEANUP", "1", 0);
   // Otherwise a provider may create a CUDA context (and take GPU memory) in
   // a process that never touches the GPU.
   if (host_memory_only) setenv("FI_HMEM", "system", 0);
@@ -139,7 +142,6 @@ fi_info* MakeHints(const std::string& provider, bool hmem) {
 
 bool AvRemoveClosesConnections() {
   static const bool on = [] {
-    setenv("FI_AV_REMOVE_CLEANUP", "1", /*overwrite=*/0);
     const char* v = getenv("FI_AV_REMOVE_CLEANUP");
     // libfabric's reading of a boolean (fi_param_get_bool): 1, yes, true,
     // on, y, any case.
@@ -148,6 +150,12 @@ bool AvRemoveClosesConnections() {
     return s == "1" || s == "yes" || s == "true" || s == "on" || s == "y";
   }();
   return on;
+}
+
+bool MayCloseConnections(const std::string& mode, uint32_t version) {
+  if (mode == "on") return true;
+  if (mode == "auto") return version >= FI_VERSION(1, 18);
+  return false;
 }
 
 Status InfoList::Query(const std::string& provider, InfoList* out, bool hmem) {

@@ -41,7 +41,7 @@ void SetFakeAnswersForTesting(const FakeAnswers& answers);
 // With `host_memory_only`, FI_HMEM=system: no provider initializes CUDA;
 // without, FI_EFA_ENABLE_SHM_TRANSFER=0 (libfabric issue 12328: EFA's
 // same-host shm path wrote host bytes into CUDA destinations).
-void ApplyProviderDefaults(bool rxm_fast_connect, bool host_memory_only);
+void ApplyProviderDefaults(bool rxm_fast_connect, bool host_memory_only, bool av_remove_cleanup);
 
 // "tcp" -> "tcp;ofi_rxm", "verbs" -> "verbs;ofi_rxm", "efa", "shm", "sockets".
 // "rdma" (what Mooncake users pass) is the RDMA fabric this host has: efa
@@ -62,13 +62,21 @@ std::string DomainForDevice(const std::string& device, const std::vector<std::st
 // Owns an fi_getinfo result and exposes the usable entries: one per
 // (domain, fabric), IPv4 for socket-based providers (tcp;ofi_rxm returns every
 // interface several times and ignores the domain we ask for).
-// Asks libfabric, before its first use in this process, to close rxm's
-// connection to an address when the address is removed from an AV
-// (FI_AV_REMOVE_CLEANUP=1; off by default in libfabric). Rail::CutPeer
-// relies on it to end the operations to a peer that stopped answering. A
-// value the user set is kept. Returns whether removal closes connections:
-// the variable is on (and was when libfabric started: InfoList::Query
-// calls this before its first fi_getinfo).
+// Whether connections may be closed to end a peer's operations
+// (Rail::CutPeer), by KVF_CLOSE_CONNECTIONS (`mode`: auto, on, off) and
+// the loaded libfabric's `version` (fi_version()): 'on' yes, 'off' no,
+// 'auto' from libfabric 1.18. Before it, the tcp provider keeps a READ
+// whose bytes are arriving both in its read queue and as its current
+// receive, and closing the endpoint then frees it twice
+// (tcpx_ep_flush_all_queues: a rail crashed here so), and rxm READs every
+// message over its 256-byte buffers itself. The variable is process-wide
+// and set before the provider is known, so 'auto' is by version alone.
+bool MayCloseConnections(const std::string& mode, uint32_t version);
+
+// Whether removing an address from an AV closes rxm's connection to it
+// (FI_AV_REMOVE_CLEANUP on, as libfabric reads it at its start:
+// InfoList::Query calls this before its first fi_getinfo; ApplyProviderDefaults
+// sets the variable when MayCloseConnections, unless the user set it).
 bool AvRemoveClosesConnections();
 
 class InfoList {

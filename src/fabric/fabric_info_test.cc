@@ -52,6 +52,18 @@ TEST(SelectDomainsTest, DeviceListsAreTrimmedDeduplicatedAndUnknownNamesListWhat
   EXPECT_NE(s.message().find("lo"), std::string::npos) << s.ToString();
 }
 
+// KVF_CLOSE_CONNECTIONS: 'auto' closes connections from libfabric 1.18
+// on (1.17's tcp provider frees a READ twice when its connection closes
+// while the READ's bytes arrive), 'on' on every version, 'off' never.
+TEST(MayCloseConnectionsTest, AutoFromLibfabric118OnAlwaysOffNever) {
+  EXPECT_FALSE(MayCloseConnections("auto", FI_VERSION(1, 17)));
+  EXPECT_TRUE(MayCloseConnections("auto", FI_VERSION(1, 18)));
+  EXPECT_TRUE(MayCloseConnections("auto", FI_VERSION(2, 0)));
+  EXPECT_TRUE(MayCloseConnections("on", FI_VERSION(1, 17)));
+  EXPECT_FALSE(MayCloseConnections("off", FI_VERSION(2, 0)));
+  EXPECT_FALSE(MayCloseConnections("nonsense", FI_VERSION(2, 0))) << "settings refuse it before; never on";
+}
+
 TEST(ProviderForProtocolTest, RdmaMeansTheHostsRdmaFabricOrSaysThereIsNone) {
   std::string provider;
   Status s = ProviderForProtocol("rdma", &provider);

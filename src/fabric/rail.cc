@@ -53,6 +53,7 @@ class NameProbeOwner final : public SliceOwner {
  public:
   void OnSliceDone(const Slice&, size_t, const Status&) override {}
   bool OnSliceStalled(const Slice&) override { return false; }
+  bool CanMove(const Slice&) override { return false; }
   bool Abandoned() override { return false; }
 };
 
@@ -102,7 +103,8 @@ Rail::Rail(const fi_info* info, const RailOptions& options, size_t index)
       refused_ns_(options.refused_period.count()),
       peers_(label_) {
   per_peer_ep_ = info_.provider == "shm";
-  cuts_connections_ = RemovalClosesConnections(info_.provider) && AvRemoveClosesConnections();
+  cuts_connections_ =
+      options.close_connections && RemovalClosesConnections(info_.provider) && AvRemoveClosesConnections();
   post_from_progress_ = options.post_mode == PostMode::kProgress ||
                         (options.post_mode == PostMode::kAuto && !PostsToHardware(info_.provider));
   // FI_MR_LOCAL needs no flag: every post passes the local MR descriptor.
@@ -582,6 +584,12 @@ void Rail::Finish(OpContext* op, const Status& error) {
   if (op->peer != nullptr) op->peer->inflight.fetch_sub(1);
   op->peer = nullptr;
   op->posted = false;
+  if (op->detached) {
+    // Moved to another rail after a stall: its owner has forgotten it.
+    op->detached = false;
+    ReleaseContext(op);
+    return;
+  }
   Slice s = std::move(op->slice);
   ReleaseContext(op);
   load_bytes_.fetch_sub(s.length);
@@ -711,25 +719,52 @@ void Rail::CheckStall(int64_t now) {
   RailCounters::Add(counters_.stalls);
   size_t moved = 0, kept = 0;
   const int64_t posted_now = inflight_.load();
-  // Posted operations are not moved while the provider may still complete
-  // them (CheckStall in rail.h): their connections are closed, so they fail
-  // now and their owners move them as failed slices. The peers are read
-  // under the post lock; CutPeer takes it again.
-  std::vector<std::pair<fi_addr_t, size_t>> peers;  // slot, operations posted to it
+  // Posted operations (CheckStall in rail.h). Where this rail can close
+  // a connection safely, it does so for a peer whose posted slices would
+  // all move, so that they fail now and move as failed slices, and none
+  // lands later; the others wait (for the link, or their deadline's cut).
+  // Elsewhere each is offered to its owner and, if moved, detached: the
+  // provider keeps it, and it may still complete when the link comes back.
+  // Posted operations stay posted until this thread reads the CQ, so the
+  // snapshot taken under the post lock stays valid after it; owners are
+  // asked without it (they look at other rails), and CutPeer takes it again.
+  std::vector<std::pair<fi_addr_t, std::vector<OpContext*>>> peers;  // slot, its posted operations
   {
     std::lock_guard<std::mutex> g(post_mu_);
     for (size_t i = 0; i < info_.tx_depth; ++i) {
-      const OpContext& op = contexts_[i];
-      if (!op.posted || op.slice.owner == NameProbe()) continue;
+      OpContext& op = contexts_[i];
+      if (!op.posted || op.detached || op.slice.owner == NameProbe()) continue;
       auto it = std::find_if(peers.begin(), peers.end(), [&](const auto& p) { return p.first == op.slice.dest; });
-      if (it == peers.end()) peers.emplace_back(op.slice.dest, 1);
-      else ++it->second;
+      if (it == peers.end()) peers.emplace_back(op.slice.dest, std::vector<OpContext*>{&op});
+      else it->second.push_back(&op);
     }
   }
   size_t cut = 0;
   for (const auto& [slot, ops] : peers) {
-    if (CutPeer(slot, "its rail stalled (KVF_RAIL_STALL_MS); those operations fail and move to other rails")) ++cut;
-    else kept += ops;
+    if (cuts_connections_) {
+      const bool all_move =
+          std::all_of(ops.begin(), ops.end(), [](const OpContext* op) { return op->slice.owner->CanMove(op->slice); });
+      constexpr const char* kWhy = "its rail stalled (KVF_RAIL_STALL_MS); those operations fail and move to other rails";
+      if (all_move && CutPeer(slot, kWhy))
+        ++cut;
+      else
+        kept += ops.size();
+      continue;
+    }
+    for (OpContext* op : ops) {
+      if (!op->slice.owner->OnSliceStalled(op->slice)) {
+        ++kept;
+        continue;
+      }
+      // The provider still owns the context (and the registration it uses);
+      // it comes back through the CQ, or never if the link stays down.
+      op->detached = true;
+      op->slice.owner = nullptr;
+      inflight_.fetch_sub(1);
+      unfinished_.fetch_sub(1);
+      load_bytes_.fetch_sub(op->slice.length);
+      ++moved;
+    }
   }
   std::deque<Slice> queued;
   {
@@ -754,9 +789,9 @@ void Rail::CheckStall(int64_t now) {
     pending_.insert(pending_.begin(), std::make_move_iterator(keep.begin()), std::make_move_iterator(keep.end()));
   }
   KVF_LOG_WARN("{}: nothing completed for {} ms with {} operation(s) in flight; out of service for "
-               "{} ms (KVF_RAIL_STALL_MS, KVF_RAIL_RETRY_MS): {} queued slice(s) moved to other rails, the "
-               "connections of {} peer(s) closed so that their operations in flight fail and move too, {} left in "
-               "place (no other rail serves them, or the provider cannot close its connections); check the link of {}",
+               "{} ms (KVF_RAIL_STALL_MS, KVF_RAIL_RETRY_MS): {} slice(s) moved to other rails, the connections of {} "
+               "peer(s) closed so that their operations in flight fail and move too, {} left in place (no other rail "
+               "would take them all); check the link of {}",
                label_, health_.stall_ns() / 1000000, posted_now, health_.retry_ns() / 1000000, moved, cut, kept,
                info_.domain);
 }

@@ -175,6 +175,7 @@ class Rail {
     Slice slice;
     RemotePeer* peer = nullptr;  // set while posted
     bool posted = false;         // handed to the provider, not yet returned
+    bool detached = false;       // its owner moved it elsewhere after a stall (rails that cannot cut)
   };
 
   // Names the rail from `info` and takes the options that need no libfabric
@@ -214,13 +215,15 @@ class Rail {
   void QueueNameProbeLocked(fi_addr_t slot, RemotePeer* p);
   // Progress thread: when health_ finds the rail stalled (work in flight
   // and nothing completing for KVF_RAIL_STALL_MS), offers every queued
-  // slice to its owner to move elsewhere, and closes the connections of the
-  // posted ones (CutPeer), which then fail and move as failed slices do; the
-  // rail is then out of service for KVF_RAIL_RETRY_MS. A posted operation
-  // is never moved while it may still complete: the link may come back, and
-  // a late READ would land in a buffer its caller has reused, a late WRITE
-  // send bytes its source no longer holds. Where connections cannot be
-  // closed (shm, efa) posted operations stay until the provider ends them.
+  // slice to its owner to move elsewhere; the rail is then out of service
+  // for KVF_RAIL_RETRY_MS. Posted operations: where the rail can close
+  // connections (cuts_connections_), it closes the connection to each peer
+  // whose posted slices would all move (SliceOwner::CanMove; CutPeer), so
+  // they fail and move as failed slices do and none lands later (the link
+  // may come back: a late READ would land in a buffer its caller has
+  // reused); the others stay until the link or their deadline's cut ends
+  // them. Elsewhere (efa, shm, libfabric 1.17's tcp) each posted slice is
+  // offered to its owner and, if moved, detached: it may still complete.
   void CheckStall(int64_t now);
   // When every slice queued waits for a peer in a run of refused posts, the
   // latest start of those runs; 0 when some does not (or none waits).

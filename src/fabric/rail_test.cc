@@ -118,6 +118,7 @@ TEST(RailTest, AShmTargetSeesPeersWritesAsRemoteActivity) {
       done.fetch_add(1);
     }
     bool OnSliceStalled(const Slice&) override { return false; }
+    bool CanMove(const Slice&) override { return false; }
     bool Abandoned() override { return false; }
   };
   InfoList infos;

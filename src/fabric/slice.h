@@ -22,10 +22,16 @@ class SliceOwner {
   // a failed slice on another rail (see engine::Rerouter) instead of failing.
   virtual void OnSliceDone(const Slice& slice, size_t bytes, const Status& error) = 0;
   // The slice's rail stalled (nothing completed on it for KVF_RAIL_STALL_MS)
-  // with this slice posted or queued. True: the owner re-posted the bytes on
-  // another rail and the rail forgets the slice (a posted copy that completes
-  // later is discarded). False: the slice stays where it is.
+  // with this slice queued, or posted on a rail that cannot close its
+  // connections (Rail::CheckStall). True: the owner queued the bytes on
+  // another rail and the rail forgets the slice (a posted copy that
+  // completes later is discarded; its bytes may land then). False: it stays.
   virtual bool OnSliceStalled(const Slice& slice) = 0;
+  // The slice's rail stalled with this slice posted, on a rail that can
+  // close its connections: whether, were it to fail now, the owner would
+  // move it to another rail (and not fail its request). The rail closes a
+  // connection, failing its posted slices, only when every one would move.
+  virtual bool CanMove(const Slice& slice) = 0;
   // True when the owner no longer wants the slice (timed out or already
   // failed): a slice still queued is then dropped without posting, and
   // OnSliceDone is called with `error` unchanged from the owner's view.

@@ -95,6 +95,14 @@ def initiate(segment, op, block, duration, extra_env=None):
     return point
 
 
+def closes_connections():
+    """Whether this build's tcp rails close a stalled rail's connections before
+    its operations move (KVF_CLOSE_CONNECTIONS 'auto': libfabric 1.18 on)."""
+    tool = os.path.join(BUILD, "tests", "kvfabric-lab-late-landing")
+    out = subprocess.run([tool, "closes-connections"], stdout=subprocess.PIPE, text=True, check=True).stdout
+    return out.strip() == "yes"
+
+
 def scrape(host, port):
     """The /metrics text of the endpoint on 127.0.0.1:port inside `host`."""
     code = ("import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:%d/metrics', timeout=5)"
@@ -218,11 +226,14 @@ class MultiRailTest(unittest.TestCase):
         self.assertGreaterEqual(sample(m, "kvfabric_rail_stalls_total", rail="2") or 0, 1, m)
         self.assertEqual(sample(m, "kvfabric_rail_in_service", rail="2"), 0, m)
         self.assertEqual(sample(m, "kvfabric_rail_in_service"), RAILS - 1, m)
-        # The stalled rail's operations in flight had their connection closed:
-        # they failed, and moved as failed operations do (queued ones, if any,
-        # move as "stalled").
-        self.assertGreater(sample(m, "kvfabric_reroutes_total", reason="failed") or 0, 0, m)
-        self.assertIn("its rail stalled (KVF_RAIL_STALL_MS)", p["stderr"])
+        # From libfabric 1.18 the stalled rail's operations in flight have
+        # their connection closed: they fail, and move as failed operations
+        # do. Before it (KVF_CLOSE_CONNECTIONS=auto) they move as stalled.
+        if closes_connections():
+            self.assertGreater(sample(m, "kvfabric_reroutes_total", reason="failed") or 0, 0, m)
+            self.assertRegex(p["stderr"], r"closed the connection to .* its rail stalled \(KVF_RAIL_STALL_MS\)")
+        else:
+            self.assertGreater(sample(m, "kvfabric_reroutes_total", reason="stalled") or 0, 0, m)
         for r in (0, 1, 3):
             self.assertEqual(sample(m, "kvfabric_rail_stalls_total", rail=str(r)), 0, m)
         self.assertEqual(sample(m, "kvfabric_request_failures_total"), None, "no request failed: " + m)
@@ -239,7 +250,13 @@ class MultiRailTest(unittest.TestCase):
         # its buffer (fills it with 0xEE); the link comes back, and nothing
         # of the READs that were on rail 2 may land in it. Before the rail
         # closed a stalled rail's connections, they did when TCP
-        # retransmitted.
+        # retransmitted (16,710,358 bytes of the 64 MiB once). It does so
+        # from libfabric 1.18 (KVF_CLOSE_CONNECTIONS=auto): 1.17's tcp
+        # provider crashes closing a connection while a READ's bytes arrive,
+        # as they do here, so there the hazard stays (docs/design.md).
+        if not closes_connections():
+            self.skipTest("libfabric before 1.18: a stalled rail's READs move without their connection closed "
+                          "(KVF_CLOSE_CONNECTIONS=auto), and may land later")
         tool = os.path.join(BUILD, "tests", "kvfabric-lab-late-landing")
         nics = lambda h: ",".join("%s%d" % (h, i) for i in range(RAILS))
         target = subprocess.Popen([LAB, "exec", "A", tool, "target", nics("a"), "10.77.0.1:%d" % (PORT + 1)], env=ENV,
@@ -268,7 +285,8 @@ class MultiRailTest(unittest.TestCase):
             self.assertEqual(int(m.group(2)), 0, "READs got wrong bytes before the reuse")
             self.assertEqual(int(m.group(1)), 0, "bytes landed in the reused buffer after their READ completed: "
                              + err[-3000:])
-            self.assertIn("its rail stalled", err, "the stalled rail closed no connection")
+            self.assertRegex(err, r"closed the connection to .* its rail stalled",
+                             "the stalled rail closed no connection")
         finally:
             for p in (initiator, target):
                 if p is not None and p.poll() is None:

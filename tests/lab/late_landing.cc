@@ -15,6 +15,10 @@
 //       "late N wrong M": N bytes that are no longer 0xEE (READs of the
 //       stalled rail that landed after all), M bytes that the READs got
 //       wrong before. Exits 0 when it got that far, 1 otherwise.
+//   kvfabric-lab-late-landing closes-connections
+//       prints "yes" when its engine's tcp rails close a connection before
+//       operations move off a stalled rail (KVF_CLOSE_CONNECTIONS and the
+//       loaded libfabric), else "no".
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +29,8 @@
 #include <thread>
 #include <vector>
 
+#include "fabric/fabric_info.h"
+#include "kvfabric/diagnostics.h"
 #include "kvfabric/engine.h"
 #include "kvfabric/stats.h"
 
@@ -129,9 +135,18 @@ int Initiator(const std::string& nics, const std::string& address, const std::st
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "target" && argc == 4) return Target(argv[2], argv[3]);
+  if (mode == "closes-connections" && argc == 2) {
+    kvfabric::Settings s;
+    const bool env = s.ApplyEnvironment().ok();
+    const std::string v = kvfabric::GetLibfabricVersions().library;  // "1.17.0"
+    const int major = std::atoi(v.c_str()), minor = std::atoi(v.c_str() + v.find('.') + 1);
+    const bool yes = env && kvfabric::fabric::MayCloseConnections(s.close_connections, FI_VERSION(major, minor));
+    std::printf("%s\n", yes ? "yes" : "no");
+    return 0;
+  }
   if (mode == "initiator" && argc == 5) return Initiator(argv[2], argv[3], argv[4]);
   std::fprintf(stderr,
-               "usage: %s target NICS HOST:PORT | initiator NICS HOST:PORT SEGMENT\n"
+               "usage: %s target NICS HOST:PORT | initiator NICS HOST:PORT SEGMENT | closes-connections\n"
                "(tests/lab/late_landing.cc says what each does)\n",
                argv[0]);
   return 2;
