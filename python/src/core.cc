@@ -270,6 +270,7 @@ class PyEngine {
     Check(e().WaitBatch(batch, timeout_ms, &s));
     return ToTuple(s);
   }
+  void ExpireBatch(uint64_t batch) { Check(e().ExpireBatch(batch)); }
   void FreeBatch(uint64_t batch) { Check(e().FreeBatch(batch)); }
   void Transfer(const std::vector<kvfabric::TransferRequest>& reqs) { Check(e().Transfer(reqs)); }
 
@@ -628,6 +629,7 @@ NB_MODULE(_core, m) {
       .def("task_status", &PyEngine::TaskStatus)
       .def("batch_status", &PyEngine::BatchStatus)
       .def("wait_batch", &PyEngine::WaitBatch, Release())
+      .def("expire_batch", &PyEngine::ExpireBatch, Release())
       .def("free_batch", &PyEngine::FreeBatch)
       .def("transfer_to", &PyEngine::TransferTo, nb::arg("target"), nb::arg("opcode"), nb::arg("locals"),
            nb::arg("remotes"), nb::arg("lengths"), Release())

@@ -2,6 +2,10 @@
 
 import asyncio
 import ctypes
+import json
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -310,6 +314,30 @@ def test_wait_timeouts_clamp_or_refuse(peer_factory):
             assert tr.status().state == kvfabric.State.TIMEOUT, timeout
         assert time.monotonic() - start > 1.2
         peer.kill()
+
+
+def test_expire_ends_a_hung_read_now_and_nothing_of_it_lands_later(peer_factory):
+    # A READ from a frozen peer would run until its 30 s deadline; expire()
+    # ends it now, after closing the connection that carries it, so the
+    # buffer may hold other data at once: when the peer goes on and serves
+    # the READ, none of its bytes arrive. KVF_CLOSE_CONNECTIONS=on: 'auto'
+    # closes none before libfabric 1.18, whose tcp provider crashes closing
+    # a connection while a READ's bytes arrive; none can here (the peer is
+    # stopped before the READ). The engine runs in a process of its own
+    # (expire_child.py): libfabric reads the setting once per process.
+    peer = peer_factory("tcp")
+    r = subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "expire_child.py"), peer.name,
+                        str(peer.addr), str(peer.pid)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["ended_batch"] == "COMPLETED", got  # expire() of an ended batch changes nothing
+    assert got["pending"], got
+    assert got["state"] == "TIMEOUT" and got["took"] < 5, got
+    assert "ended by its caller" in got["wait_error"], got
+    assert got["late"] == 0, f"bytes of the expired READ landed after expire(): {got}"
+    assert got["again"], got
+    peer.kill()
 
 
 def test_numbers_out_of_range_are_clear_errors_and_change_nothing(peer_factory):

@@ -261,6 +261,10 @@ int kvf_batch_wait(kvf_engine* e, kvf_batch batch, int64_t timeout_ms, kvf_trans
   });
 }
 
+int kvf_batch_expire(kvf_engine* e, kvf_batch batch) {
+  return WithEngine(e, [&](kvfabric::Engine& engine) { return engine.ExpireBatch(batch); });
+}
+
 int kvf_batch_free(kvf_engine* e, kvf_batch batch) {
   return WithEngine(e, [&](kvfabric::Engine& engine) { return engine.FreeBatch(batch); });
 }

@@ -107,6 +107,64 @@ static void check_endless_wait(const char* protocol, const char* peer, uint64_t 
   free(local);
 }
 
+/* kvf_batch_expire ends a READ from a stopped target at once, long before
+ * its 30 s deadline, and nothing of it lands in the buffer after: the
+ * target resumes and serves it, and the buffer keeps what the caller wrote
+ * into it after the expiry. Over tcp (shm copies a READ within its post:
+ * none stays pending). KVF_CLOSE_CONNECTIONS=on: 'auto' closes none before
+ * libfabric 1.18, whose tcp provider crashes closing a connection while a
+ * READ's bytes arrive; none can here, the target stopped before the READ. */
+static void check_expire(const char* protocol, const char* peer, uint64_t raddr, pid_t target) {
+  const char* settings[] = {"KVF_TRANSFER_TIMEOUT_MS=30000", "KVF_CLOSE_CONNECTIONS=on", NULL};
+  const kvf_config cfg = config_for(protocol, settings);
+  kvf_engine* e = NULL;
+  int rc = kvf_engine_create(&cfg, &e);
+  CHECK(rc == KVF_OK, "kvf_engine_create: %d", rc);
+  if (rc != KVF_OK) return;
+  uint8_t* local = aligned_alloc(4096, BLOCK);
+  memset(local, 0, BLOCK);
+  rc = kvf_register_memory(e, local, BLOCK, NULL);
+  CHECK(rc == KVF_OK, "kvf_register_memory: %d", rc);
+  kvf_segment seg = -1;
+  rc = kvf_open_segment(e, peer, &seg);
+  CHECK(rc == KVF_OK, "kvf_open_segment: %d", rc);
+  rc = kvf_warmup(e, peer);
+  CHECK(rc == KVF_OK, "kvf_warmup: %d", rc);
+  kvf_batch b = 0;
+  rc = kvf_batch_allocate(e, 1, &b);
+  CHECK(rc == KVF_OK, "kvf_batch_allocate: %d", rc);
+  rc = kvf_batch_expire(e, b);
+  CHECK(rc == KVF_OK, "kvf_batch_expire of a batch with nothing submitted: %d", rc);
+  kill(target, SIGSTOP);
+  kvf_request r = {KVF_READ, local, seg, raddr, BLOCK};
+  rc = kvf_batch_submit(e, b, &r, 1);
+  CHECK(rc == KVF_OK, "kvf_batch_submit: %d", rc);
+  kvf_transfer_status st;
+  memset(&st, 0, sizeof(st));
+  rc = kvf_batch_wait(e, b, 300, &st);
+  CHECK(rc == KVF_OK && st.state == KVF_PENDING, "a READ from a stopped target: rc %d, state %d (want PENDING)", rc,
+        st.state);
+  const double t0 = now_s();
+  rc = kvf_batch_expire(e, b);
+  CHECK(rc == KVF_OK, "kvf_batch_expire: %d (%s)", rc, kvf_last_error());
+  rc = kvf_batch_status(e, b, &st);
+  const double took = now_s() - t0;
+  CHECK(rc == KVF_OK && st.state == KVF_TIMEOUT && took < 5.0,
+        "kvf_batch_status after kvf_batch_expire: rc %d, state %d after %.3f s (want TIMEOUT at once)", rc, st.state,
+        took);
+  CHECK(kvf_batch_expire(e, UINT64_MAX) == KVF_ENOTFOUND, "kvf_batch_expire of an unknown batch");
+  memset(local, 0x77, BLOCK);  /* the caller's buffer holds other data now */
+  kill(target, SIGCONT);
+  usleep(500 * 1000);  /* the target serves what it had been sent */
+  size_t changed = 0;
+  for (size_t i = 0; i < BLOCK; ++i) changed += local[i] != 0x77;
+  CHECK(changed == 0, "%zu bytes of the expired READ landed after kvf_batch_expire returned", changed);
+  rc = kvf_batch_free(e, b);
+  CHECK(rc == KVF_OK, "kvf_batch_free: %d", rc);
+  kvf_engine_destroy(e);
+  free(local);
+}
+
 /* A thread calling an engine until it is closed. */
 struct caller {
   pthread_t thread;
@@ -354,6 +412,9 @@ int main(int argc, char** argv) {
   char peer[100];
   unsigned long long raddr = 0;
   if (sscanf(hello, "%99s %llu", peer, &raddr) != 2) return 1;
+  /* First: KVF_CLOSE_CONNECTIONS=on must reach libfabric before it starts
+   * in this process (FI_AV_REMOVE_CLEANUP is read once). */
+  if (strcmp(protocol, "tcp") == 0) check_expire(protocol, peer, raddr, target.pid);
   run_initiator(protocol, peer, raddr, target.up, target.down, target.pid);
   /* Over tcp only: a WRITE to a stopped tcp target stays pending until its
    * deadline. A stopped shm target, resumed after this initiator's engine
