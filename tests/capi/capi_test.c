@@ -8,6 +8,7 @@
  * The parent writes, reads back, checks the target's memory and every error
  * path the header documents. Exit status 0 means every check passed. */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -107,6 +108,36 @@ static void check_endless_wait(const char* protocol, const char* peer, uint64_t 
   free(local);
 }
 
+/* SIGSTOP, then waits until every thread of `pid` has stopped (until then
+ * its progress thread may still serve a request): 0, or -1 after 5 s. */
+static int stop_process(pid_t pid) {
+  if (kill(pid, SIGSTOP) != 0) return -1;
+  char dir[64];
+  snprintf(dir, sizeof(dir), "/proc/%d/task", (int)pid);
+  for (int tries = 0; tries < 1000; ++tries) {
+    DIR* d = opendir(dir);
+    if (d == NULL) return -1;
+    int all = 1, seen = 0;
+    for (struct dirent* t; (t = readdir(d)) != NULL;) {
+      if (t->d_name[0] == '.') continue;
+      char path[400], buf[512];
+      snprintf(path, sizeof(path), "%s/%s/stat", dir, t->d_name);
+      FILE* f = fopen(path, "r");
+      if (f == NULL) continue; /* a thread that ended meanwhile */
+      const size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+      fclose(f);
+      buf[n] = '\0';
+      const char* close = strrchr(buf, ')');
+      ++seen;
+      if (close == NULL || (close[2] != 'T' && close[2] != 't')) all = 0;
+    }
+    closedir(d);
+    if (seen > 0 && all) return 0;
+    usleep(5000);
+  }
+  return -1;
+}
+
 /* kvf_batch_expire ends a READ from a stopped target at once, long before
  * its 30 s deadline, and nothing of it lands in the buffer after: the
  * target resumes and serves it, and the buffer keeps what the caller wrote
@@ -135,7 +166,7 @@ static void check_expire(const char* protocol, const char* peer, uint64_t raddr,
   CHECK(rc == KVF_OK, "kvf_batch_allocate: %d", rc);
   rc = kvf_batch_expire(e, b);
   CHECK(rc == KVF_OK, "kvf_batch_expire of a batch with nothing submitted: %d", rc);
-  kill(target, SIGSTOP);
+  CHECK(stop_process(target) == 0, "the target did not stop");
   kvf_request r = {KVF_READ, local, seg, raddr, BLOCK};
   rc = kvf_batch_submit(e, b, &r, 1);
   CHECK(rc == KVF_OK, "kvf_batch_submit: %d", rc);

@@ -207,6 +207,19 @@ fn expire_process() {
         assert!(Command::new("kill").args([sig, pid]).status().expect("kill").success());
     };
     signal("-STOP");
+    // Until every thread has stopped, the peer's progress thread may still serve a READ.
+    let stopped = || {
+        std::fs::read_dir(format!("/proc/{pid}/task")).expect("the peer's threads").flatten().all(|t| {
+            std::fs::read_to_string(t.path().join("stat"))
+                .map(|s| s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with(['T', 't'])))
+                .unwrap_or(true) // a thread that ended meanwhile
+        })
+    };
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    while !stopped() {
+        assert!(std::time::Instant::now() < until, "the peer did not stop");
+        std::thread::sleep(Duration::from_millis(5));
+    }
     {
         let batch = engine.submit(&[Request::read(&region, 0, &segment, addr, 1 << 20).unwrap()]).expect("submit");
         assert_eq!(batch.wait(Some(Duration::from_millis(300))).expect("wait").state, TaskState::Pending);
