@@ -138,12 +138,11 @@ int kvf_batch_status(kvf_engine* engine, kvf_batch batch, kvf_transfer_status* o
  * the steady clock's range: no limit) for every task to end. */
 int kvf_batch_wait(kvf_engine* engine, kvf_batch batch, int64_t timeout_ms, kvf_transfer_status* out);
 /* Ends every task of the batch still pending now, as its deadline would:
- * TIMEOUT (FAILED when one of its operations had failed already). Where
- * connections may be closed (tcp and verbs, with KVF_CLOSE_CONNECTIONS: by
- * default from libfabric 1.18), the connections that carry their
- * operations are closed first: once this returns none of them writes local
- * memory, and the buffers may hold other data. Elsewhere (efa; tcp on
- * libfabric 1.17 by default) an operation still in flight may complete later. KVF_EBUSY while a submit on
+ * TIMEOUT (FAILED when one of its operations had failed already). Where the
+ * provider allows it (tcp and verbs; not with KVF_CLOSE_CONNECTIONS=off),
+ * the connections that carry their operations are closed first: once this
+ * returns none of them writes local memory, and the buffers may hold other
+ * data. On efa an operation the device still holds may complete later. KVF_EBUSY while a submit on
  * another thread uses the batch. */
 int kvf_batch_expire(kvf_engine* engine, kvf_batch batch);
 /* KVF_EBUSY while a task is pending or a submit on another thread uses the batch. */

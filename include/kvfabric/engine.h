@@ -205,12 +205,12 @@ class Engine {
   Status WaitBatch(BatchId batch, int64_t timeout_ms, TransferStatus* out);
   // Ends every task of the batch still pending now, as its deadline would:
   // TIMEOUT (FAILED when one of its operations had failed already). Where
-  // connections may be closed (tcp and verbs, through rxm, with
-  // KVF_CLOSE_CONNECTIONS: by default from libfabric 1.18), the connections
-  // that carry their operations are closed first: once this returns, none
-  // of them writes local memory, and the caller may give the buffers of the
-  // timed-out tasks to other data. Elsewhere (efa; tcp on libfabric 1.17 by
-  // default) an operation the provider still holds may complete later; shm copies a
+  // the provider allows it (tcp and verbs, through rxm; not with
+  // KVF_CLOSE_CONNECTIONS=off), the connections that carry their operations
+  // are closed first: once this returns, none of them writes local memory,
+  // and the caller may give the buffers of the timed-out tasks to other
+  // data. Elsewhere (efa) an operation the provider still holds may
+  // complete later; shm copies a
   // READ within its post, so none is left in flight. The next request to
   // such a peer connects again. Refused with Busy while a Submit on another
   // thread uses the batch.

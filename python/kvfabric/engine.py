@@ -256,12 +256,11 @@ class Transfer:
     def expire(self) -> Status:
         """Ends the requests still running now, as their deadline would
         (TIMEOUT, or FAILED where one had failed already), and returns the
-        batch's final status. Where connections may be closed (tcp and verbs,
-        with KVF_CLOSE_CONNECTIONS: by default from libfabric 1.18) the
-        connections that carry them are closed first, so once this returns
-        none of them writes the buffers, which may then hold other data;
-        elsewhere (efa; tcp on libfabric 1.17 by default) an operation still
-        in flight may complete later. Does nothing to a batch that has ended."""
+        batch's final status. Over tcp and verbs (unless
+        KVF_CLOSE_CONNECTIONS=off) the connections that carry them are closed
+        first, so once this returns none of them writes the buffers, which
+        may then hold other data (on efa an operation the device still holds
+        may complete later). Does nothing to a batch that has ended."""
         if self._final is None:
             self._engine._core.expire_batch(self._batch)
         return self.status()

@@ -1,7 +1,7 @@
 """The engine side of test_engine.py's expire test, in a process of its own:
-KVF_CLOSE_CONNECTIONS=on reaches libfabric only where it has not started
-yet (it reads FI_AV_REMOVE_CLEANUP once), and pytest's workers start it in
-their first test.
+the engine sets FI_AV_REMOVE_CLEANUP (KVF_CLOSE_CONNECTIONS) for libfabric,
+which reads it once, at its start: here it starts with this engine,
+whatever a pytest worker's earlier tests did.
 
     python expire_child.py PEER_NAME PEER_ADDR PEER_PID
 
@@ -48,8 +48,7 @@ def main() -> None:
     name, addr, pid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     local = np.zeros(MiB, dtype=np.uint8)
     out = {}
-    with kvfabric.Engine(protocol="tcp", settings={"KVF_TRANSFER_TIMEOUT_MS": 30000,
-                                                  "KVF_CLOSE_CONNECTIONS": "on"}) as e:
+    with kvfabric.Engine(protocol="tcp", settings={"KVF_TRANSFER_TIMEOUT_MS": 30000}) as e:
         e.register(local)
         seg = e.open(name)
         done = e.read_async(seg, local, addr, 4096)

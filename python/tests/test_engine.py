@@ -320,11 +320,9 @@ def test_expire_ends_a_hung_read_now_and_nothing_of_it_lands_later(peer_factory)
     # A READ from a frozen peer would run until its 30 s deadline; expire()
     # ends it now, after closing the connection that carries it, so the
     # buffer may hold other data at once: when the peer goes on and serves
-    # the READ, none of its bytes arrive. KVF_CLOSE_CONNECTIONS=on: 'auto'
-    # closes none before libfabric 1.18, whose tcp provider crashes closing
-    # a connection while a READ's bytes arrive; none can here (the peer is
-    # stopped before the READ). The engine runs in a process of its own
-    # (expire_child.py): libfabric reads the setting once per process.
+    # the READ, none of its bytes arrive. The engine runs in a process of
+    # its own (expire_child.py): libfabric reads FI_AV_REMOVE_CLEANUP once
+    # per process.
     peer = peer_factory("tcp")
     r = subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "expire_child.py"), peer.name,
                         str(peer.addr), str(peer.pid)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

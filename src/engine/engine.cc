@@ -193,7 +193,7 @@ Status PrepareLibfabric(const Settings& settings) {
   Status cuda = settings.cuda ? memory::cuda::Load(settings.cuda_library) : Status::Unavailable("KVF_CUDA=0");
   if (!cuda.ok()) KVF_LOG_DEBUG("host memory only ({}): FI_HMEM=system", cuda.message());
   fabric::ApplyProviderDefaults(settings.rxm_fast_connect, /*host_memory_only=*/!cuda.ok(),
-                                fabric::MayCloseConnections(settings.close_connections, fi_version()));
+                                fabric::MayCloseConnections(settings.close_connections));
   return cuda;
 }
 

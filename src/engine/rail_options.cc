@@ -62,7 +62,8 @@ Status RailOptionsFromSettings(const Settings& s, fabric::RailOptions* out) {
     return Status::InvalidArgument(
         text::Format("KVF_EFA_RNR_RETRY={}: use 0 to 7 (7: retry for ever)", s.efa_rnr_retry));
   o.efa_rnr_retry = static_cast<int>(s.efa_rnr_retry);
-  o.close_connections = fabric::MayCloseConnections(s.close_connections, fi_version());
+  o.close_connections = fabric::MayCloseConnections(s.close_connections);
+  o.close_stalled_connections = fabric::MayCloseStalledConnections(s.close_connections, fi_version());
   *out = o;
   return Status::OK();
 }

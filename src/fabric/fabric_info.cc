@@ -152,7 +152,9 @@ bool AvRemoveClosesConnections() {
   return on;
 }
 
-bool MayCloseConnections(const std::string& mode, uint32_t version) {
+bool MayCloseConnections(const std::string& mode) { return mode == "auto" || mode == "on"; }
+
+bool MayCloseStalledConnections(const std::string& mode, uint32_t version) {
   if (mode == "on") return true;
   if (mode == "auto") return version >= FI_VERSION(1, 18);
   return false;

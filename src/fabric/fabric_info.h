@@ -63,15 +63,20 @@ std::string DomainForDevice(const std::string& device, const std::vector<std::st
 // (domain, fabric), IPv4 for socket-based providers (tcp;ofi_rxm returns every
 // interface several times and ignores the domain we ask for).
 // Whether connections may be closed to end a peer's operations
-// (Rail::CutPeer), by KVF_CLOSE_CONNECTIONS (`mode`: auto, on, off) and
-// the loaded libfabric's `version` (fi_version()): 'on' yes, 'off' no,
-// 'auto' from libfabric 1.18. Before it, the tcp provider keeps a READ
-// whose bytes are arriving both in its read queue and as its current
-// receive, and closing the endpoint then frees it twice
-// (tcpx_ep_flush_all_queues: a rail crashed here so), and rxm READs every
-// message over its 256-byte buffers itself. The variable is process-wide
-// and set before the provider is known, so 'auto' is by version alone.
-bool MayCloseConnections(const std::string& mode, uint32_t version);
+// (Rail::CutPeer) for a request past its deadline or expired, by
+// KVF_CLOSE_CONNECTIONS (`mode`: auto, on, off): all but 'off'.
+bool MayCloseConnections(const std::string& mode);
+// Whether a stalled rail may close connections before its posted
+// operations move, by the same `mode` and the loaded libfabric's `version`
+// (fi_version()): 'on' yes, 'off' no, 'auto' from libfabric 1.18. Before
+// it, the tcp provider keeps a READ whose bytes are arriving both in its
+// read queue and as its current receive, and closing the endpoint then
+// frees it twice (tcpx_ep_flush_all_queues): a stalled link is cut while
+// bytes arrive, and a rail crashed here so. (A deadline's cut meets the
+// same bug only when a hung peer stopped in the middle of a response;
+// not closing then lets the READ land later, in memory that may be freed:
+// a store test crashed so. 'auto' keeps those cuts.)
+bool MayCloseStalledConnections(const std::string& mode, uint32_t version);
 
 // Whether removing an address from an AV closes rxm's connection to it
 // (FI_AV_REMOVE_CLEANUP on, as libfabric reads it at its start:

@@ -52,16 +52,20 @@ TEST(SelectDomainsTest, DeviceListsAreTrimmedDeduplicatedAndUnknownNamesListWhat
   EXPECT_NE(s.message().find("lo"), std::string::npos) << s.ToString();
 }
 
-// KVF_CLOSE_CONNECTIONS: 'auto' closes connections from libfabric 1.18
-// on (1.17's tcp provider frees a READ twice when its connection closes
-// while the READ's bytes arrive), 'on' on every version, 'off' never.
-TEST(MayCloseConnectionsTest, AutoFromLibfabric118OnAlwaysOffNever) {
-  EXPECT_FALSE(MayCloseConnections("auto", FI_VERSION(1, 17)));
-  EXPECT_TRUE(MayCloseConnections("auto", FI_VERSION(1, 18)));
-  EXPECT_TRUE(MayCloseConnections("auto", FI_VERSION(2, 0)));
-  EXPECT_TRUE(MayCloseConnections("on", FI_VERSION(1, 17)));
-  EXPECT_FALSE(MayCloseConnections("off", FI_VERSION(2, 0)));
-  EXPECT_FALSE(MayCloseConnections("nonsense", FI_VERSION(2, 0))) << "settings refuse it before; never on";
+// KVF_CLOSE_CONNECTIONS: a deadline's cut unless 'off'; a stalled rail's
+// cut with 'auto' from libfabric 1.18 on (1.17's tcp provider frees a READ
+// twice when its connection closes while the READ's bytes arrive, as they
+// do on a link cut mid-transfer), with 'on' on every version, never 'off'.
+TEST(MayCloseConnectionsTest, DeadlinesUnlessOffStallsFromLibfabric118) {
+  EXPECT_TRUE(MayCloseConnections("auto"));
+  EXPECT_TRUE(MayCloseConnections("on"));
+  EXPECT_FALSE(MayCloseConnections("off"));
+  EXPECT_FALSE(MayCloseConnections("nonsense")) << "settings refuse it before; never on";
+  EXPECT_FALSE(MayCloseStalledConnections("auto", FI_VERSION(1, 17)));
+  EXPECT_TRUE(MayCloseStalledConnections("auto", FI_VERSION(1, 18)));
+  EXPECT_TRUE(MayCloseStalledConnections("auto", FI_VERSION(2, 0)));
+  EXPECT_TRUE(MayCloseStalledConnections("on", FI_VERSION(1, 17)));
+  EXPECT_FALSE(MayCloseStalledConnections("off", FI_VERSION(2, 0)));
 }
 
 TEST(ProviderForProtocolTest, RdmaMeansTheHostsRdmaFabricOrSaysThereIsNone) {

@@ -105,6 +105,7 @@ Rail::Rail(const fi_info* info, const RailOptions& options, size_t index)
   per_peer_ep_ = info_.provider == "shm";
   cuts_connections_ =
       options.close_connections && RemovalClosesConnections(info_.provider) && AvRemoveClosesConnections();
+  cuts_stalled_connections_ = cuts_connections_ && options.close_stalled_connections;
   post_from_progress_ = options.post_mode == PostMode::kProgress ||
                         (options.post_mode == PostMode::kAuto && !PostsToHardware(info_.provider));
   // FI_MR_LOCAL needs no flag: every post passes the local MR descriptor.
@@ -741,7 +742,7 @@ void Rail::CheckStall(int64_t now) {
   }
   size_t cut = 0;
   for (const auto& [slot, ops] : peers) {
-    if (cuts_connections_) {
+    if (cuts_stalled_connections_) {
       const bool all_move =
           std::all_of(ops.begin(), ops.end(), [](const OpContext* op) { return op->slice.owner->CanMove(op->slice); });
       constexpr const char* kWhy = "its rail stalled (KVF_RAIL_STALL_MS); those operations fail and move to other rails";

@@ -216,14 +216,15 @@ class Rail {
   // Progress thread: when health_ finds the rail stalled (work in flight
   // and nothing completing for KVF_RAIL_STALL_MS), offers every queued
   // slice to its owner to move elsewhere; the rail is then out of service
-  // for KVF_RAIL_RETRY_MS. Posted operations: where the rail can close
-  // connections (cuts_connections_), it closes the connection to each peer
-  // whose posted slices would all move (SliceOwner::CanMove; CutPeer), so
-  // they fail and move as failed slices do and none lands later (the link
-  // may come back: a late READ would land in a buffer its caller has
-  // reused); the others stay until the link or their deadline's cut ends
-  // them. Elsewhere (efa, shm, libfabric 1.17's tcp) each posted slice is
-  // offered to its owner and, if moved, detached: it may still complete.
+  // for KVF_RAIL_RETRY_MS. Posted operations: where the rail may close
+  // connections on a stall (cuts_stalled_connections_), it closes the
+  // connection to each peer whose posted slices would all move
+  // (SliceOwner::CanMove; CutPeer), so they fail and move as failed slices
+  // do and none lands later (the link may come back: a late READ would land
+  // in a buffer its caller has reused); the others stay until the link or
+  // their deadline's cut ends them. Elsewhere (efa, shm, libfabric 1.17's
+  // tcp by default) each posted slice is offered to its owner and, if
+  // moved, detached: it may still complete.
   void CheckStall(int64_t now);
   // When every slice queued waits for a peer in a run of refused posts, the
   // latest start of those runs; 0 when some does not (or none waits).
@@ -287,7 +288,8 @@ class Rail {
   ShmRegionHold main_hold_;
   std::unordered_map<fid_ep*, ShmRegionHold> peer_holds_;
   bool per_peer_ep_ = false;
-  bool cuts_connections_ = false;  // CutPeer can close a peer's connection
+  bool cuts_connections_ = false;          // CutPeer can close a peer's connection
+  bool cuts_stalled_connections_ = false;  // and CheckStall may use it
   PeerTable peers_;  // guarded by post_mu_ (see PeerTable for what is not)
 };
 

@@ -48,10 +48,13 @@ struct RailOptions {
   bool hmem = false;
   // FI_OPT_EFA_RNR_RETRY for efa endpoints (KVF_EFA_RNR_RETRY), 0 to 7.
   int efa_rnr_retry = 7;
-  // Connections may be closed to end a peer's operations
-  // (KVF_CLOSE_CONNECTIONS through MayCloseConnections); rails of rxm's
-  // providers then do (Rail::CutPeer).
+  // Connections may be closed to end a peer's operations past their
+  // deadline, and before a stalled rail's posted operations move
+  // (KVF_CLOSE_CONNECTIONS through MayCloseConnections and
+  // MayCloseStalledConnections); rails of rxm's providers then do
+  // (Rail::CutPeer).
   bool close_connections = false;
+  bool close_stalled_connections = false;
 };
 
 }  // namespace kvfabric::fabric

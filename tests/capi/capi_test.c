@@ -142,11 +142,9 @@ static int stop_process(pid_t pid) {
  * its 30 s deadline, and nothing of it lands in the buffer after: the
  * target resumes and serves it, and the buffer keeps what the caller wrote
  * into it after the expiry. Over tcp (shm copies a READ within its post:
- * none stays pending). KVF_CLOSE_CONNECTIONS=on: 'auto' closes none before
- * libfabric 1.18, whose tcp provider crashes closing a connection while a
- * READ's bytes arrive; none can here, the target stopped before the READ. */
+ * none stays pending). */
 static void check_expire(const char* protocol, const char* peer, uint64_t raddr, pid_t target) {
-  const char* settings[] = {"KVF_TRANSFER_TIMEOUT_MS=30000", "KVF_CLOSE_CONNECTIONS=on", NULL};
+  const char* settings[] = {"KVF_TRANSFER_TIMEOUT_MS=30000", NULL};
   const kvf_config cfg = config_for(protocol, settings);
   kvf_engine* e = NULL;
   int rc = kvf_engine_create(&cfg, &e);
@@ -443,8 +441,8 @@ int main(int argc, char** argv) {
   char peer[100];
   unsigned long long raddr = 0;
   if (sscanf(hello, "%99s %llu", peer, &raddr) != 2) return 1;
-  /* First: KVF_CLOSE_CONNECTIONS=on must reach libfabric before it starts
-   * in this process (FI_AV_REMOVE_CLEANUP is read once). */
+  /* First: the engine that sets FI_AV_REMOVE_CLEANUP (KVF_CLOSE_CONNECTIONS)
+   * must be the one that starts libfabric, which reads it once. */
   if (strcmp(protocol, "tcp") == 0) check_expire(protocol, peer, raddr, target.pid);
   run_initiator(protocol, peer, raddr, target.up, target.down, target.pid);
   /* Over tcp only: a WRITE to a stopped tcp target stays pending until its

@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
     const bool env = s.ApplyEnvironment().ok();
     const std::string v = kvfabric::GetLibfabricVersions().library;  // "1.17.0"
     const int major = std::atoi(v.c_str()), minor = std::atoi(v.c_str() + v.find('.') + 1);
-    const bool yes = env && kvfabric::fabric::MayCloseConnections(s.close_connections, FI_VERSION(major, minor));
+    const bool yes = env && kvfabric::fabric::MayCloseStalledConnections(s.close_connections, FI_VERSION(major, minor));
     std::printf("%s\n", yes ? "yes" : "no");
     return 0;
   }

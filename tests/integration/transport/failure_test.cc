@@ -129,14 +129,8 @@ TEST_P(PeerFailureTest, PeerKilledWithOperationsPostedEndsThemAsNetworkErrors) {
 // Over tcp it did land later, until the task's deadline closed the
 // connection that carries it first (Rail::CutPeer; docs/design.md, "A
 // request past its deadline").
-//
-// These tests set KVF_CLOSE_CONNECTIONS=on,
-// whose 'auto' closes no connection before libfabric 1.18 (its tcp
-// provider crashes closing one while a READ's bytes are arriving). Here the
-// peer is stopped before the READ is posted, so none of its bytes can be.
 TEST_P(PeerFailureTest, AReadThatTimedOutNeverLandsLater) {
   cfg_.settings.transfer_timeout_ms = 1000;
-  cfg_.settings.close_connections = "on";  // safe here: see the comment above AReadThatTimedOutNeverLandsLater
   ASSERT_NO_FATAL_FAILURE(Start(8 * MiB));
   ASSERT_TRUE(WritePattern(0, 0, 4 * MiB, 31).ok());  // the connection is up; the target holds pattern 31
   FillPattern(local(0), 4 * MiB, 0, 32);
@@ -190,7 +184,6 @@ TEST_P(PeerFailureTest, AStalledRailWithNowhereToMoveWaitsForThePeer) {
 // nothing of it lands later (over tcp its connection was closed first).
 TEST_P(PeerFailureTest, ExpireBatchEndsAHungReadNowAndNothingLandsLater) {
   cfg_.settings.transfer_timeout_ms = 30000;
-  cfg_.settings.close_connections = "on";  // safe here: see the comment above AReadThatTimedOutNeverLandsLater
   ASSERT_NO_FATAL_FAILURE(Start(8 * MiB));
   ASSERT_TRUE(WritePattern(0, 0, 4 * MiB, 51).ok());
   FillPattern(local(0), 4 * MiB, 0, 52);

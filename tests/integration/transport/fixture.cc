@@ -43,13 +43,8 @@ Status ProbeProvider(const std::string& protocol) {
 std::vector<TransportCase> FindProviderCases() {
   // Libfabric reads its environment once, at its first use in the process:
   // set what the engines of these tests would set (FI_HMEM, the rxm
-  // settings) before probing, as Engine::Create does. With
-  // KVF_CLOSE_CONNECTIONS=on, as the tests that close connections set it
-  // (on libfabric 1.17 too: FI_AV_REMOVE_CLEANUP=1); the other tests' rails
-  // still close none there, their own setting being 'auto'.
-  Settings settings;
-  settings.close_connections = "on";
-  (void)PrepareLibfabric(settings);
+  // settings) before probing, as Engine::Create does.
+  (void)PrepareLibfabric(Settings{});
   std::vector<TransportCase> cases = {{"tcp", "tcp", Where::kProcess}, {"shm", "shm", Where::kProcess}};
   for (const char* protocol : {"efa", "verbs"}) {
     const Status s = ProbeProvider(protocol);

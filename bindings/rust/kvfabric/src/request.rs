@@ -235,13 +235,12 @@ impl<'r> Batch<'r> {
 
     /// Ends the requests still running now, as their deadline would
     /// (timed out, or failed where one had failed already), and returns the
-    /// batch's status, which has then ended. Where connections may be
-    /// closed (tcp and verbs, with `KVF_CLOSE_CONNECTIONS`: by default from
-    /// libfabric 1.18) the connections that carry them are closed first, so
-    /// once this returns none of them writes the borrowed buffers; elsewhere
-    /// (efa; tcp on libfabric 1.17 by default) an operation still in flight
-    /// may complete later. Dropping a batch waits for its requests to end:
-    /// call this first to end them now.
+    /// batch's status, which has then ended. Over tcp and verbs (unless
+    /// `KVF_CLOSE_CONNECTIONS=off`) the connections that carry them are
+    /// closed first, so once this returns none of them writes the borrowed
+    /// buffers; on efa an operation the device still holds may complete
+    /// later. Dropping a batch waits for its requests to end: call this
+    /// first to end them now.
     pub fn expire(&self) -> Result<TransferStatus> {
         // SAFETY: the batch is this object's.
         check(unsafe { sys::kvf_batch_expire(self.engine.raw(), self.id) })?;

@@ -167,10 +167,8 @@ fn bytes_move_both_ways(protocol: &str) {
 
 /// A READ from a stopped peer would run until its 30 s deadline: expire()
 /// ends it now, and nothing of it lands in the buffer when the peer goes on.
-/// KVF_CLOSE_CONNECTIONS=on: 'auto' closes none before libfabric 1.18, whose
-/// tcp provider crashes closing a connection while a READ's bytes arrive;
-/// none can here (the peer is stopped before the READ). libfabric reads it
-/// once per process, and the other tests of this binary start it first: the
+/// libfabric reads FI_AV_REMOVE_CLEANUP (KVF_CLOSE_CONNECTIONS) once per
+/// process, and the other tests of this binary may start it first: the
 /// engine runs in a child process (the ignored test `expire_process`).
 #[test]
 fn expire_ends_a_hung_read_now_over_tcp() {
@@ -196,7 +194,6 @@ fn expire_process() {
         .protocol("tcp")
         .setting("KVF_LOG_LEVEL", "error")
         .setting("KVF_TRANSFER_TIMEOUT_MS", "30000")
-        .setting("KVF_CLOSE_CONNECTIONS", "on")
         .build()
         .expect("engine");
     let segment = engine.open_segment(name).expect("open the peer");
