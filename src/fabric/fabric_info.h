@@ -59,9 +59,6 @@ Status ProviderForProtocol(const std::string& protocol, std::string* provider);
 std::string DomainForDevice(const std::string& device, const std::vector<std::string>& domains,
                             const std::string& provider, const std::string& sysfs_root = "/sys");
 
-// Owns an fi_getinfo result and exposes the usable entries: one per
-// (domain, fabric), IPv4 for socket-based providers (tcp;ofi_rxm returns every
-// interface several times and ignores the domain we ask for).
 // Whether connections may be closed to end a peer's operations
 // (Rail::CutPeer) for a request past its deadline or expired, by
 // KVF_CLOSE_CONNECTIONS (`mode`: auto, on, off): all but 'off'.
@@ -84,6 +81,9 @@ bool MayCloseStalledConnections(const std::string& mode, uint32_t version);
 // sets the variable when MayCloseConnections, unless the user set it).
 bool AvRemoveClosesConnections();
 
+// Owns an fi_getinfo result and exposes the usable entries: one per
+// (domain, fabric), IPv4 for socket-based providers (tcp;ofi_rxm returns every
+// interface several times and ignores the domain we ask for).
 class InfoList {
  public:
   InfoList() = default;
