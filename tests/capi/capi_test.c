@@ -65,30 +65,42 @@ static uint64_t target_check(int up, int down, uint64_t off, uint64_t len, unsig
   return ok;
 }
 
+/* An engine with `setting` (one NAME=value) over `protocol`, a BLOCK of
+ * registered memory filled with `fill`, the peer's segment open and warm,
+ * and a batch of one request: 0, or -1 after a failed check (the engine,
+ * if made, is destroyed). */
+static int open_one_request(const char* protocol, const char* setting, const char* peer, int fill, kvf_engine** e,
+                            uint8_t** local, kvf_segment* seg, kvf_batch* b) {
+  const char* settings[] = {setting, NULL};
+  const kvf_config cfg = config_for(protocol, settings);
+  int rc = kvf_engine_create(&cfg, e);
+  CHECK(rc == KVF_OK, "kvf_engine_create: %d", rc);
+  if (rc != KVF_OK) return -1;
+  *local = aligned_alloc(4096, BLOCK);
+  memset(*local, fill, BLOCK);
+  rc = kvf_register_memory(*e, *local, BLOCK, NULL);
+  CHECK(rc == KVF_OK, "kvf_register_memory: %d", rc);
+  rc = kvf_open_segment(*e, peer, seg);
+  CHECK(rc == KVF_OK, "kvf_open_segment: %d", rc);
+  rc = kvf_warmup(*e, peer);
+  CHECK(rc == KVF_OK, "kvf_warmup: %d", rc);
+  rc = kvf_batch_allocate(*e, 1, b);
+  CHECK(rc == KVF_OK, "kvf_batch_allocate: %d", rc);
+  return 0;
+}
+
 /* Issue 12, item 16: a wait longer than the clock can count (INT64_MAX ms)
  * has no limit. It returned at once, the batch still PENDING: now + the
  * timeout in nanoseconds wrapped into the past. The target is stopped
  * (SIGSTOP), so a WRITE to it stays pending until this engine's transfer
  * timeout (1 s) ends it with TIMEOUT. */
 static void check_endless_wait(const char* protocol, const char* peer, uint64_t raddr, pid_t target) {
-  const char* settings[] = {"KVF_TRANSFER_TIMEOUT_MS=1000", NULL};
-  const kvf_config cfg = config_for(protocol, settings);
   kvf_engine* e = NULL;
-  int rc = kvf_engine_create(&cfg, &e);
-  CHECK(rc == KVF_OK, "kvf_engine_create: %d", rc);
-  if (rc != KVF_OK) return;
-  uint8_t* local = aligned_alloc(4096, BLOCK);
-  memset(local, 0x5a, BLOCK);
-  rc = kvf_register_memory(e, local, BLOCK, NULL);
-  CHECK(rc == KVF_OK, "kvf_register_memory: %d", rc);
+  uint8_t* local = NULL;
   kvf_segment seg = -1;
-  rc = kvf_open_segment(e, peer, &seg);
-  CHECK(rc == KVF_OK, "kvf_open_segment: %d", rc);
-  rc = kvf_warmup(e, peer);
-  CHECK(rc == KVF_OK, "kvf_warmup: %d", rc);
   kvf_batch b = 0;
-  rc = kvf_batch_allocate(e, 1, &b);
-  CHECK(rc == KVF_OK, "kvf_batch_allocate: %d", rc);
+  if (open_one_request(protocol, "KVF_TRANSFER_TIMEOUT_MS=1000", peer, 0x5a, &e, &local, &seg, &b) != 0) return;
+  int rc;
   kill(target, SIGSTOP);
   kvf_request w = {KVF_WRITE, local, seg, raddr, BLOCK};
   rc = kvf_batch_submit(e, b, &w, 1);
@@ -144,24 +156,12 @@ static int stop_process(pid_t pid) {
  * into it after the expiry. Over tcp (shm copies a READ within its post:
  * none stays pending). */
 static void check_expire(const char* protocol, const char* peer, uint64_t raddr, pid_t target) {
-  const char* settings[] = {"KVF_TRANSFER_TIMEOUT_MS=30000", NULL};
-  const kvf_config cfg = config_for(protocol, settings);
   kvf_engine* e = NULL;
-  int rc = kvf_engine_create(&cfg, &e);
-  CHECK(rc == KVF_OK, "kvf_engine_create: %d", rc);
-  if (rc != KVF_OK) return;
-  uint8_t* local = aligned_alloc(4096, BLOCK);
-  memset(local, 0, BLOCK);
-  rc = kvf_register_memory(e, local, BLOCK, NULL);
-  CHECK(rc == KVF_OK, "kvf_register_memory: %d", rc);
+  uint8_t* local = NULL;
   kvf_segment seg = -1;
-  rc = kvf_open_segment(e, peer, &seg);
-  CHECK(rc == KVF_OK, "kvf_open_segment: %d", rc);
-  rc = kvf_warmup(e, peer);
-  CHECK(rc == KVF_OK, "kvf_warmup: %d", rc);
   kvf_batch b = 0;
-  rc = kvf_batch_allocate(e, 1, &b);
-  CHECK(rc == KVF_OK, "kvf_batch_allocate: %d", rc);
+  if (open_one_request(protocol, "KVF_TRANSFER_TIMEOUT_MS=30000", peer, 0, &e, &local, &seg, &b) != 0) return;
+  int rc;
   rc = kvf_batch_expire(e, b);
   CHECK(rc == KVF_OK, "kvf_batch_expire of a batch with nothing submitted: %d", rc);
   CHECK(stop_process(target) == 0, "the target did not stop");
