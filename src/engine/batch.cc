@@ -80,9 +80,13 @@ bool Task::CheckDeadline() {
   // A second reader waits for the first one's cut: it must not report the
   // Timeout while the connections are still open. Never under a rail's
   // lock: with slices out this runs only on the threads that read status.
+  // Where the slices were goes into the Timeout's message (taken before
+  // the cut, which ends the posted ones).
+  std::string where;
   if (rerouter_ != nullptr && slices_left_.load() > 0) {
     std::lock_guard<std::mutex> g(cut_mu_);
     if (!cut_.load()) {
+      where = rerouter_->Whereabouts(this);
       rerouter_->CutConnections(this);
       cut_.store(true);
     }
@@ -90,14 +94,16 @@ bool Task::CheckDeadline() {
   // A slice had failed before the deadline: that is the task's end, now
   // that the slices still out can land nowhere.
   if (failing_.load()) return FinishFailed();
+  if (!where.empty()) where = " (" + where + ")";
   if (expired_early_.load())
     return Finish(TaskState::kTimeout,
-                  Status::Timeout(text::Format("{} was ended by its caller before completing (ExpireBatch); is the "
+                  Status::Timeout(text::Format("{} was ended by its caller before completing (ExpireBatch){}; is the "
                                                "peer alive?",
-                                               what_)));
+                                               what_, where)));
   return Finish(TaskState::kTimeout,
-                Status::Timeout(text::Format("{} did not complete within {} ms (KVF_TRANSFER_TIMEOUT_MS); is the peer alive?",
-                                             what_, timeout_ms_)));
+                Status::Timeout(text::Format("{} did not complete within {} ms (KVF_TRANSFER_TIMEOUT_MS){}; is the peer "
+                                             "alive?",
+                                             what_, timeout_ms_, where)));
 }
 
 void Task::AddSlices(uint32_t n) {

@@ -60,6 +60,11 @@ class Rerouter {
   // says Timeout. Called once per task, before the Timeout, on the thread
   // that found the deadline passed (never under a rail's lock).
   virtual void CutConnections(Task* task) = 0;
+  // Where the slices of `task` still out are now (posted, or waiting in a
+  // rail's queue, and for how long the provider has refused posts to its
+  // peer), for its Timeout message; "" when no rail holds one. Called once
+  // per task that times out, before CutConnections.
+  virtual std::string Whereabouts(Task* task) = 0;
 };
 
 // What the engine counts of a task when it ends (Counters::RequestEnded).

@@ -173,6 +173,8 @@ class FakeRerouter : public Rerouter {
     if (cut_takes_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(cut_takes_ms));
     cut_done_at = Clock::now();
   }
+  std::string Whereabouts(Task*) override { return whereabouts; }
+  std::string whereabouts;  // what Whereabouts says
   bool failed_move = true;  // false: failed slices are not moved (stalled ones are)
   std::function<void()> during_reroute;  // runs inside the next Reroute, after the replacements are added
   int cut_takes_ms = 0;
@@ -346,6 +348,22 @@ TEST(BatchTest, AFailingTaskWithASliceStuckOutCutsItAtTheDeadlineAndFails) {
   t.OnSliceDone(SliceOf(100), 0, Status::NetworkError("connection closed"));  // the cut fails it
   EXPECT_EQ(t.Snapshot().state, TaskState::kFailed);
   EXPECT_EQ(b.outstanding_slices().load(), 0);
+}
+
+// A Timeout says where the slices still out were when the deadline passed
+// (before the cut ended them): the rail, posted or waiting, refused posts.
+TEST(BatchTest, ATimeoutSaysWhereItsSlicesWere) {
+  Batch b(1, 1);
+  FakeRerouter rr(0);
+  rr.whereabouts = "rail 0: 0 slice(s) posted, 1 waiting to be posted";
+  Task& t = StartOnlyTask(b, 1, 20, "READ of 4096 bytes", &rr);
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  const TransferStatus s = t.Snapshot();
+  EXPECT_EQ(s.state, TaskState::kTimeout);
+  EXPECT_NE(s.error.message().find("(KVF_TRANSFER_TIMEOUT_MS) (rail 0: 0 slice(s) posted, 1 waiting to be posted)"),
+            std::string::npos)
+      << s.error.ToString();
+  EXPECT_EQ(rr.cuts, 1);
 }
 
 // A slice dropped unposted past the deadline (the rail saw Abandoned) ends

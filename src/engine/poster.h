@@ -69,6 +69,7 @@ class Poster final : public Rerouter {
   bool CanReroute(Task* task, const fabric::Slice& slice) override;
   Status Unstage(Task* task, const fabric::Slice& slice, bool copy_back) override;
   void CutConnections(Task* task) override;
+  std::string Whereabouts(Task* task) override;
 
  private:
   // Reroute's work (reroute.cc): the slices queued on another rail, or 0.

@@ -4,6 +4,7 @@
 // held: it only queues (the progress thread posts) and never inserts AV
 // entries.
 #include "common/log.h"
+#include "common/text.h"
 #include "engine/poster.h"
 #include "engine/rail_choice.h"
 
@@ -76,6 +77,26 @@ void Poster::CutConnections(Task* task) {
     if (rail < rails_->rails.size())
       (*rails_)[rail]->CutPeer(slot, "a request to it outlived its deadline (KVF_TRANSFER_TIMEOUT_MS), or its caller "
                                      "ended it (ExpireBatch)");
+}
+
+std::string Poster::Whereabouts(Task* task) {
+  const std::shared_ptr<Peer>& peer = task->peer();
+  if (!peer) return {};
+  std::string out;
+  for (const auto& [rail, slot] : peer->ResolvedSlots()) {
+    if (rail >= rails_->rails.size()) continue;
+    const fabric::Rail::Whereabouts w = (*rails_)[rail]->WhereaboutsOf(task, slot);
+    if (w.queued == 0 && w.posted == 0) continue;
+    out += text::Format("{}{}: {} slice(s) posted, {} waiting to be posted", out.empty() ? "" : "; ",
+                        (*rails_)[rail]->label(), w.posted, w.queued);
+    if (w.refused_ms > 0) out += text::Format(" (the provider has refused posts to the peer for {} ms)", w.refused_ms);
+    if (w.queued > 0)  // why a slice may wait: the rail's queue, its free contexts, its progress
+      out += text::Format(", the rail's queue {} slice(s) (counted {}, {} to refused peers), {} context(s) free, "
+                          "polled {} ms ago, drained {} ms ago, posted {} ms ago",
+                          w.rail_queued, w.queued_count, w.queued_refused, w.free_contexts, w.since_poll_ms,
+                          w.since_drain_ms, w.since_post_ms);
+  }
+  return out;
 }
 
 }  // namespace kvfabric::engine

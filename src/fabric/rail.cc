@@ -304,6 +304,36 @@ bool Rail::CutPeer(fi_addr_t slot, std::string_view why) {
   return true;
 }
 
+Rail::Whereabouts Rail::WhereaboutsOf(const SliceOwner* owner, fi_addr_t slot) {
+  Whereabouts w;
+  std::lock_guard<std::mutex> post(post_mu_);
+  {
+    std::lock_guard<std::mutex> g(queue_mu_);
+    for (const Slice& s : pending_) {
+      w.queued += s.owner == owner && s.dest == slot ? 1 : 0;
+      w.queued_refused += PeerTable::RefusedSince(peers_.At(s.dest)) != 0 ? 1 : 0;
+    }
+    w.rail_queued = pending_.size();
+    w.queued_count = queued_.load();
+    w.free_contexts = free_.size();
+  }
+  const int64_t now = SteadyNowNs();
+  const auto since = [now](const std::atomic<int64_t>& at) {
+    const int64_t t = at.load(std::memory_order_relaxed);
+    return t == 0 ? int64_t{-1} : (now - t) / 1000000;
+  };
+  w.since_poll_ms = since(last_poll_ns_);
+  w.since_drain_ms = since(last_drain_ns_);
+  w.since_post_ms = since(last_post_ns_);
+  for (size_t i = 0; i < info_.tx_depth; ++i) {
+    const OpContext& op = contexts_[i];
+    w.posted += op.posted && !op.detached && op.slice.owner == owner && op.slice.dest == slot ? 1 : 0;
+  }
+  const int64_t refused = PeerTable::RefusedSince(peers_.At(slot));
+  if (refused != 0) w.refused_ms = std::max<int64_t>(1, (now - refused) / 1000000);
+  return w;
+}
+
 void Rail::RemovePeer(fi_addr_t slot) {
   std::lock_guard<std::mutex> g(post_mu_);
   if (peers_.Remove(slot) && waker_) waker_();
@@ -503,6 +533,7 @@ void Rail::DrainLocked() {
   // not block the others: such a slice goes to the back of the queue.
   int eagain_streak = 0;
   int64_t budget = queued_.load();
+  last_drain_ns_.store(SteadyNowNs(), std::memory_order_relaxed);
   while (budget-- > 0) {
     OpContext* op = nullptr;
     {
@@ -531,6 +562,7 @@ void Rail::DrainLocked() {
     int rc = PostOne(op);
     if (rc == 0) {
       eagain_streak = 0;
+      last_post_ns_.store(SteadyNowNs(), std::memory_order_relaxed);
       PeerTable::PostTaken(peer);
       if (peer != nullptr) peer->cut_since_post = false;
       continue;
@@ -659,6 +691,7 @@ bool Rail::TakeRemoteActivity() {
 }
 
 size_t Rail::Poll() {
+  last_poll_ns_.store(SteadyNowNs(), std::memory_order_relaxed);
   size_t done = ReadCompletions();
   if (per_peer_ep_ && done == 0 && inflight_.load(std::memory_order_relaxed) > 0) {
     // Nothing completes: every 100 ms, check the processes of busy peers.

@@ -91,6 +91,23 @@ class Rail {
   // when it closed nothing (no operation in flight, or a provider that
   // cannot: shm copies a READ itself, efa has no connections).
   bool CutPeer(fi_addr_t slot, std::string_view why);
+  // Where the slices of `owner` to the peer at `slot` are on this rail, for
+  // a request's Timeout message: waiting in the queue (and how long the
+  // provider has refused posts to that peer), or posted (handed to the
+  // provider, not yet back). Takes the rail's locks; walks the queue and
+  // every context (a diagnostic, not a fast path).
+  struct Whereabouts {
+    size_t queued = 0, posted = 0;
+    int64_t refused_ms = 0;  // the peer's current run of refused posts; 0: none
+    // The rail's own state: every slice in its queue, its contexts free
+    // (of tx_depth), and how long ago its progress thread last polled it.
+    size_t rail_queued = 0, free_contexts = 0;
+    int64_t queued_count = 0;  // the queue's counter (queued_), which should equal rail_queued
+    int64_t since_poll_ms = -1;  // -1: never polled
+    int64_t since_drain_ms = -1, since_post_ms = -1;  // the last drain of the queue, the last post it made
+    size_t queued_refused = 0;  // slices in the queue whose peers the provider refuses
+  };
+  Whereabouts WhereaboutsOf(const SliceOwner* owner, fi_addr_t slot);
   // AV slots in use: inserted and not yet removed.
   size_t peer_slots();
 
@@ -263,6 +280,9 @@ class Rail {
   std::deque<Slice> pending_;
   std::vector<OpContext*> free_;  // credits: one free context = one credit
   std::unique_ptr<OpContext[]> contexts_;
+  std::atomic<int64_t> last_poll_ns_{0};   // when Poll last ran (WhereaboutsOf)
+  std::atomic<int64_t> last_drain_ns_{0};  // when DrainLocked last ran
+  std::atomic<int64_t> last_post_ns_{0};   // when it last posted
   std::atomic<int64_t> inflight_{0};
   std::atomic<int64_t> queued_{0};
   // Slices enqueued and not yet finished, failed or moved to another rail:

@@ -381,7 +381,8 @@ void StoreClient::PutFrom(const std::vector<std::string>& keys, const std::vecto
     commits[k].push_back(NodeCall{call.node, call.keys, EncodeCommit(push.commit), {}, {}});
     replies[k] = Send(&commits[k], deadline);
   }
-  std::vector<size_t> again;  // keys whose granted slots their home no longer knew
+  std::vector<size_t> again;       // keys whose granted slots their home no longer knew
+  std::vector<std::string> gone_from;  // and those homes
   for (size_t k = 0; k < started.size(); ++k) {
     std::vector<size_t> late;
     size_t one = 0;
@@ -396,6 +397,7 @@ void StoreClient::PutFrom(const std::vector<std::string>& keys, const std::vecto
       const size_t i = call.keys[j];
       if (push.granted && s.code() == Status::Code::kNotFound) {
         again.push_back(i);
+        gone_from.push_back(call.node->name);
         continue;
       }
       if (push.commit.items[push.slot_of[j]].written()) (*results)[i] = s.ok() ? reply.statuses[push.slot_of[j]] : s;
@@ -422,10 +424,14 @@ void StoreClient::PutFrom(const std::vector<std::string>& keys, const std::vecto
   // their time): those keys go the usual way, reserved first.
   if (again.empty()) return;
   const bool in_time = Clock::now() + LateMargin() < writes_by;
-  for (size_t i : again)
+  for (size_t a = 0; a < again.size(); ++a) {
+    const size_t i = again[a];
     (*results)[i] = in_time ? Status::OK()  // GroupByHome takes the keys whose results are OK
-                            : Status::Unavailable("store: the slots granted for '" + keys[i] +
-                                                  "' were gone, and no time was left to put it again");
+                            : Status::Unavailable("store: the slots that store member " + gone_from[a] +
+                                                  " granted for '" + keys[i] +
+                                                  "' were gone (it restarted, or they outlived their time), and no "
+                                                  "time was left to put it again");
+  }
   if (in_time) PutFrom(keys, sources, memory, again, results, false);
 }
 
@@ -745,43 +751,73 @@ void StoreClient::Get(const std::vector<std::string>& keys, const std::vector<st
   Asked second = Ask(keys, &later, deadline, results);
   Collect(keys, buffers, memory, &calls, &first, deadline, read_by, guessed, results, &reads);
   Collect(keys, buffers, memory, &later, &second, deadline, read_by, guessed, results, &reads);
-  // Pages are verified flight by flight as each lands. A guess its answer
+  // Pages are verified as each one's READs land, in whatever order they
+  // land: a home that hangs holds up only its own pages. A guess its answer
   // did not confirm is waited out all the same (no READ may write the
-  // caller's buffers once the call returns), and read again when the
-  // answer found the page elsewhere.
-  std::vector<PageRead> moved;
-  net::Deadline moved_by = deadline;
-  for (size_t p = 0; p < reads.pages.size(); ++p) {
-    const PageRead& read = reads.pages[p];
-    const Status& ended = LandPage(&reads, read);
-    const size_t i = read.key;
-    if (read.check == PageRead::Check::kConfirmed) {
-      FinishRead(keys, buffers, read, ended, results, lengths);
-      continue;
+  // caller's buffers once the call returns), and read again at once when
+  // the answer found the page elsewhere: not after the other pages, where
+  // a hung home's pages would have held it up to the call's deadline (the
+  // soak saw such keys, on healthy nodes, fail with Timeout while another
+  // node was killed). Pages are taken in order while no guess that moved
+  // waits (a pass stops at the first page still out, as a wait for it
+  // would); with one waiting, each pass looks at every page. Polled,
+  // yielding the core, for KVF_STORE_SPIN_US after each page that lands (a
+  // lone page lands within it), then in short sleeps; each flight's
+  // deadline bounds the wait for its pages.
+  Reads again;
+  std::vector<bool> handled(reads.pages.size(), false);
+  size_t left = reads.pages.size(), first_out = 0;
+  size_t moved_left = static_cast<size_t>(std::count_if(
+      reads.pages.begin(), reads.pages.end(), [](const PageRead& r) { return r.check == PageRead::Check::kMoved; }));
+  const auto spin = std::chrono::microseconds(settings_.store_spin_us);
+  auto spin_until = Clock::now() + spin;
+  while (left > 0) {
+    std::vector<PageRead> moved;
+    net::Deadline moved_by = deadline;
+    for (size_t p = first_out; p < reads.pages.size(); ++p) {
+      if (handled[p]) continue;
+      const PageRead& read = reads.pages[p];
+      const Status* ended = nullptr;
+      if (!PageLanded(&reads, read, &ended)) {
+        if (moved_left == 0) break;
+        continue;
+      }
+      handled[p] = true;
+      --left;
+      spin_until = Clock::now() + spin;
+      while (first_out < handled.size() && handled[first_out]) ++first_out;
+      if (read.check == PageRead::Check::kMoved) --moved_left;
+      const size_t i = read.key;
+      if (read.check == PageRead::Check::kConfirmed) {
+        FinishRead(keys, buffers, read, *ended, results, lengths);
+        continue;
+      }
+      Add(counters_.get_cached_stale, 1);
+      if (read.check != PageRead::Check::kMoved) continue;  // results[i] says what the answer was
+      if (!ended->ok()) {  // its READs may still be writing the buffers: no second READ into them
+        (*results)[i] = ReadFailed(*ended, keys[i], *read.home);
+        continue;
+      }
+      const net::Deadline by = reads.flights[read.flight].by;
+      if (Clock::now() + LateMargin() >= by) {  // no READ started that could not end in time
+        (*results)[i] = Status::NotFound("store: key '" + keys[i] + "': its lookup is older than the read window");
+        Add(counters_.misses_late, 1);
+        continue;
+      }
+      moved.push_back(read);
+      moved.back().check = PageRead::Check::kConfirmed;
+      moved_by = std::min(moved_by, by);
     }
-    Add(counters_.get_cached_stale, 1);
-    if (read.check != PageRead::Check::kMoved) continue;  // results[i] says what the answer was
-    if (!ended.ok()) {  // its READs may still be writing the buffers: no second READ into them
-      (*results)[i] = ReadFailed(ended, keys[i], *read.home);
-      continue;
+    if (!moved.empty()) {  // the pages that moved, found in this pass: read again now
+      std::vector<std::pair<PageRead, Status>> refused;
+      Launch(std::move(moved), moved_by, buffers, memory, &again, &refused);
+      for (const auto& [read, why] : refused) (*results)[read.key] = ReadFailed(why, keys[read.key], *read.home);
     }
-    const net::Deadline by = reads.flights[read.flight].by;
-    if (Clock::now() + LateMargin() >= by) {  // no READ started that could not end in time
-      (*results)[i] = Status::NotFound("store: key '" + keys[i] + "': its lookup is older than the read window");
-      Add(counters_.misses_late, 1);
-      continue;
-    }
-    moved.push_back(read);
-    moved.back().check = PageRead::Check::kConfirmed;
-    moved_by = std::min(moved_by, by);
+    if (left == 0) break;
+    if (Clock::now() < spin_until) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
-  if (!moved.empty()) {
-    Reads again;
-    std::vector<std::pair<PageRead, Status>> refused;
-    Launch(std::move(moved), moved_by, buffers, memory, &again, &refused);
-    for (const auto& [read, why] : refused) (*results)[read.key] = ReadFailed(why, keys[read.key], *read.home);
-    for (const PageRead& read : again.pages) FinishRead(keys, buffers, read, Land(&again, read), results, lengths);
-  }
+  for (const PageRead& read : again.pages) FinishRead(keys, buffers, read, Land(&again, read), results, lengths);
   // Flights none of whose pages is read (every one refused) end here too.
   for (ReadFlight& f : reads.flights)
     if (!f.landed) {
@@ -851,24 +887,17 @@ void StoreClient::Launch(std::vector<PageRead> pages, net::Deadline by,
   reads->flights.push_back(std::move(flight));
 }
 
-const Status& StoreClient::LandPage(Reads* reads, const PageRead& page) {
+bool StoreClient::PageLanded(Reads* reads, const PageRead& page, const Status** outcome) {
   ReadFlight& f = reads->flights[page.flight];
-  // This page's READs alone: its checksum runs while the flight's later
-  // pages still move (verified one by one as they land, not all after the
-  // last). Polled, yielding the core, for KVF_STORE_SPIN_US (a lone page
-  // lands within it), then in short sleeps; the flight's deadline still
-  // bounds the wait.
-  const auto spin_until = Clock::now() + std::chrono::microseconds(settings_.store_spin_us);
-  while (!f.landed && Clock::now() < f.by) {
+  if (!f.landed && Clock::now() < f.by) {
     Status failure;
-    if (runner_.GroupEnded(f.flight, page.group, &failure)) {
-      if (!failure.ok() && f.outcomes[page.group].ok()) f.outcomes[page.group] = failure;
-      return f.outcomes[page.group];
-    }
-    if (Clock::now() < spin_until) std::this_thread::yield();
-    else std::this_thread::sleep_for(std::chrono::microseconds(20));
+    if (!runner_.GroupEnded(f.flight, page.group, &failure)) return false;
+    if (!failure.ok() && f.outcomes[page.group].ok()) f.outcomes[page.group] = failure;
+    *outcome = &f.outcomes[page.group];
+    return true;
   }
-  return Land(reads, page);
+  *outcome = &Land(reads, page);
+  return true;
 }
 
 const Status& StoreClient::Land(Reads* reads, const PageRead& page) {
@@ -1093,7 +1122,15 @@ void StoreClient::StartReads(const std::vector<std::string>& keys,
       Add(counters_.misses_late, 1);
       continue;
     }
-    if (guess != nullptr) {  // read again from `loc` once the guess has ended
+    if (guess != nullptr) {  // read again from `loc` once the guess has ended: now, if it has
+      // (not after the other homes' answers, which a hung home holds to
+      // the call's deadline)
+      const Status* ended = nullptr;
+      if (PageLanded(reads, *guess, &ended) && ended->ok()) {
+        guess->check = PageRead::Check::kUnconfirmed;  // waited out; its bytes are not the key's
+        pages.push_back(PageRead{i, loc, call.node});
+        continue;
+      }
       guess->where = loc;
       guess->check = PageRead::Check::kMoved;
       continue;

@@ -144,9 +144,11 @@ class StoreClient {
               const std::vector<TransferRequest>& first = {});
   // The outcome of `page`'s READs, waiting for its flight the first time.
   const Status& Land(Reads* reads, const PageRead& page);
-  // The outcome of `page`'s READs once they alone have ended (the flight
-  // stays for Land, which frees it), or Land's at the flight's deadline.
-  const Status& LandPage(Reads* reads, const PageRead& page);
+  // Without waiting: true, with the outcome of `page`'s READs in *outcome,
+  // once they alone have ended (the flight stays for Land, which frees it)
+  // or its flight's deadline has passed (Land's outcome then); false while
+  // they are still out.
+  bool PageLanded(Reads* reads, const PageRead& page, const Status** outcome);
   // The region versions READ for the guesses: a scratch slot per home,
   // in flights[flight] (group: its READ there).
   struct Probe {

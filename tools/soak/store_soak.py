@@ -55,8 +55,9 @@ SETTINGS = {"KVF_STORE_DEADLINE_MS": DEADLINE_MS, "KVF_STORE_READ_WINDOW_MS": 25
 SLOW_S = DEADLINE_MS / 1000 + 3
 # After a node is back, placement may still leave it out this long: down retry, refresh, a deadline, slack.
 SETTLE_S = 0.5 + 0.5 + DEADLINE_MS / 1000 + 1.5
-# What a node's restart may cost a key: Timeout, FabricError, NetworkError.
-RESTART_CODES = {"5", "6", "7"}
+# What a node's restart may cost a key: Timeout, FabricError, NetworkError, and Unavailable (the slots a node
+# granted were gone when it restarted, and no time was left to put the key again).
+RESTART_CODES = {"5", "6", "7", "9"}
 HEADER = struct.Struct("<8sQQQ")  # magic, key hash, version, length
 MAGIC = b"kvfsoak1"
 PEER = re.compile(r"\b(\d+\.\d+\.\d+\.\d+:\d+)\b")  # the nodes (control addresses, engines) a message names
@@ -95,7 +96,7 @@ def run_node(protocol: str, listen: str, members: str, pool_bytes: int) -> None:
     """A store node until SIGTERM, printing its name, then its counters every quarter second."""
     import kvfabric
 
-    with kvfabric.Engine(protocol=protocol, settings={**SETTINGS, "KVF_LOG_LEVEL": "off"}) as engine:
+    with kvfabric.Engine(protocol=protocol, settings={**SETTINGS, "KVF_LOG_LEVEL": "info"}) as engine:
         store = kvfabric.Store(engine, pool_bytes=pool_bytes, members=members, listen=listen, settings=SETTINGS)
         print(json.dumps({"name": store.name, "segment": engine.name}), flush=True)
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
@@ -109,10 +110,13 @@ class Node:
     """A node process as the driver sees it: launched (ready() waits for it to serve), killed, restarted under
     its name."""
 
-    def __init__(self, protocol: str, name: str, members: str, pool_bytes: int):
+    def __init__(self, protocol: str, name: str, members: str, pool_bytes: int, log_prefix: str):
         self.protocol, self.name, self.members, self.pool_bytes = protocol, name, members, pool_bytes
+        self.log_prefix = log_prefix
         self.done = []  # the last counters of each ended incarnation
         self.segments = []  # engine names of every incarnation
+        self.logs = []  # the log file of every incarnation (kvfabric's lines at info and above)
+        self.released = []  # (time, incarnation, pins released so far) whenever a node's count of released pins rose
         self.launch()
 
     def start(self) -> None:
@@ -120,8 +124,10 @@ class Node:
         self.ready()
 
     def launch(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, __file__, "node", self.protocol, self.name, self.members,
-                                      str(self.pool_bytes)], stdout=subprocess.PIPE, text=True)
+        self.logs.append(f"{self.log_prefix}-node-{self.name.replace(':', '-')}-{len(self.logs)}.log")
+        with open(self.logs[-1], "w") as log:
+            self.proc = subprocess.Popen([sys.executable, __file__, "node", self.protocol, self.name, self.members,
+                                          str(self.pool_bytes)], stdout=subprocess.PIPE, stderr=log, text=True)
         self.stats, self.reader = {}, None
 
     def ready(self) -> None:
@@ -137,8 +143,12 @@ class Node:
         self.reader.start()
 
     def _read(self, proc) -> None:
+        incarnation = len(self.logs) - 1
         for line in proc.stdout:
             self.stats = json.loads(line)["stats"]
+            n = self.stats.get("pins_released", 0)
+            if n > max([r for t, i, r in self.released if i == incarnation], default=0):
+                self.released.append((time.monotonic(), incarnation, n))
 
     def end(self, kill: bool) -> None:
         """SIGKILL (a crash) or SIGTERM (the end of the run); keeps the counters last printed."""
@@ -158,7 +168,7 @@ class Node:
     def totals(self) -> Counter:
         c = Counter()
         for s in self.done:
-            for k in ("evictions", "refusals", "overwrites", "removals"):
+            for k in ("evictions", "refusals", "overwrites", "removals", "pins_released"):
                 c[k] += s.get(k, 0)
         return c
 
@@ -260,7 +270,7 @@ class Client:
         self.kvf = kvfabric
         self.miss = -kvfabric.NotFoundError.code
         self.busy = -kvfabric.BusyError.code
-        self.engine = kvfabric.Engine(protocol="auto", settings={**SETTINGS, "KVF_LOG_LEVEL": "off"})
+        self.engine = kvfabric.Engine(protocol="auto", settings={**SETTINGS, "KVF_LOG_LEVEL": "info"})
         self.store = kvfabric.Store(self.engine, members=members, settings=SETTINGS)
         self.keys = [f"c{index}/layer{i % 4}/page{i}" for i in range(keys)]
         self.hashes = {k: key_hash(k) for k in self.keys}
@@ -552,7 +562,37 @@ def explain(issue: dict, kills: list, pins: list, nodes: list):
     return "node restart" if named <= near else None
 
 
-def summarize(clients: list, nodes: list, kills: list) -> dict:
+# A log line of kvfabric's: its local wall-clock stamp, then the text.
+LOG_LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(\.\d+)?\] (.*)")
+
+
+def clues(issue: dict, nodes: list, client_logs=()) -> dict:
+    """What the nodes and clients logged and the nodes counted near `issue` (two seconds either way): its start
+    in wall-clock time (the logs are stamped with it), the nodes whose count of released pins rose, and the log
+    lines (at most 40)."""
+    t0, t1 = issue.get("start", 0.0), issue.get("end", 0.0)
+    wall = time.time() - time.monotonic()
+    released = [f"{n.name} (incarnation {i}): {r} pins released by {t:.2f}" for n in nodes
+                for t, i, r in n.released if t0 - 2 <= t <= t1 + 2]
+    lines = []
+    logs = [(n.name, path) for n in nodes for path in n.logs] + [(f"client {i}", p) for i, p in enumerate(client_logs)]
+    for who, path in logs:
+        try:
+            with open(path) as f:
+                for line in f:
+                    m = LOG_LINE.match(line)
+                    if not m:
+                        continue
+                    at = time.mktime(time.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")) + float(m.group(2) or 0)
+                    if t0 + wall - 2 <= at <= t1 + wall + 2:
+                        lines.append((at, f"{who}: {line.rstrip()}"))
+        except OSError:
+            pass
+    return {"start_local": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t0 + wall)), "pins_released": released,
+            "log": [text for _, text in sorted(lines)[:40]]}
+
+
+def summarize(clients: list, nodes: list, kills: list, client_logs: list = ()) -> dict:
     """The clients' and nodes' figures, each issue explained or not."""
     total = {"counts": Counter(), "errors_by_code": Counter(), "wrong": [], "issues": [], "pin_intervals": []}
     misses = Counter()
@@ -580,7 +620,7 @@ def summarize(clients: list, nodes: list, kills: list) -> dict:
             if issue["kind"] != "busy_pinned" or explained["busy_pinned"] <= 20:  # many alike: keep a sample
                 explained_list.append({**issue, "why": why})
         else:
-            unexplained.append(issue)
+            unexplained.append({**issue, "clues": clues(issue, nodes, client_logs)})
     c = total["counts"]
     return {"store_ops": c["calls"], "store_gb": (c["put_bytes"] + c["hit_bytes"]) / 1e9, "puts": c["puts"],
             "put_failures": c["put_failures"], "gets": c["gets"], "hits": c["hits"], "misses": c["misses"],
@@ -620,15 +660,18 @@ class Traffic:
         members = ",".join(names)
         self.nodes, self.clients = [], []
         self.outs = [f"{tmp_prefix}-store-client-{i}.json" for i in range(clients)]
+        self.client_logs = [f"{tmp_prefix}-store-client-{i}.log" for i in range(clients)]
         try:
             for i, name in enumerate(names):  # all at once
-                self.nodes.append(Node(["tcp", "shm"][i % 2], name, members, pool_bytes))
+                self.nodes.append(Node(["tcp", "shm"][i % 2], name, members, pool_bytes, tmp_prefix))
             for n in self.nodes:
                 n.ready()
             duration = end - time.monotonic()
             for i in range(clients):
-                self.clients.append(subprocess.Popen([sys.executable, __file__, "client", str(i), members, str(keys),
-                                                      str(threads), str(duration), str(seed + 100 + i), self.outs[i]]))
+                with open(self.client_logs[i], "w") as log:
+                    self.clients.append(subprocess.Popen([sys.executable, __file__, "client", str(i), members,
+                                                          str(keys), str(threads), str(duration), str(seed + 100 + i),
+                                                          self.outs[i]], stderr=log))
         except BaseException:
             self.stop()
             raise
@@ -679,7 +722,7 @@ class Traffic:
                 os.unlink(path)
             except OSError:
                 pass
-        s = summarize(clients, self.nodes, self.kills)
+        s = summarize(clients, self.nodes, self.kills, self.client_logs)
         codes = [p.returncode for p in self.clients]
         s["client_exit_codes"] = codes
         s["unexplained"] += [{"kind": "process", "message": m} for m in self.crashes]
@@ -689,7 +732,17 @@ class Traffic:
         if codes != [0] * len(codes) or len(clients) < len(self.clients):
             s["unexplained"].append({"kind": "process", "message": f"store clients exited {codes}, "
                                                                    f"{len(clients)} reported"})
-        return s, store_ok(s)
+        ok = store_ok(s)
+        logs = [path for n in self.nodes for path in n.logs] + self.client_logs
+        if ok:  # the nodes' logs are kept for a failed run, and named in its figures
+            for path in logs:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+        else:
+            s["node_logs"] = logs
+        return s, ok
 
 
 if __name__ == "__main__":

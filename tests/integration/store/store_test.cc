@@ -213,6 +213,19 @@ class StoreTest : public ::testing::TestWithParam<std::string> {
     return st;
   }
 
+  // `na` keys named PREFIX<n> whose home is the first node and `nb` whose
+  // home is another (two nodes).
+  void KeysByHome(const std::string& prefix, size_t na, size_t nb, std::vector<std::string>* on_a,
+                  std::vector<std::string>* on_b) {
+    const store::Placement placement = PlacementOf(member_names_);
+    for (int i = 0; on_a->size() < na || on_b->size() < nb; ++i) {
+      const std::string k = prefix + std::to_string(i);
+      (placement.members()[placement.Home(k)].name == nodes_[0].name ? on_a : on_b)->push_back(k);
+    }
+    on_a->resize(na);
+    on_b->resize(nb);
+  }
+
   bool WaitForMembers(size_t n, int timeout_ms) {
     const auto until = Clock::now() + std::chrono::milliseconds(timeout_ms);
     while (Clock::now() < until) {
@@ -850,15 +863,8 @@ TEST_P(StoreTest, ThreadsPuttingAtOnceShareGrantsAndEveryPageComesBack) {
 TEST_P(StoreTest, AHungHomeCostsOnlyItsOwnKeys) {
   StartNodes(2);
   StartClient("p2p", {"store_down_retry_ms=20000"});
-  const store::Placement placement = PlacementOf(member_names_);
-  auto home = [&](const std::string& key) { return placement.members()[placement.Home(key)].name; };
   std::vector<std::string> on_a, on_b;
-  for (int i = 0; on_a.size() < 4 || on_b.size() < 8; ++i) {
-    const std::string k = "hung-" + std::to_string(i);
-    (home(k) == nodes_[0].name ? on_a : on_b).push_back(k);
-  }
-  on_a.resize(4);
-  on_b.resize(8);
+  KeysByHome("hung-", 4, 8, &on_a, &on_b);
   std::vector<Page> pages;
   for (const std::string& k : on_a) pages.push_back(Page{k, {{pages.size() * 4096, 4096}}, 4096});
   for (const std::string& k : on_b) pages.push_back(Page{k, {{pages.size() * 4096, 4096}}, 4096});
@@ -884,6 +890,58 @@ TEST_P(StoreTest, AHungHomeCostsOnlyItsOwnKeys) {
   const auto members = store_->Members();
   EXPECT_NE(std::find(members.begin(), members.end(), nodes_[1].name), members.end())
       << "the healthy home was taken out of placement";
+}
+
+// A remembered location that another client's overwrite made stale is read
+// again where the lookup says, at once: not after the pages of a home that
+// hangs, which hold the call to its deadline. The soak saw keys of healthy
+// nodes fail with Timeout while another node was killed: their second READ
+// started only after the dead node's pages had waited out the deadline.
+TEST_P(StoreTest, AMovedPageIsReadAgainWhileAHungHomeIsAwaited) {
+  StartNodes(2);
+  StartClient("p2p", {"store_down_retry_ms=20000"});
+  std::vector<std::string> on_a, on_b;
+  KeysByHome("moved-", 3, 3, &on_a, &on_b);
+  std::vector<Page> pages;  // the hung home's pages first: the order the GET lands them in, before the fix
+  for (const std::string& k : on_a) pages.push_back(Page{k, {{pages.size() << 16, 1 << 16}}, 1 << 16});
+  for (const std::string& k : on_b) pages.push_back(Page{k, {{pages.size() << 16, 1 << 16}}, 1 << 16});
+  tools::FillPattern(src_->bytes, pages.size() << 16, 0, 7);
+  ASSERT_EQ(CountOk(Put(pages)), pages.size());
+  std::vector<bool> exact;
+  Get(pages, &exact);  // every location remembered
+  for (bool e : exact) ASSERT_TRUE(e);
+  // Another client overwrites the healthy home's pages: what this one remembers of them is stale.
+  EngineConfig cfg;
+  cfg.protocol = Protocol();
+  cfg.metadata = "p2p";
+  cfg.apply_environment = false;
+  cfg.settings.log_level = "error";
+  cfg.settings.store_members = Join(member_names_);
+  cfg.settings.store_put_mode = PutMode();
+  std::unique_ptr<Engine> other_engine;
+  std::unique_ptr<Store> other;
+  ASSERT_TRUE(Engine::Create(cfg, &other_engine).ok());
+  ASSERT_TRUE(Store::Create(other_engine.get(), cfg.settings, &other).ok());
+  {
+    Region from(other_engine.get(), pages.size() << 16);
+    tools::FillPattern(src_->bytes + (3 << 16), 3 << 16, 3 << 16, 8);  // what the GET must now return
+    std::memcpy(from.bytes, src_->bytes, pages.size() << 16);
+    std::vector<std::string> keys(on_b.begin(), on_b.end());
+    std::vector<std::vector<StoreBuffer>> bufs;
+    for (size_t j = 3; j < pages.size(); ++j) bufs.push_back({{from.bytes + (j << 16), 1 << 16}});
+    std::vector<Status> st;
+    ASSERT_TRUE(other->BatchPut(keys, bufs, &st).ok());
+    for (const Status& s : st) ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  ASSERT_TRUE(test::StopProcess(nodes_[0].child->pid())) << "the node did not stop";
+  const auto t0 = Clock::now();
+  const auto st = Get(pages, &exact);
+  const auto took = Clock::now() - t0;
+  kill(nodes_[0].child->pid(), SIGCONT);
+  EXPECT_LT(took, std::chrono::milliseconds(2000 + 1500)) << "the call's deadline is 2 s";
+  for (size_t i = 3; i < pages.size(); ++i)
+    EXPECT_TRUE(st[i].ok() && exact[i]) << pages[i].key << " moved on the healthy home: " << st[i].ToString();
+  EXPECT_GE(store_->Stats().get_cached_stale, 3u) << "the test meant the remembered locations to be stale";
 }
 
 // A GET whose home hangs (SIGSTOP) with its READs in flight returns Timeout

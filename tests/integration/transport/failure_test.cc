@@ -141,6 +141,8 @@ TEST_P(PeerFailureTest, AReadThatTimedOutNeverLandsLater) {
     EXPECT_EQ(tools::CheckPattern(local(0), 4 * MiB, 0, 31), 4 * MiB);
   } else {
     ASSERT_EQ(s.code(), Status::Code::kTimeout) << s.ToString();
+    // The message says where the READ was when its deadline passed.
+    EXPECT_NE(s.message().find("slice(s) posted"), std::string::npos) << s.ToString();
   }
   FillPattern(local(0), 4 * MiB, 0, 33);  // the caller's next use of the buffer
   ASSERT_TRUE(target_->Thaw());
