@@ -95,7 +95,10 @@ class Rail {
   // a request's Timeout message: waiting in the queue (and how long the
   // provider has refused posts to that peer), or posted (handed to the
   // provider, not yet back). Takes the rail's locks; walks the queue and
-  // every context (a diagnostic, not a fast path).
+  // every context (a diagnostic, not a fast path). The posted count reads
+  // contexts that the progress thread may be finishing meanwhile (outside
+  // the locks): an operation that completes at that moment may be counted
+  // or not.
   struct Whereabouts {
     size_t queued = 0, posted = 0;
     int64_t refused_ms = 0;  // the peer's current run of refused posts; 0: none
