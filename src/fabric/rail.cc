@@ -533,7 +533,8 @@ void Rail::DrainLocked() {
   // not block the others: such a slice goes to the back of the queue.
   int eagain_streak = 0;
   int64_t budget = queued_.load();
-  last_drain_ns_.store(SteadyNowNs(), std::memory_order_relaxed);
+  const int64_t drain_ns = SteadyNowNs();  // also the time of its posts (WhereaboutsOf counts in ms)
+  last_drain_ns_.store(drain_ns, std::memory_order_relaxed);
   while (budget-- > 0) {
     OpContext* op = nullptr;
     {
@@ -562,7 +563,7 @@ void Rail::DrainLocked() {
     int rc = PostOne(op);
     if (rc == 0) {
       eagain_streak = 0;
-      last_post_ns_.store(SteadyNowNs(), std::memory_order_relaxed);
+      last_post_ns_.store(drain_ns, std::memory_order_relaxed);
       PeerTable::PostTaken(peer);
       if (peer != nullptr) peer->cut_since_post = false;
       continue;
@@ -691,7 +692,6 @@ bool Rail::TakeRemoteActivity() {
 }
 
 size_t Rail::Poll() {
-  last_poll_ns_.store(SteadyNowNs(), std::memory_order_relaxed);
   size_t done = ReadCompletions();
   if (per_peer_ep_ && done == 0 && inflight_.load(std::memory_order_relaxed) > 0) {
     // Nothing completes: every 100 ms, check the processes of busy peers.
@@ -704,6 +704,7 @@ size_t Rail::Poll() {
   if (peers_.TakeDeadFound()) ReapDeadPeers();
   if (peers_.removals_pending()) ReapRemovedPeers();
   const int64_t now = SteadyNowNs();
+  last_poll_ns_.store(now, std::memory_order_relaxed);
   health_.Sample(now, load_bytes_.load(std::memory_order_relaxed), completed_bytes_.load(std::memory_order_relaxed));
   if (done == 0) CheckStall(now);
   if (queued_.load(std::memory_order_relaxed) > 0) KickPosting();

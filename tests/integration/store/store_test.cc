@@ -133,17 +133,23 @@ class StoreTest : public ::testing::TestWithParam<std::string> {
     member_names_.insert(member_names_.end(), names.begin(), names.end());
   }
 
-  void StartClient(const std::string& metadata = "p2p", const std::vector<std::string>& extra = {}) {
+  // A client's engine over this test's protocol, knowing the nodes as its members.
+  EngineConfig ClientConfig(const std::string& metadata = "p2p") const {
     EngineConfig cfg;
     cfg.protocol = Protocol();
     cfg.metadata = metadata;
     cfg.apply_environment = false;
     cfg.settings.log_level = "error";
     cfg.settings.store_members = Join(member_names_);
+    cfg.settings.store_put_mode = PutMode();
+    return cfg;
+  }
+
+  void StartClient(const std::string& metadata = "p2p", const std::vector<std::string>& extra = {}) {
+    EngineConfig cfg = ClientConfig(metadata);
     cfg.settings.store_deadline_ms = 2000;
     cfg.settings.store_read_window_ms = 5000;
     cfg.settings.store_down_retry_ms = 300;
-    cfg.settings.store_put_mode = PutMode();
     for (const auto& kv : extra) ASSERT_TRUE(cfg.settings.Assign(kv).ok()) << kv;
     ASSERT_TRUE(Engine::Create(cfg, &engine_).ok());
     ASSERT_TRUE(Store::Create(engine_.get(), cfg.settings, &store_).ok());
@@ -224,6 +230,17 @@ class StoreTest : public ::testing::TestWithParam<std::string> {
     }
     on_a->resize(na);
     on_b->resize(nb);
+  }
+
+  // Get while the first node is stopped (SIGSTOP; resumed after), within
+  // the client's 2 s deadline and some slack.
+  void GetWhileFirstNodeStopped(const std::vector<Page>& pages, std::vector<Status>* st, std::vector<bool>* exact) {
+    ASSERT_TRUE(test::StopProcess(nodes_[0].child->pid())) << "the node did not stop";
+    const auto t0 = Clock::now();
+    *st = Get(pages, exact);
+    const auto took = Clock::now() - t0;
+    kill(nodes_[0].child->pid(), SIGCONT);
+    EXPECT_LT(took, std::chrono::milliseconds(2000 + 1500)) << "the call's deadline is 2 s";
   }
 
   bool WaitForMembers(size_t n, int timeout_ms) {
@@ -878,12 +895,8 @@ TEST_P(StoreTest, AHungHomeCostsOnlyItsOwnKeys) {
   ASSERT_TRUE(store_->BatchRemove({on_b[0], on_a[0]}, &removed).ok());  // versions move on both homes
   std::vector<Page> asked(pages.begin() + 1, pages.begin() + 4);
   asked.insert(asked.end(), pages.begin() + 5, pages.end());
-  ASSERT_TRUE(test::StopProcess(nodes_[0].child->pid())) << "the node did not stop";
-  const auto t0 = Clock::now();
-  const auto st = Get(asked, &exact);
-  const auto took = Clock::now() - t0;
-  kill(nodes_[0].child->pid(), SIGCONT);
-  EXPECT_LT(took, std::chrono::milliseconds(2000 + 1500)) << "the call's deadline is 2 s";
+  std::vector<Status> st;
+  ASSERT_NO_FATAL_FAILURE(GetWhileFirstNodeStopped(asked, &st, &exact));
   for (size_t i = 0; i < 3; ++i) EXPECT_FALSE(st[i].ok()) << "the hung home's key " << asked[i].key;
   for (size_t i = 3; i < asked.size(); ++i)
     EXPECT_TRUE(st[i].ok() && exact[i]) << asked[i].key << " lives on the healthy home: " << st[i].ToString();
@@ -911,13 +924,7 @@ TEST_P(StoreTest, AMovedPageIsReadAgainWhileAHungHomeIsAwaited) {
   Get(pages, &exact);  // every location remembered
   for (bool e : exact) ASSERT_TRUE(e);
   // Another client overwrites the healthy home's pages: what this one remembers of them is stale.
-  EngineConfig cfg;
-  cfg.protocol = Protocol();
-  cfg.metadata = "p2p";
-  cfg.apply_environment = false;
-  cfg.settings.log_level = "error";
-  cfg.settings.store_members = Join(member_names_);
-  cfg.settings.store_put_mode = PutMode();
+  const EngineConfig cfg = ClientConfig();
   std::unique_ptr<Engine> other_engine;
   std::unique_ptr<Store> other;
   ASSERT_TRUE(Engine::Create(cfg, &other_engine).ok());
@@ -933,12 +940,8 @@ TEST_P(StoreTest, AMovedPageIsReadAgainWhileAHungHomeIsAwaited) {
     ASSERT_TRUE(other->BatchPut(keys, bufs, &st).ok());
     for (const Status& s : st) ASSERT_TRUE(s.ok()) << s.ToString();
   }
-  ASSERT_TRUE(test::StopProcess(nodes_[0].child->pid())) << "the node did not stop";
-  const auto t0 = Clock::now();
-  const auto st = Get(pages, &exact);
-  const auto took = Clock::now() - t0;
-  kill(nodes_[0].child->pid(), SIGCONT);
-  EXPECT_LT(took, std::chrono::milliseconds(2000 + 1500)) << "the call's deadline is 2 s";
+  std::vector<Status> st;
+  ASSERT_NO_FATAL_FAILURE(GetWhileFirstNodeStopped(pages, &st, &exact));
   for (size_t i = 3; i < pages.size(); ++i)
     EXPECT_TRUE(st[i].ok() && exact[i]) << pages[i].key << " moved on the healthy home: " << st[i].ToString();
   EXPECT_GE(store_->Stats().get_cached_stale, 3u) << "the test meant the remembered locations to be stale";
