@@ -22,6 +22,8 @@ void Task::Start(Batch* batch, uint32_t slices, Clock::time_point deadline, int6
   what_ = std::move(what);
   error_ = Status::OK();
   cut_.store(false);
+  where_known_.store(false);
+  where_.clear();
   failed_late_.store(false);
   failing_.store(false);
   failure_ = Status::OK();
@@ -81,12 +83,14 @@ bool Task::CheckDeadline() {
   // Timeout while the connections are still open. Never under a rail's
   // lock: with slices out this runs only on the threads that read status.
   // Where the slices were goes into the Timeout's message (taken before
-  // the cut, which ends the posted ones).
-  std::string where;
+  // the cut, which ends the posted ones). Published before the cut: the
+  // cut's last failed slice may end the task on the progress thread
+  // (SliceLeft), whose message must carry it too.
   if (rerouter_ != nullptr && slices_left_.load() > 0) {
     std::lock_guard<std::mutex> g(cut_mu_);
     if (!cut_.load()) {
-      where = rerouter_->Whereabouts(this);
+      where_ = rerouter_->Whereabouts(this);
+      where_known_.store(true, std::memory_order_release);
       rerouter_->CutConnections(this);
       cut_.store(true);
     }
@@ -94,7 +98,8 @@ bool Task::CheckDeadline() {
   // A slice had failed before the deadline: that is the task's end, now
   // that the slices still out can land nowhere.
   if (failing_.load()) return FinishFailed();
-  if (!where.empty()) where = " (" + where + ")";
+  const std::string where =
+      where_known_.load(std::memory_order_acquire) && !where_.empty() ? " (" + where_ + ")" : std::string();
   if (expired_early_.load())
     return Finish(TaskState::kTimeout,
                   Status::Timeout(text::Format("{} was ended by its caller before completing (ExpireBatch){}; is the "

@@ -149,6 +149,10 @@ class Task final : public fabric::SliceOwner {
   std::shared_ptr<const void> route_;
   std::mutex cut_mu_;                     // held while CutConnections runs
   std::atomic<bool> cut_{false};          // Rerouter::CutConnections done
+  // Rerouter::Whereabouts, taken before the cut; written once (under
+  // cut_mu_), then where_known_ set: readers read it only after that.
+  std::string where_;
+  std::atomic<bool> where_known_{false};
   std::atomic<bool> failed_late_{false};  // a slice failed past the deadline
   std::atomic<bool> failing_{false};      // a slice failed for good: see RecordFailure
   Status failure_;                        // its error (under mu_)

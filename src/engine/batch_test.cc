@@ -171,8 +171,10 @@ class FakeRerouter : public Rerouter {
     ++cuts;
     pending_at_cut = task->pending();
     if (cut_takes_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(cut_takes_ms));
+    if (during_cut) during_cut(task);
     cut_done_at = Clock::now();
   }
+  std::function<void(Task*)> during_cut;  // runs inside CutConnections (the cut failing the slices out)
   std::string Whereabouts(Task*) override { return whereabouts; }
   std::string whereabouts;  // what Whereabouts says
   bool failed_move = true;  // false: failed slices are not moved (stalled ones are)
@@ -364,6 +366,23 @@ TEST(BatchTest, ATimeoutSaysWhereItsSlicesWere) {
             std::string::npos)
       << s.error.ToString();
   EXPECT_EQ(rr.cuts, 1);
+}
+
+// The cut fails the last slice out, which ends the task then and there
+// (SliceLeft, on the thread that reads the completion), before the reader
+// that cut: that Timeout says where the slice was too.
+TEST(BatchTest, ATimeoutEndedByItsCutSaysWhereItsSlicesWere) {
+  Batch b(1, 1);
+  FakeRerouter rr(0);
+  rr.whereabouts = "rail 0: 1 slice(s) posted, 0 waiting to be posted";
+  rr.during_cut = [](Task* t) { t->OnSliceDone(SliceOf(100), 0, Status::NetworkError("connection closed")); };
+  Task& t = StartOnlyTask(b, 1, 20, "READ of 4096 bytes", &rr);
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  const TransferStatus s = t.Snapshot();
+  EXPECT_EQ(s.state, TaskState::kTimeout);
+  EXPECT_NE(s.error.message().find("(rail 0: 1 slice(s) posted, 0 waiting to be posted)"), std::string::npos)
+      << s.error.ToString();
+  EXPECT_EQ(b.outstanding_slices().load(), 0);
 }
 
 // A slice dropped unposted past the deadline (the rail saw Abandoned) ends
