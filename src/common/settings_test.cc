@@ -19,7 +19,9 @@ TEST(SettingsTest, DefaultsComeFromTheDeclaration) {
   EXPECT_EQ(s.write_completion, "delivery");
   EXPECT_TRUE(s.same_host_shm);
   EXPECT_EQ(s.store_put_mode, "push");
-  EXPECT_EQ(Settings::Table().size(), 56u);
+  EXPECT_EQ(s.store_verify_overlap, "auto");
+  EXPECT_EQ(s.post_burst_us, 20);
+  EXPECT_EQ(Settings::Table().size(), 58u);
   for (const auto& i : Settings::Table()) {
     EXPECT_EQ(i.env.rfind("KVF_", 0), 0u) << i.env;
     EXPECT_FALSE(i.meaning.empty()) << i.env;
@@ -111,7 +113,7 @@ TEST(SettingsTest, EveryChoiceRefusesOtherValuesNamingTheAllowedList) {
       EXPECT_EQ(s.Get(i.env), c);
     }
   }
-  EXPECT_EQ(choices, 6);
+  EXPECT_EQ(choices, 7);
   Settings s;
   EXPECT_EQ(Refusal(&s, "KVF_POST_MODE", "directly"),
             "KVF_POST_MODE='directly': allowed values are auto, direct, progress");
@@ -205,7 +207,7 @@ TEST(SettingsTest, EveryNumericSettingHoldsItsDeclaredRange) {
     EXPECT_NE(Refusal(&s, i.env, "-1"), "") << i.env << ": no numeric setting takes a negative value";
     EXPECT_TRUE(s.Validate().ok()) << i.env;
   }
-  EXPECT_EQ(numeric, 34);
+  EXPECT_EQ(numeric, 35);
 }
 
 TEST(SettingsTest, ByteSizesTakeBinarySuffixes) {

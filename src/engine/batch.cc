@@ -183,8 +183,15 @@ bool Task::Abandoned() {
 }
 
 TransferStatus Task::Snapshot() {
-  if (pending()) CheckDeadline();
   TransferStatus s;
+  // Pending, there is no error to copy: no lock, so a caller that polls
+  // its tasks (the store checksums pages as they land) does not take it
+  // against the progress thread finishing them.
+  if (pending() && !CheckDeadline() && pending()) {
+    s.state = TaskState::kPending;
+    s.transferred_bytes = bytes_.load();
+    return s;
+  }
   std::lock_guard<std::mutex> g(mu_);
   s.state = static_cast<TaskState>(state_.load());
   s.transferred_bytes = bytes_.load();

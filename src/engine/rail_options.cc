@@ -58,6 +58,11 @@ Status RailOptionsFromSettings(const Settings& s, fabric::RailOptions* out) {
   // At least a second: a handshake timeout set low for quick metadata
   // failures must not give up on tcp connections still being set up.
   o.refused_period = std::chrono::milliseconds(std::max<int64_t>(s.handshake_timeout_ms, 1000));
+  if (s.post_burst_us < 0 || s.post_burst_us > 1000 * 1000)
+    return Status::InvalidArgument(text::Format(
+        "KVF_POST_BURST_US={}: use 0 (post the whole queue first) or a number of microseconds up to 1000000",
+        s.post_burst_us));
+  o.post_burst = std::chrono::microseconds(s.post_burst_us);
   if (s.efa_rnr_retry < 0 || s.efa_rnr_retry > 7)
     return Status::InvalidArgument(
         text::Format("KVF_EFA_RNR_RETRY={}: use 0 to 7 (7: retry for ever)", s.efa_rnr_retry));

@@ -8,7 +8,8 @@
 namespace kvfabric::engine {
 
 // Resolves KVF_POST_MODE, KVF_WRITE_COMPLETION, KVF_TX_DEPTH, KVF_CQ_SIZE,
-// KVF_MAX_SLICE_BYTES, KVF_RAIL_STALL_MS and KVF_RAIL_RETRY_MS into `*out`.
+// KVF_MAX_SLICE_BYTES, KVF_RAIL_STALL_MS, KVF_RAIL_RETRY_MS and
+// KVF_POST_BURST_US into `*out`.
 // Values are taken as given, never clamped: an unknown mode, a negative
 // count or period, or a period too long for the nanosecond clock is an
 // InvalidArgument naming the variable, its value and what it accepts, and

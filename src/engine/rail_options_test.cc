@@ -18,11 +18,13 @@ TEST(RailOptionsTest, DefaultSettingsGiveTheDefaultOptions) {
   EXPECT_EQ(o.max_slice_bytes, 0u);
   EXPECT_EQ(o.stall_period, 2000ms);
   EXPECT_EQ(o.retry_period, 5000ms);
+  EXPECT_EQ(o.post_burst, 20us);
   // fabric::RailOptions() is what default Settings ask for.
   EXPECT_EQ(o.post_mode, d.post_mode);
   EXPECT_EQ(o.write_completion, d.write_completion);
   EXPECT_EQ(o.stall_period, d.stall_period);
   EXPECT_EQ(o.retry_period, d.retry_period);
+  EXPECT_EQ(o.post_burst, d.post_burst);
 }
 
 TEST(RailOptionsTest, EveryModeAndValueIsTakenAsGiven) {
@@ -34,6 +36,7 @@ TEST(RailOptionsTest, EveryModeAndValueIsTakenAsGiven) {
   s.max_slice_bytes = int64_t{1} << 40;
   s.rail_stall_ms = 0;
   s.rail_retry_ms = 250;
+  s.post_burst_us = 0;
   fabric::RailOptions o;
   ASSERT_TRUE(RailOptionsFromSettings(s, &o).ok());
   EXPECT_EQ(o.post_mode, fabric::PostMode::kDirect);
@@ -43,6 +46,7 @@ TEST(RailOptionsTest, EveryModeAndValueIsTakenAsGiven) {
   EXPECT_EQ(o.max_slice_bytes, size_t{1} << 40);
   EXPECT_EQ(o.stall_period, 0ns);
   EXPECT_EQ(o.retry_period, 250ms);
+  EXPECT_EQ(o.post_burst, 0ns);
   s.post_mode = "progress";
   ASSERT_TRUE(RailOptionsFromSettings(s, &o).ok());
   EXPECT_EQ(o.post_mode, fabric::PostMode::kProgress);
@@ -87,6 +91,9 @@ TEST(RailOptionsTest, NegativeOrOverlongValuesAreRefusedNotClamped) {
   s = Settings();
   s.rail_retry_ms = int64_t{1} << 62;  // overflows the nanosecond clock
   ExpectRefused(s, "KVF_RAIL_RETRY_MS", std::to_string(int64_t{1} << 62), "milliseconds");
+  s = Settings();
+  s.post_burst_us = -20;
+  ExpectRefused(s, "KVF_POST_BURST_US", "-20", "microseconds");
 }
 
 }  // namespace

@@ -87,10 +87,11 @@ void Progress::Run(Worker* w) {
   int64_t backoff_us = 0;
   while (!stop_.load(std::memory_order_relaxed)) {
     size_t done = 0;
-    bool busy = false, served = false;
+    bool busy = false, served = false, posting = false;
     const auto polled = Clock::now();
     for (Rail* r : w->rails) {
       done += r->Poll();
+      posting = posting || r->BurstLeftPosts();
       busy = busy || r->Busy();
       served = r->TakeRemoteActivity() || served;
     }
@@ -105,11 +106,11 @@ void Progress::Run(Worker* w) {
     // A remote-access counter (shm) that moved says so exactly: peers are
     // being served, so keep polling (politely, below: the peer's process
     // needs this core for its side of the copies).
-    if (done > 0 || served || (!w->all_waitable && now - polled > std::chrono::microseconds(3))) {
+    if (done > 0 || posting || served || (!w->all_waitable && now - polled > std::chrono::microseconds(3))) {
       last_work = now;
       backoff_us = 0;
     }
-    if (done > 0) continue;
+    if (done > 0 || posting) continue;  // a burst that left posts: read completions, then post on
     if (now - last_work < spin) {
       // Spin politely: a thread waiting for this core (a peer process's
       // copies on shm, the caller's checksums) gets it. Measured on 2

@@ -101,6 +101,7 @@ Rail::Rail(const fi_info* info, const RailOptions& options, size_t index)
       label_(text::RailLabel(index, info_.provider, info_.domain)),
       health_(options.stall_period.count(), options.retry_period.count()),
       refused_ns_(options.refused_period.count()),
+      post_burst_ns_(options.post_burst.count()),
       peers_(label_) {
   per_peer_ep_ = info_.provider == "shm";
   cuts_connections_ =
@@ -487,24 +488,26 @@ void Rail::Enqueue(Slice* slices, size_t n, bool post_now) {
     unfinished_.fetch_add(static_cast<int64_t>(n));
   }
   load_bytes_.fetch_add(bytes);
-  if (post_now && !post_from_progress_) KickPosting();
+  if (post_now && !post_from_progress_) KickPosting(0);
   if (waker_) waker_();
 }
 
-void Rail::KickPosting() {
+bool Rail::KickPosting(int64_t burst_ns) {
   // Whoever holds post_mu_ re-checks the queue after releasing it, so a slice
   // queued while another thread drains is never stranded.
   while (queued_.load() > 0) {
     {
       std::lock_guard<std::mutex> g(queue_mu_);
-      if (free_.empty()) return;  // the progress thread posts when credits return
+      if (free_.empty()) return false;  // the progress thread posts when credits return
     }
-    if (!post_mu_.try_lock()) return;
+    if (!post_mu_.try_lock()) return false;
     const int64_t before = queued_.load();
-    DrainLocked();
+    const bool burst_over = DrainLocked(burst_ns);
     post_mu_.unlock();
-    if (queued_.load() >= before) return;  // no progress (EAGAIN): let the poller drive
+    if (burst_over) return queued_.load() > 0;  // completions are read before the next posts
+    if (queued_.load() >= before) return false;  // no progress (EAGAIN): let the poller drive
   }
+  return false;
 }
 
 int Rail::PostOne(OpContext* op) {
@@ -528,9 +531,13 @@ int Rail::PostOne(OpContext* op) {
                                   s.remote_key, &op->ctx));
 }
 
-void Rail::DrainLocked() {
+bool Rail::DrainLocked(int64_t burst_ns) {
   // -FI_EAGAIN for one peer (connecting, or dead: tcp returns it forever) must
   // not block the others: such a slice goes to the back of the queue.
+  // A burst bounds the time spent posting: where the provider copies inside
+  // the post (shm), the completions of the posts made so far are read
+  // before the next ones (measured: a batch of 32 READs of 128 KiB took
+  // about 0.7 ms to post, and all 32 were reported at its end).
   int eagain_streak = 0;
   int64_t budget = queued_.load();
   const int64_t drain_ns = SteadyNowNs();  // also the time of its posts (WhereaboutsOf counts in ms)
@@ -539,7 +546,7 @@ void Rail::DrainLocked() {
     OpContext* op = nullptr;
     {
       std::lock_guard<std::mutex> g(queue_mu_);
-      if (pending_.empty() || free_.empty()) return;
+      if (pending_.empty() || free_.empty()) return false;
       op = free_.back();
       free_.pop_back();
       op->slice = std::move(pending_.front());
@@ -566,6 +573,7 @@ void Rail::DrainLocked() {
       last_post_ns_.store(drain_ns, std::memory_order_relaxed);
       PeerTable::PostTaken(peer);
       if (peer != nullptr) peer->cut_since_post = false;
+      if (burst_ns > 0 && SteadyNowNs() - drain_ns >= burst_ns) return true;
       continue;
     }
     op->posted = false;
@@ -589,7 +597,7 @@ void Rail::DrainLocked() {
         free_.push_back(op);
         queued_.fetch_add(1);
       }
-      if (++eagain_streak >= 4) return;
+      if (++eagain_streak >= 4) return false;
       continue;
     }
     Status err = Status::FabricError(
@@ -597,6 +605,7 @@ void Rail::DrainLocked() {
     KVF_LOG_WARN("{}", err.message());
     FailUnposted(op, err);
   }
+  return false;
 }
 
 void Rail::FailUnposted(OpContext* op, const Status& error) {
@@ -707,7 +716,7 @@ size_t Rail::Poll() {
   last_poll_ns_.store(now, std::memory_order_relaxed);
   health_.Sample(now, load_bytes_.load(std::memory_order_relaxed), completed_bytes_.load(std::memory_order_relaxed));
   if (done == 0) CheckStall(now);
-  if (queued_.load(std::memory_order_relaxed) > 0) KickPosting();
+  burst_left_posts_ = queued_.load(std::memory_order_relaxed) > 0 && KickPosting(post_burst_ns_);
   return done;
 }
 

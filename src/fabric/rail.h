@@ -142,6 +142,9 @@ class Rail {
   // Reads the CQ, completes slices, returns their credits and posts queued
   // slices. Called by the progress thread. Returns completions seen.
   size_t Poll();
+  // After a Poll whose posting burst (RailOptions::post_burst) ended with
+  // slices still queued: poll again at once, there is posting to do.
+  bool BurstLeftPosts() const { return burst_left_posts_; }
   // Work in flight or queued (or between the two, being posted): the
   // progress thread keeps polling while true, and Engine::Close waits for
   // it to turn false.
@@ -201,14 +204,20 @@ class Rail {
   // Names the rail from `info` and takes the options that need no libfabric
   // call; Open does the rest.
   Rail(const fi_info* info, const RailOptions& options, size_t index);
-  // Posts queued slices while credits last; caller holds post_mu_.
-  void DrainLocked();
+  // Posts queued slices while credits last; caller holds post_mu_. With
+  // `burst_ns` > 0, stops once its posts have taken that long and returns
+  // true (slices are left for the caller's next poll, after it has read
+  // the completions); false when it stopped for another reason.
+  bool DrainLocked(int64_t burst_ns);
   int PostOne(OpContext* op);
   void Finish(OpContext* op, const Status& error);
   void ReleaseContext(OpContext* op);
   // Ends a slice that never reached the provider (context back in the pool).
   void FailUnposted(OpContext* op, const Status& error);
-  void KickPosting();
+  // Drains the queue unless another thread is (DrainLocked with
+  // `burst_ns`: Poll passes post_burst_ns_, a submitter posting directly 0).
+  // True when the burst ended with slices still queued.
+  bool KickPosting(int64_t burst_ns);
   // False when `p` is a same-host peer whose process has exited (see
   // PeerTable::Alive; reads the clock only for such peers).
   bool PeerAlive(RemotePeer* p);
@@ -301,6 +310,8 @@ class Rail {
   RailCounters counters_;
   RailHealth health_;
   int64_t refused_ns_ = 0;  // RailOptions::refused_period
+  int64_t post_burst_ns_ = 0;  // RailOptions::post_burst: the progress thread's drains (Poll)
+  bool burst_left_posts_ = false;  // progress thread: BurstLeftPosts
   std::function<void()> waker_;
 
   fi_info* info_copy_ = nullptr;  // for the endpoints (shm: named by NameShmEndpoint)

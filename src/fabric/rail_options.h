@@ -44,6 +44,10 @@ struct RailOptions {
   // other peers meanwhile, they do not count against its health (CheckStall).
   // Zero: they wait for their own deadlines.
   std::chrono::nanoseconds refused_period = std::chrono::milliseconds(5000);
+  // The progress thread posts queued operations for at most this long
+  // before it reads completions again (KVF_POST_BURST_US); zero posts the
+  // whole queue first. Submitters posting directly are not bounded.
+  std::chrono::nanoseconds post_burst = std::chrono::microseconds(20);
   // GPU memory is wanted on this rail: its fi_info was asked for FI_HMEM.
   bool hmem = false;
   // FI_OPT_EFA_RNR_RETRY for efa endpoints (KVF_EFA_RNR_RETRY), 0 to 7.

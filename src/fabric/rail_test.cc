@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +19,22 @@
 
 namespace kvfabric::fabric {
 namespace {
+
+// Counts the slices that end (and those that failed) and keeps the last
+// error; it never moves a slice elsewhere.
+struct CountingOwner : SliceOwner {
+  std::atomic<int> done{0};
+  std::atomic<int> failed{0};
+  Status error;
+  void OnSliceDone(const Slice&, size_t, const Status& e) override {
+    if (!e.ok()) failed.fetch_add(1);
+    error = e;
+    done.fetch_add(1);
+  }
+  bool OnSliceStalled(const Slice&) override { return false; }
+  bool CanMove(const Slice&) override { return false; }
+  bool Abandoned() override { return false; }
+};
 
 // A region left in /dev/shm by a killed process whose pid this process now
 // has must not stop the shm rail from opening (libfabric 1.17 fails
@@ -110,17 +127,6 @@ TEST(RailTest, ApplicationChosenKeysAreUnguessable) {
 // A passive shm target sees no completion for the WRITEs it serves; its
 // remote-access counter tells its progress thread that it is serving.
 TEST(RailTest, AShmTargetSeesPeersWritesAsRemoteActivity) {
-  struct Owner : SliceOwner {
-    std::atomic<int> done{0};
-    Status error;
-    void OnSliceDone(const Slice&, size_t, const Status& e) override {
-      error = e;
-      done.fetch_add(1);
-    }
-    bool OnSliceStalled(const Slice&) override { return false; }
-    bool CanMove(const Slice&) override { return false; }
-    bool Abandoned() override { return false; }
-  };
   InfoList infos;
   ASSERT_TRUE(InfoList::Query("shm", &infos).ok());
   ASSERT_NE(infos.entries().front()->caps & FI_RMA_EVENT, 0u) << "shm rails ask for FI_RMA_EVENT";
@@ -135,7 +141,7 @@ TEST(RailTest, AShmTargetSeesPeersWritesAsRemoteActivity) {
 
   fi_addr_t dest;
   ASSERT_TRUE(initiator->InsertPeer(target->address(), getpid(), &dest).ok());
-  Owner owner;
+  CountingOwner owner;
   auto write = [&] {
     Slice slice;
     slice.owner = &owner;
@@ -166,6 +172,57 @@ TEST(RailTest, AShmTargetSeesPeersWritesAsRemoteActivity) {
   seen = false;
   for (int i = 0; i < 1000 && !seen; ++i) seen = target->TakeRemoteActivity();
   EXPECT_TRUE(seen) << "a second write moves the counter again";
+}
+
+// shm copies a READ inside fi_read: a progress thread that posted its whole
+// queue before reading completions reported every READ of a batch at its
+// end. A posting burst (RailOptions::post_burst) ends after its time, and
+// the next poll reads what completed before it posts on.
+TEST(RailTest, APostingBurstEndsSoCompletionsAreReadBetweenCopies) {
+  InfoList infos;
+  ASSERT_TRUE(InfoList::Query("shm", &infos).ok());
+  RailOptions options;
+  options.post_burst = std::chrono::microseconds(20);
+  std::unique_ptr<Rail> initiator, target;
+  ASSERT_TRUE(Rail::Open(infos.entries().front(), options, 0, &initiator).ok());
+  ASSERT_TRUE(Rail::Open(infos.entries().front(), options, 1, &target).ok());
+  constexpr size_t kReads = 8, kLen = size_t{1} << 20;  // a copy of 1 MiB takes far longer than 20 us
+  std::vector<char> src(kReads * kLen), dst(kReads * kLen, 0);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<char>(i * 7 + i / kLen);
+  std::unique_ptr<MemoryRegion> src_mr, dst_mr;
+  ASSERT_TRUE(target->RegisterMemory(src.data(), src.size(), &src_mr).ok());
+  ASSERT_TRUE(initiator->RegisterMemory(dst.data(), dst.size(), &dst_mr).ok());
+  fi_addr_t dest;
+  ASSERT_TRUE(initiator->InsertPeer(target->address(), getpid(), &dest).ok());
+  CountingOwner owner;
+  std::vector<Slice> reads(kReads);
+  for (size_t i = 0; i < kReads; ++i) {
+    Slice& r = reads[i];
+    r.owner = &owner;
+    r.write = false;
+    r.local = dst.data() + i * kLen;
+    r.length = kLen;
+    r.local_desc = dst_mr->desc();
+    r.dest = dest;
+    r.remote_addr = target->virt_addr() ? reinterpret_cast<uint64_t>(src.data() + i * kLen) : i * kLen;
+    r.remote_key = src_mr->key();
+  }
+  initiator->Enqueue(reads.data(), kReads, /*post_now=*/false);
+  for (int i = 0; i < 5000000 && owner.done.load() == 0; ++i) {
+    initiator->Poll();
+    target->Poll();
+  }
+  ASSERT_GT(owner.done.load(), 0) << "no READ completed";
+  EXPECT_LT(owner.done.load(), static_cast<int>(kReads)) << "every READ was reported at once, after the last copy";
+  EXPECT_TRUE(initiator->BurstLeftPosts()) << "the poll that read the first completion had more to post";
+  for (int i = 0; i < 5000000 && owner.done.load() < static_cast<int>(kReads); ++i) {
+    initiator->Poll();
+    target->Poll();
+  }
+  ASSERT_EQ(owner.done.load(), static_cast<int>(kReads));
+  EXPECT_EQ(owner.failed.load(), 0);
+  EXPECT_FALSE(initiator->BurstLeftPosts());
+  EXPECT_TRUE(std::equal(src.begin(), src.end(), dst.begin())) << "the READs' bytes differ";
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "store/checksum.h"
 #include "store/region_versions.h"
+#include "store/verify_overlap.h"
 
 namespace kvfabric::store {
 namespace {
@@ -31,6 +32,23 @@ inline void CpuRelax() {
 }
 
 void Add(std::atomic<uint64_t>& c, uint64_t n) { c.fetch_add(n, std::memory_order_relaxed); }
+
+// How a GET waits for its pages to land: it yields the core for `spin`
+// after the last page that landed (a lone page lands within it, and the
+// next of a batch sooner), then sleeps in short steps.
+class LandingPace {
+ public:
+  explicit LandingPace(std::chrono::microseconds spin) : spin_(spin), until_(Clock::now() + spin) {}
+  void Landed() { until_ = Clock::now() + spin_; }
+  void Pause() const {
+    if (Clock::now() < until_) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+
+ private:
+  const std::chrono::microseconds spin_;
+  Clock::time_point until_;
+};
 
 std::vector<std::string_view> KeysOf(const std::vector<std::string>& keys, const std::vector<size_t>& which) {
   std::vector<std::string_view> out;
@@ -89,7 +107,8 @@ StoreClient::StoreClient(Engine* engine, const Settings& settings, ControlClient
       self_(self),
       runner_(engine),
       locations_(static_cast<size_t>(settings.store_location_cache)),
-      scratch_(engine, kVersionsReadBytes, kScratchSlots) {}
+      scratch_(engine, kVersionsReadBytes, kScratchSlots),
+      verify_as_pages_land_(settings.store_verify && VerifyAsPagesLand(settings.store_verify_overlap, engine->rails())) {}
 
 StoreClient::~StoreClient() {
   // READs that outlived their call may still write the bounce buffer or a
@@ -747,7 +766,7 @@ void StoreClient::Get(const std::vector<std::string>& keys, const std::vector<st
   }
   Asked first = Ask(keys, &calls, deadline, results);
   std::vector<std::pair<std::string, std::vector<size_t>>> unasked;  // per home: keys confirmed by their versions
-  if (!probe.homes.empty()) ConfirmByVersions(&probe, guessed, deadline, &later, &reads, &unasked);
+  if (!probe.homes.empty()) ConfirmByVersions(buffers, &probe, guessed, deadline, &later, &reads, &unasked);
   Asked second = Ask(keys, &later, deadline, results);
   Collect(keys, buffers, memory, &calls, &first, deadline, read_by, guessed, results, &reads);
   Collect(keys, buffers, memory, &later, &second, deadline, read_by, guessed, results, &reads);
@@ -769,8 +788,7 @@ void StoreClient::Get(const std::vector<std::string>& keys, const std::vector<st
   size_t left = reads.pages.size(), first_out = 0;
   size_t moved_left = static_cast<size_t>(std::count_if(
       reads.pages.begin(), reads.pages.end(), [](const PageRead& r) { return r.check == PageRead::Check::kMoved; }));
-  const auto spin = std::chrono::microseconds(settings_.store_spin_us);
-  auto spin_until = Clock::now() + spin;
+  LandingPace pace(std::chrono::microseconds(settings_.store_spin_us));
   while (left > 0) {
     std::vector<PageRead> moved;
     net::Deadline moved_by = deadline;
@@ -784,7 +802,7 @@ void StoreClient::Get(const std::vector<std::string>& keys, const std::vector<st
       }
       handled[p] = true;
       --left;
-      spin_until = Clock::now() + spin;
+      pace.Landed();
       while (first_out < handled.size() && handled[first_out]) ++first_out;
       if (read.check == PageRead::Check::kMoved) --moved_left;
       const size_t i = read.key;
@@ -814,8 +832,7 @@ void StoreClient::Get(const std::vector<std::string>& keys, const std::vector<st
       for (const auto& [read, why] : refused) (*results)[read.key] = ReadFailed(why, keys[read.key], *read.home);
     }
     if (left == 0) break;
-    if (Clock::now() < spin_until) std::this_thread::yield();
-    else std::this_thread::sleep_for(std::chrono::microseconds(20));
+    pace.Pause();
   }
   for (const PageRead& read : again.pages) FinishRead(keys, buffers, read, Land(&again, read), results, lengths);
   // Flights none of whose pages is read (every one refused) end here too.
@@ -857,6 +874,7 @@ void StoreClient::Launch(std::vector<PageRead> pages, net::Deadline by,
     groups.back().second = requests.size();
     // No checksum on GPU memory: its page is whole by the read window alone.
     page.verify = settings_.store_verify && memory[i] == Memory::kHost;
+    page.sum = PageRead::Sum::kNotTaken;
   }
   // Posted after the pages (groups 0..k-1 all the same): posted first,
   // they made GETs over tcp a quarter slower on this host (measured).
@@ -898,6 +916,23 @@ bool StoreClient::PageLanded(Reads* reads, const PageRead& page, const Status** 
   }
   *outcome = &Land(reads, page);
   return true;
+}
+
+bool StoreClient::ChecksumLanded(const std::vector<std::vector<StoreBuffer>>& buffers, Reads* reads, size_t flight,
+                                 size_t* next) {
+  bool took = false;
+  for (; *next < reads->pages.size(); ++*next) {
+    PageRead& read = reads->pages[*next];
+    if (read.flight != flight || !read.verify || read.sum != PageRead::Sum::kNotTaken) continue;
+    Status failure;
+    if (!runner_.GroupEnded(reads->flights[flight].flight, read.group, &failure)) break;
+    if (!failure.ok()) continue;  // a failed READ is not checksummed: FinishRead fails it
+    read.sum = ChecksumOfBuffers(buffers[read.key], read.where.length) == read.where.checksum
+                   ? PageRead::Sum::kMatches
+                   : PageRead::Sum::kDiffers;
+    took = true;
+  }
+  return took;
 }
 
 const Status& StoreClient::Land(Reads* reads, const PageRead& page) {
@@ -965,20 +1000,32 @@ void StoreClient::StartGuesses(const std::vector<std::string>& keys,
   probe->flight = flights;
 }
 
-void StoreClient::ConfirmByVersions(Probe* probe, const std::vector<size_t>& guessed, net::Deadline deadline,
+void StoreClient::ConfirmByVersions(const std::vector<std::vector<StoreBuffer>>& buffers, Probe* probe,
+                                    const std::vector<size_t>& guessed, net::Deadline deadline,
                                     std::vector<NodeCall>* later, Reads* reads,
                                     std::vector<std::pair<std::string, std::vector<size_t>>>* unasked) {
   // The versions come within a round trip, or behind pages queued on
   // their rail; a home that has not sent them within a quarter of the time
   // left (hung) has its guesses looked up instead, and the others' lookups
   // still go with most of their time.
-  // They share the pages' batch: normally all of it has landed by then (one
-  // wait for the lot).
+  // They share the pages' batch, posted after its pages: normally all of
+  // it has landed by then. Meanwhile the pages are checksummed as they land
+  // (KVF_STORE_VERIFY_OVERLAP, VerifyAsPagesLand), under the transfer of
+  // the later ones, paced as the landing loop in Get; one wait takes what
+  // is left once every page has landed (the versions, posted last), or
+  // what a hung home holds at `until`.
   ReadFlight& f = reads->flights[probe->flight];
   const auto now = Clock::now();
+  const net::Deadline until = now + std::max<net::Deadline::duration>(kVersionsWait, (deadline - now) / 4);
+  if (verify_as_pages_land_) {
+    LandingPace pace(std::chrono::microseconds(settings_.store_spin_us));
+    for (size_t next = 0; next < reads->pages.size() && Clock::now() < until;) {
+      if (ChecksumLanded(buffers, reads, probe->flight, &next)) pace.Landed();
+      else pace.Pause();
+    }
+  }
   std::vector<bool> ended;
-  runner_.Peek(&f.flight, now + std::max<net::Deadline::duration>(kVersionsWait, (deadline - now) / 4), &ended,
-               &f.outcomes);
+  runner_.Peek(&f.flight, until, &ended, &f.outcomes);
   std::vector<std::array<uint64_t, RegionVersions::kRegions + 1>> words(probe->homes.size());
   std::vector<bool> have(probe->homes.size(), false);
   for (size_t h = 0; h < probe->homes.size(); ++h) {
@@ -1162,7 +1209,10 @@ void StoreClient::FinishRead(const std::vector<std::string>& keys,
   }
   if (!read.verify && settings_.store_verify) Add(counters_.get_unverified, 1);
   if (read.verify) {
-    if (!(ChecksumOfBuffers(buffers[i], read.where.length) == read.where.checksum)) {
+    const bool matches = read.sum == PageRead::Sum::kNotTaken
+                             ? ChecksumOfBuffers(buffers[i], read.where.length) == read.where.checksum
+                             : read.sum == PageRead::Sum::kMatches;
+    if (!matches) {
       r = Status::NotFound("store: the page of key '" + keys[i] +
                            "' did not verify (replaced or evicted while read, or corrupt): a miss");
       Add(counters_.misses_checksum, 1);

@@ -114,12 +114,16 @@ class StoreClient {
       kUnconfirmed,  // a guess with no answer yet, or whose answer was a miss or a failure (in results)
       kMoved,        // a guess whose answer names another page (`where` now): read again once it ends
     };
+    // Whether its bytes match where.checksum, once that is known: taken as
+    // soon as its READs land (ChecksumLanded) or else when it is finished.
+    enum class Sum : uint8_t { kNotTaken, kMatches, kDiffers };
     size_t key = 0;
     Location where;
     std::shared_ptr<const NodeView> home;
     bool verify = true;
     Check check = Check::kConfirmed;
-    size_t flight = 0;  // its READs: group `group` of flights[flight]
+    Sum sum = Sum::kNotTaken;  // Launch resets it: a page read again has new bytes
+    size_t flight = 0;         // its READs: group `group` of flights[flight]
     size_t group = 0;
   };
   // The pages of one home started together: one engine batch.
@@ -142,6 +146,12 @@ class StoreClient {
   void Launch(std::vector<PageRead> pages, net::Deadline by, const std::vector<std::vector<StoreBuffer>>& buffers,
               const std::vector<Memory>& memory, Reads* reads, std::vector<std::pair<PageRead, Status>>* refused,
               const std::vector<TransferRequest>& first = {});
+  // Checksums the verified pages of flight `flight` whose READs alone have
+  // ended well (PageRead::sum), in order from reads->pages[*next], which
+  // it advances: a pass stops at the first page still out. True when it
+  // took one.
+  bool ChecksumLanded(const std::vector<std::vector<StoreBuffer>>& buffers, Reads* reads, size_t flight,
+                      size_t* next);
   // The outcome of `page`'s READs, waiting for its flight the first time.
   const Status& Land(Reads* reads, const PageRead& page);
   // Without waiting: true, with the outcome of `page`'s READs in *outcome,
@@ -177,14 +187,16 @@ class StoreClient {
                     const std::function<net::Deadline(const NodeCall&)>& read_by, Reads* reads,
                     std::vector<size_t>* guessed, Probe* probe);
   // Waits for the guesses' flight (kVersionsWait, or a quarter of the time
-  // left when longer) and confirms each
+  // left when longer), checksumming its pages as they land meanwhile, and
+  // confirms each
   // checksummed guess of `later` (a call per probed home) whose region's
   // version is the one its location was answered with, on the node of the
   // epoch this view knows: the key's latest page. Those keys leave `later`
   // (no lookup) and are listed per home in `unasked`; the others stay, to
   // be looked up. Gives the scratch slots back.
-  void ConfirmByVersions(Probe* probe, const std::vector<size_t>& guessed, net::Deadline deadline,
-                         std::vector<NodeCall>* later, Reads* reads,
+  void ConfirmByVersions(const std::vector<std::vector<StoreBuffer>>& buffers, Probe* probe,
+                         const std::vector<size_t>& guessed, net::Deadline deadline, std::vector<NodeCall>* later,
+                         Reads* reads,
                          std::vector<std::pair<std::string, std::vector<size_t>>>* unasked);
   // Sends the lookups of the keys of `calls` (one message per home, all at
   // once); null when there are none. With less than LateMargin() left
@@ -318,6 +330,9 @@ class StoreClient {
   // Where the region versions of a call's homes are READ to.
   static constexpr size_t kScratchSlots = 64;
   ScratchSlots scratch_;
+  // KVF_STORE_VERIFY_OVERLAP as this engine's rails decide it (with
+  // verification on): ConfirmByVersions checksums pages as they land.
+  const bool verify_as_pages_land_;
   // Keys read without a lookup, per home, until their touch message goes.
   static constexpr auto kTouchEvery = std::chrono::milliseconds(200);
   static constexpr size_t kMaxTouches = 8192;

@@ -66,6 +66,10 @@ class StoreVerifyTest : public ::testing::Test {
   size_t buf_bytes_ = 0;
 };
 
+// Each client PUTs the pages and so remembers where they are: its GET reads
+// them at once, confirms them by their regions' versions (which a flipped
+// byte does not move) and must catch the corruption by the checksum alone,
+// taken as each page lands or once the batch has (KVF_STORE_VERIFY_OVERLAP).
 TEST_F(StoreVerifyTest, ACorruptedPageIsAMissAndCounted) {
   Start(16 << 20, 2000, 5000);
   constexpr size_t kPages = 20, kPage = 64 << 10;
@@ -73,20 +77,27 @@ TEST_F(StoreVerifyTest, ACorruptedPageIsAMissAndCounted) {
   std::vector<std::vector<StoreBuffer>> src, dst;
   for (size_t i = 0; i < kPages; ++i) {
     keys.push_back("page-" + std::to_string(i));
-    std::memset(buf_ + i * kPage, static_cast<int>(i + 1), kPage);
     src.push_back({{buf_ + i * kPage, kPage}});
     dst.push_back({{buf_ + (8 << 20) + i * kPage, kPage}});
   }
   std::vector<Status> st;
-  ASSERT_TRUE(client_->BatchPut(keys, src, &st).ok());
-  for (const auto& s : st) ASSERT_TRUE(s.ok()) << s.ToString();
-  // Every page starts on a 4 KiB boundary of the pool: flip a byte on each.
-  uint8_t* pool = node_->pool_for_testing();
-  for (size_t off = 0; off < (16u << 20); off += 4096) pool[off] ^= 0x5a;
   std::vector<uint64_t> len;
-  ASSERT_TRUE(client_->BatchGet(keys, dst, &st, &len).ok());
-  for (const auto& s : st) EXPECT_EQ(s.code(), Status::Code::kNotFound) << s.ToString();
-  EXPECT_EQ(client_->Stats().misses_checksum, kPages);
+  uint8_t* pool = node_->pool_for_testing();
+  for (const char* mode : {"on", "off"}) {
+    SCOPED_TRACE(std::string("KVF_STORE_VERIFY_OVERLAP=") + mode);
+    Settings s = settings_;
+    s.store_verify_overlap = mode;
+    auto client = OpenClient(s);
+    for (size_t i = 0; i < kPages; ++i) std::memset(buf_ + i * kPage, static_cast<int>(i + 1), kPage);
+    ASSERT_TRUE(client->BatchPut(keys, src, &st).ok());
+    for (const auto& p : st) ASSERT_TRUE(p.ok()) << p.ToString();
+    // Every page starts on a 4 KiB boundary of the pool: flip a byte on each.
+    for (size_t off = 0; off < (16u << 20); off += 4096) pool[off] ^= 0x5a;
+    ASSERT_TRUE(client->BatchGet(keys, dst, &st, &len).ok());
+    for (const auto& p : st) EXPECT_EQ(p.code(), Status::Code::kNotFound) << p.ToString();
+    EXPECT_EQ(client->Stats().get_no_lookup, kPages) << "the GET was meant to read remembered locations";
+    EXPECT_EQ(client->Stats().misses_checksum, kPages);
+  }
   // Without verification the same READs return the corrupted bytes: the
   // check above is what keeps them out.
   Settings unverified = settings_;
