@@ -1,6 +1,5 @@
 import json
 import os
-import signal
 import subprocess
 import sys
 
@@ -9,6 +8,8 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tools", "common"))  # ports.py
+
+from stopping import stop  # noqa: E402
 
 
 class Peer:
@@ -37,7 +38,7 @@ class Peer:
         assert self.ask(f"fill {off} {n} {seed}") == "ok"
 
     def freeze(self) -> None:
-        os.kill(self.proc.pid, signal.SIGSTOP)
+        stop(self.proc.pid)  # every thread stopped: none serves a transfer after this
 
     def kill(self) -> None:
         if self.proc.poll() is None:

@@ -89,37 +89,6 @@ static int open_one_request(const char* protocol, const char* setting, const cha
   return 0;
 }
 
-/* Issue 12, item 16: a wait longer than the clock can count (INT64_MAX ms)
- * has no limit. It returned at once, the batch still PENDING: now + the
- * timeout in nanoseconds wrapped into the past. The target is stopped
- * (SIGSTOP), so a WRITE to it stays pending until this engine's transfer
- * timeout (1 s) ends it with TIMEOUT. */
-static void check_endless_wait(const char* protocol, const char* peer, uint64_t raddr, pid_t target) {
-  kvf_engine* e = NULL;
-  uint8_t* local = NULL;
-  kvf_segment seg = -1;
-  kvf_batch b = 0;
-  if (open_one_request(protocol, "KVF_TRANSFER_TIMEOUT_MS=1000", peer, 0x5a, &e, &local, &seg, &b) != 0) return;
-  int rc;
-  kill(target, SIGSTOP);
-  kvf_request w = {KVF_WRITE, local, seg, raddr, BLOCK};
-  rc = kvf_batch_submit(e, b, &w, 1);
-  CHECK(rc == KVF_OK, "kvf_batch_submit: %d", rc);
-  kvf_transfer_status st;
-  memset(&st, 0, sizeof(st));
-  const double t0 = now_s();
-  rc = kvf_batch_wait(e, b, INT64_MAX, &st);
-  const double waited = now_s() - t0;
-  kill(target, SIGCONT);
-  CHECK(rc == KVF_OK && st.state == KVF_TIMEOUT && waited > 0.8,
-        "kvf_batch_wait(INT64_MAX) on a stopped target: rc %d, state %d after %.3f s (want TIMEOUT after the 1 s "
-        "transfer timeout)", rc, st.state, waited);
-  rc = kvf_batch_free(e, b);
-  CHECK(rc == KVF_OK, "kvf_batch_free: %d", rc);
-  kvf_engine_destroy(e);
-  free(local);
-}
-
 /* SIGSTOP, then waits until every thread of `pid` has stopped (until then
  * its progress thread may still serve a request): 0, or -1 after 5 s. */
 static int stop_process(pid_t pid) {
@@ -149,6 +118,38 @@ static int stop_process(pid_t pid) {
   }
   return -1;
 }
+
+/* Issue 12, item 16: a wait longer than the clock can count (INT64_MAX ms)
+ * has no limit. It returned at once, the batch still PENDING: now + the
+ * timeout in nanoseconds wrapped into the past. The target is stopped
+ * (SIGSTOP), so a WRITE to it stays pending until this engine's transfer
+ * timeout (1 s) ends it with TIMEOUT. */
+static void check_endless_wait(const char* protocol, const char* peer, uint64_t raddr, pid_t target) {
+  kvf_engine* e = NULL;
+  uint8_t* local = NULL;
+  kvf_segment seg = -1;
+  kvf_batch b = 0;
+  if (open_one_request(protocol, "KVF_TRANSFER_TIMEOUT_MS=1000", peer, 0x5a, &e, &local, &seg, &b) != 0) return;
+  int rc;
+  CHECK(stop_process(target) == 0, "the target did not stop");
+  kvf_request w = {KVF_WRITE, local, seg, raddr, BLOCK};
+  rc = kvf_batch_submit(e, b, &w, 1);
+  CHECK(rc == KVF_OK, "kvf_batch_submit: %d", rc);
+  kvf_transfer_status st;
+  memset(&st, 0, sizeof(st));
+  const double t0 = now_s();
+  rc = kvf_batch_wait(e, b, INT64_MAX, &st);
+  const double waited = now_s() - t0;
+  kill(target, SIGCONT);
+  CHECK(rc == KVF_OK && st.state == KVF_TIMEOUT && waited > 0.8,
+        "kvf_batch_wait(INT64_MAX) on a stopped target: rc %d, state %d after %.3f s (want TIMEOUT after the 1 s "
+        "transfer timeout)", rc, st.state, waited);
+  rc = kvf_batch_free(e, b);
+  CHECK(rc == KVF_OK, "kvf_batch_free: %d", rc);
+  kvf_engine_destroy(e);
+  free(local);
+}
+
 
 /* kvf_batch_expire ends a READ from a stopped target at once, long before
  * its 30 s deadline, and nothing of it lands in the buffer after: the
@@ -251,8 +252,7 @@ static void close_while_threads_call(const kvf_config* cfg, const char* peer, ui
  * out frees the handle. */
 static void destroy_while_a_thread_waits(kvf_engine* e, kvf_segment seg, uint64_t raddr, uint8_t* local,
                                          pid_t target) {
-  kill(target, SIGSTOP);
-  usleep(100 * 1000); /* the signal lands asynchronously */
+  CHECK(stop_process(target) == 0, "the target did not stop");
   kvf_request r = {KVF_WRITE, local, seg, raddr, BUF};
   struct caller c = {.e = e, .req = r, .loop = 0};
   pthread_create(&c.thread, NULL, call_until_closed, &c);

@@ -179,7 +179,9 @@ TEST_P(PeerFailureTest, AStalledRailWithNowhereToMoveWaitsForThePeer) {
   uint64_t stalls = 0;
   for (const RailStats& r : stats.rails) stalls += r.stalls;
   // shm copies a READ within its post: nothing was in flight to stall.
-  if (GetParam().protocol != "shm") EXPECT_GE(stalls, 1u) << "the rail did not stall while the peer was stopped";
+  if (GetParam().protocol != "shm") {
+    EXPECT_GE(stalls, 1u) << "the rail did not stall while the peer was stopped";
+  }
 }
 
 // ExpireBatch ends a hung READ now, long before its own deadline, and
