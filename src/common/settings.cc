@@ -6,6 +6,8 @@
 #include <string_view>
 #include <utility>
 
+#include "common/environment.h"
+
 namespace kvfabric {
 namespace {
 
@@ -361,6 +363,7 @@ Status Settings::Validate() const {
 }
 
 Status Settings::ApplyEnvironment() {
+  std::lock_guard<std::recursive_mutex> env(EnvironmentLock());
   Settings next = *this;
   for (const auto& s : Table()) {
     const char* v = std::getenv(s.env.c_str());  // the only getenv of KVF_* variables

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "common/environment.h"
 #include "common/hex.h"
 #include "common/log.h"
 #include "common/text.h"
@@ -205,9 +206,12 @@ Status Engine::Create(const EngineConfig& config, std::unique_ptr<Engine>* out) 
   KVF_RETURN_IF_ERROR(engine::OpenMetadata(config.metadata, e.settings, &e.store));
   engine::ListenAddress listen;
   KVF_RETURN_IF_ERROR(engine::ResolveListenAddress(config.local_server_name, &listen));
+  // One engine at a time writes and reads the environment (EnvironmentLock).
+  std::unique_lock<std::recursive_mutex> env(EnvironmentLock());
   const Status cuda = PrepareLibfabric(e.settings);
   std::string provider;
   KVF_RETURN_IF_ERROR(e.rails.Open(config.protocol, config.nic_filter, listen.bind_ip, e.settings, cuda.ok(), &provider));
+  env.unlock();
   KVF_RETURN_IF_ERROR(engine::DiscoverTopology(e.rails.infos, cuda.ok(), e.settings, &e.topo));
 
   const topology::Topology* topo = &e.topo;

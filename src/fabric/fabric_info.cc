@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/environment.h"
 #include "common/log.h"
 
 namespace kvfabric::fabric {
@@ -44,6 +45,7 @@ bool DmabufOffered() {
 }
 
 void ApplyProviderDefaults(bool rxm_fast_connect, bool host_memory_only, bool av_remove_cleanup) {
+  std::lock_guard<std::recursive_mutex> env(EnvironmentLock());
   // rxm closes its connection to an address removed from the AV, so that
   // Rail::CutPeer can end a peer's operations (MayCloseConnections).
   if (av_remove_cleanup) setenv("FI_AV_REMOVE_CLEANUP", "1", 0);
@@ -161,6 +163,7 @@ bool MayCloseStalledConnections(const std::string& mode, uint32_t version) {
 }
 
 Status InfoList::Query(const std::string& provider, InfoList* out, bool hmem) {
+  std::lock_guard<std::recursive_mutex> env(EnvironmentLock());
   (void)AvRemoveClosesConnections();  // before libfabric reads its variables
   fi_info* head = nullptr;
   int rc = -FI_ENODATA;

@@ -1,0 +1,16 @@
+// The process environment is shared by every thread, and glibc's setenv may
+// move it while another thread's getenv walks it: a crash (the Rust tests,
+// whose threads start engines at once, found one in getenv and one in
+// libfabric's first fi_getinfo). kvfabric reads and writes the environment
+// under this lock: Settings::ApplyEnvironment, fabric::ApplyProviderDefaults
+// (the only setenv), fabric::InfoList::Query (libfabric reads its variables
+// then) and an engine opening its rails. Recursive: those nest.
+#pragma once
+
+#include <mutex>
+
+namespace kvfabric {
+
+std::recursive_mutex& EnvironmentLock();
+
+}  // namespace kvfabric
