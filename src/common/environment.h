@@ -5,6 +5,11 @@
 // under this lock: Settings::ApplyEnvironment, fabric::ApplyProviderDefaults
 // (the only setenv), fabric::InfoList::Query (libfabric reads its variables
 // then) and an engine opening its rails. Recursive: those nest.
+//
+// fork() waits for the lock (a pthread_atfork handler takes it first) and
+// the child starts with it free, so a child forked while another thread
+// was starting an engine can start its own (the lock's owner, that other
+// thread, does not exist in the child).
 #pragma once
 
 #include <mutex>

@@ -79,6 +79,12 @@ Checksum ChecksumOfBuffers(const std::vector<StoreBuffer>& buffers, uint64_t len
   return ChecksumOf(pieces, length);
 }
 
+// Whether the buffers a page was read into hold what its PUT stored: the
+// checksum of its bytes against the one its home keeps with it.
+bool LandedAsStored(const std::vector<StoreBuffer>& buffers, const Location& where) {
+  return ChecksumOfBuffers(buffers, where.length) == where.checksum;
+}
+
 // Whether two answers name the same page: its place, length, generation
 // and bytes (not its region's version, which other pages move).
 bool SamePage(const Location& a, const Location& b) {
@@ -927,9 +933,7 @@ bool StoreClient::ChecksumLanded(const std::vector<std::vector<StoreBuffer>>& bu
     Status failure;
     if (!runner_.GroupEnded(reads->flights[flight].flight, read.group, &failure)) break;
     if (!failure.ok()) continue;  // a failed READ is not checksummed: FinishRead fails it
-    read.sum = ChecksumOfBuffers(buffers[read.key], read.where.length) == read.where.checksum
-                   ? PageRead::Sum::kMatches
-                   : PageRead::Sum::kDiffers;
+    read.sum = LandedAsStored(buffers[read.key], read.where) ? PageRead::Sum::kMatches : PageRead::Sum::kDiffers;
     took = true;
   }
   return took;
@@ -1209,9 +1213,8 @@ void StoreClient::FinishRead(const std::vector<std::string>& keys,
   }
   if (!read.verify && settings_.store_verify) Add(counters_.get_unverified, 1);
   if (read.verify) {
-    const bool matches = read.sum == PageRead::Sum::kNotTaken
-                             ? ChecksumOfBuffers(buffers[i], read.where.length) == read.where.checksum
-                             : read.sum == PageRead::Sum::kMatches;
+    const bool matches = read.sum == PageRead::Sum::kNotTaken ? LandedAsStored(buffers[i], read.where)
+                                                              : read.sum == PageRead::Sum::kMatches;
     if (!matches) {
       r = Status::NotFound("store: the page of key '" + keys[i] +
                            "' did not verify (replaced or evicted while read, or corrupt): a miss");
