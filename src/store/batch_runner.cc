@@ -105,12 +105,21 @@ bool BatchRunner::GroupEnded(const Flight& flight, size_t g, Status* failure) co
   *failure = Status::OK();
   if (!flight.allocated || flight.first_task[g] == kNotSubmitted) return true;
   for (size_t t = 0; t < flight.tasks[g]; ++t) {
-    TransferStatus ts;
-    Status s = engine_->GetTaskStatus(flight.batch, flight.first_task[g] + t, &ts);
-    if (s.ok() && ts.state == TaskState::kPending) return false;
-    if (s.ok()) s = TaskOutcome(ts);
+    Status s;
+    if (!RequestEnded(flight, g, t, &s)) return false;
     if (!s.ok() && failure->ok()) *failure = s;
   }
+  return true;
+}
+
+bool BatchRunner::RequestEnded(const Flight& flight, size_t g, size_t t, Status* failure) const {
+  *failure = Status::OK();
+  if (!flight.allocated || flight.first_task[g] == kNotSubmitted) return true;
+  TransferStatus ts;
+  Status s = engine_->GetTaskStatus(flight.batch, flight.first_task[g] + t, &ts);
+  if (s.ok() && ts.state == TaskState::kPending) return false;
+  if (s.ok()) s = TaskOutcome(ts);
+  *failure = s;
   return true;
 }
 

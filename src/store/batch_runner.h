@@ -55,6 +55,10 @@ class BatchRunner {
   // Whether every request of group g has ended, without waiting; when so,
   // *failure is the first failure among them (OK if none). Frees nothing.
   bool GroupEnded(const Flight& flight, size_t g, Status* failure) const;
+  // Whether request t (0-based, in the order given to Start) of group g has
+  // ended, without waiting; when so, *failure is its failure (OK if none).
+  // A group not submitted has ended, with OK: its refusal is in outcomes.
+  bool RequestEnded(const Flight& flight, size_t g, size_t t, Status* failure) const;
   // Start and Finish.
   void Run(const std::vector<TransferRequest>& requests, const std::vector<std::pair<size_t, size_t>>& groups,
            net::Deadline deadline, std::vector<Status>* outcomes);

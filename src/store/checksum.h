@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 
 namespace kvfabric::store {
@@ -22,6 +23,24 @@ struct Checksum {
 struct ByteRange {
   const void* data = nullptr;
   size_t length = 0;
+};
+
+// The checksum of a page fed in order, piece by piece, as its pieces come:
+// the same as ChecksumOf over all of them. A GET feeds each piece of a large
+// page as soon as it lands, while it is still in cache.
+class ChecksumStream {
+ public:
+  ChecksumStream();
+  ~ChecksumStream();
+  ChecksumStream(const ChecksumStream&) = delete;
+  ChecksumStream& operator=(const ChecksumStream&) = delete;
+  void Add(const void* data, size_t length);
+  // The checksum of everything added so far; more may be added after.
+  Checksum Digest() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
 };
 
 // The checksum of the first `length` bytes of `pieces` taken in order (all

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <random>
 
 #include "store/checksum.h"
@@ -202,6 +204,12 @@ TEST(ChecksumTest, PiecesGiveTheChecksumOfTheirBytesInOrder) {
   EXPECT_EQ(ChecksumOf(three, page.size()), whole);
   // A length shorter than the pieces covers only its bytes.
   EXPECT_EQ(ChecksumOf(three, 5000), ChecksumOfBytes(page.data(), 5000));
+  // Fed piece by piece, in any cut, as a GET feeds a page's pieces as they land.
+  for (size_t piece : {size_t{1}, size_t{4096}, size_t{65536}, size_t{299999}}) {
+    ChecksumStream stream;
+    for (size_t at = 0; at < page.size(); at += piece) stream.Add(page.data() + at, std::min(piece, page.size() - at));
+    EXPECT_EQ(stream.Digest(), whole) << piece;
+  }
   page[123456] ^= 1;
   EXPECT_FALSE(ChecksumOfBytes(page.data(), page.size()) == whole);
 }

@@ -800,9 +800,14 @@ void StoreClient::Get(const std::vector<std::string>& keys, const std::vector<st
     net::Deadline moved_by = deadline;
     for (size_t p = first_out; p < reads.pages.size(); ++p) {
       if (handled[p]) continue;
-      const PageRead& read = reads.pages[p];
+      PageRead& read = reads.pages[p];
+      // A confirmed page read in pieces takes each into its checksum as it lands.
+      const bool feeds = read.pieces != nullptr && read.check == PageRead::Check::kConfirmed;
+      bool failed = false;
+      const bool fed = feeds && read.sum == PageRead::Sum::kNotTaken && FeedPieces(reads, &read, &failed);
       const Status* ended = nullptr;
       if (!PageLanded(&reads, read, &ended)) {
+        if (fed) pace.Landed();
         if (moved_left == 0) break;
         continue;
       }
@@ -813,6 +818,8 @@ void StoreClient::Get(const std::vector<std::string>& keys, const std::vector<st
       if (read.check == PageRead::Check::kMoved) --moved_left;
       const size_t i = read.key;
       if (read.check == PageRead::Check::kConfirmed) {
+        // Its last pieces may have landed since it was fed.
+        if (feeds && read.sum == PageRead::Sum::kNotTaken && ended->ok()) FeedPieces(reads, &read, &failed);
         FinishRead(keys, buffers, read, *ended, results, lengths);
         continue;
       }
@@ -868,19 +875,27 @@ void StoreClient::Launch(std::vector<PageRead> pages, net::Deadline by,
   std::vector<std::pair<size_t, size_t>> groups(first.size());
   for (PageRead& page : pages) {
     const size_t i = page.key;
+    // No checksum on GPU memory: its page is whole by the read window alone.
+    page.verify = settings_.store_verify && memory[i] == Memory::kHost;
+    page.sum = PageRead::Sum::kNotTaken;
+    const bool in_pieces = page.verify && verify_as_pages_land_ && page.where.length > kLandingPiece;
+    page.pieces = in_pieces ? std::make_shared<PageRead::Pieces>() : nullptr;
     groups.push_back({requests.size(), 0});
     uint64_t left = page.where.length, remote = page.where.addr;
     for (const StoreBuffer& b : buffers[i]) {
       if (left == 0) break;
       const uint64_t n = std::min<uint64_t>(left, b.length);
-      requests.push_back({OpCode::kRead, b.addr, page.home->segment, remote, static_cast<size_t>(n)});
-      remote += n;
+      for (uint64_t at = 0; at < n;) {
+        const uint64_t piece = in_pieces ? std::min(n - at, kLandingPiece) : n - at;
+        uint8_t* local = static_cast<uint8_t*>(b.addr) + at;
+        requests.push_back({OpCode::kRead, local, page.home->segment, remote, static_cast<size_t>(piece)});
+        if (in_pieces) page.pieces->ranges.push_back({local, static_cast<size_t>(piece)});
+        remote += piece;
+        at += piece;
+      }
       left -= n;
     }
     groups.back().second = requests.size();
-    // No checksum on GPU memory: its page is whole by the read window alone.
-    page.verify = settings_.store_verify && memory[i] == Memory::kHost;
-    page.sum = PageRead::Sum::kNotTaken;
   }
   // Posted after the pages (groups 0..k-1 all the same): posted first,
   // they made GETs over tcp a quarter slower on this host (measured).
@@ -930,6 +945,13 @@ bool StoreClient::ChecksumLanded(const std::vector<std::vector<StoreBuffer>>& bu
   for (; *next < reads->pages.size(); ++*next) {
     PageRead& read = reads->pages[*next];
     if (read.flight != flight || !read.verify || read.sum != PageRead::Sum::kNotTaken) continue;
+    if (read.pieces != nullptr) {
+      bool failed = false;
+      took = FeedPieces(*reads, &read, &failed) || took;
+      if (failed) continue;  // a failed READ is not checksummed: FinishRead fails it
+      if (read.sum == PageRead::Sum::kNotTaken) break;
+      continue;
+    }
     Status failure;
     if (!runner_.GroupEnded(reads->flights[flight].flight, read.group, &failure)) break;
     if (!failure.ok()) continue;  // a failed READ is not checksummed: FinishRead fails it
@@ -937,6 +959,25 @@ bool StoreClient::ChecksumLanded(const std::vector<std::vector<StoreBuffer>>& bu
     took = true;
   }
   return took;
+}
+
+bool StoreClient::FeedPieces(const Reads& reads, PageRead* read, bool* failed) {
+  *failed = false;
+  const ReadFlight& flight = reads.flights[read->flight];
+  if (flight.landed) return false;  // finished and freed: FinishRead checksums the page whole
+  PageRead::Pieces& p = *read->pieces;
+  const BatchRunner::Flight& f = flight.flight;
+  bool fed = false;
+  Status failure;
+  while (p.fed < p.ranges.size() && runner_.RequestEnded(f, read->group, p.fed, &failure) && failure.ok()) {
+    p.sum.Add(p.ranges[p.fed].data, p.ranges[p.fed].length);
+    ++p.fed;
+    fed = true;
+  }
+  *failed = !failure.ok();
+  if (p.fed == p.ranges.size())
+    read->sum = p.sum.Digest() == read->where.checksum ? PageRead::Sum::kMatches : PageRead::Sum::kDiffers;
+  return fed;
 }
 
 const Status& StoreClient::Land(Reads* reads, const PageRead& page) {

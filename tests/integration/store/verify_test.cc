@@ -108,6 +108,64 @@ TEST_F(StoreVerifyTest, ACorruptedPageIsAMissAndCounted) {
   EXPECT_NE(buf_[8 << 20], 1) << "the corruption reached the reader";
 }
 
+// A page longer than a GET reads at once (StoreClient::kLandingPiece, 512
+// KiB) is read in pieces and verified piece by piece as they land: whole
+// pages come back exact, and a byte flipped in the first piece or the last
+// is a miss and counted, on remembered locations and after lookups alike.
+// The pages land in two buffers each, a piece ending at their edge.
+TEST_F(StoreVerifyTest, APageReadInPiecesIsVerifiedWhole) {
+  Start(16 << 20, 2000, 5000);
+  constexpr size_t kPages = 4, kPage = 1536 << 10, kFirst = 1 << 20;
+  std::vector<std::string> keys;
+  std::vector<std::vector<StoreBuffer>> src, dst;
+  for (size_t i = 0; i < kPages; ++i) {
+    keys.push_back("big-" + std::to_string(i));
+    src.push_back({{buf_ + i * kPage, kPage}});
+    uint8_t* d = buf_ + (8 << 20) + i * kPage;
+    dst.push_back({{d, kFirst}, {d + kFirst, kPage - kFirst}});
+    for (size_t k = 0; k < kPage; ++k) buf_[i * kPage + k] = static_cast<uint8_t>(i * 7 + k / 4096);
+  }
+  Settings s = settings_;
+  s.store_verify_overlap = "on";
+  auto writer = OpenClient(s);
+  std::vector<Status> st;
+  std::vector<uint64_t> len;
+  ASSERT_TRUE(writer->BatchPut(keys, src, &st).ok());
+  for (const auto& p : st) ASSERT_TRUE(p.ok()) << p.ToString();
+  auto get_is_exact = [&](Store* client) {
+    std::memset(buf_ + (8 << 20), 0, kPages * kPage);
+    ASSERT_TRUE(client->BatchGet(keys, dst, &st, &len).ok());
+    for (size_t i = 0; i < kPages; ++i) {
+      ASSERT_TRUE(st[i].ok()) << st[i].ToString();
+      ASSERT_EQ(len[i], kPage);
+      EXPECT_EQ(std::memcmp(buf_ + (8 << 20) + i * kPage, buf_ + i * kPage, kPage), 0) << keys[i];
+    }
+  };
+  get_is_exact(writer.get());
+  EXPECT_EQ(writer->Stats().get_no_lookup, kPages) << "the writer's GET was meant to read remembered locations";
+  auto reader = OpenClient(s);
+  get_is_exact(reader.get());
+  EXPECT_EQ(reader->Stats().get_no_lookup, 0u) << "the reader's GET was meant to look its pages up";
+  EXPECT_EQ(writer->Stats().misses_checksum + reader->Stats().misses_checksum, 0u);
+
+  std::vector<StorePage> where;
+  ASSERT_TRUE(writer->BatchLocate(keys, &where, &st).ok());
+  for (size_t i = 0; i < kPages; ++i) {
+    ASSERT_TRUE(st[i].ok()) << st[i].ToString();
+    ASSERT_EQ(where[i].length, kPage);
+    reinterpret_cast<uint8_t*>(where[i].addr)[i % 2 ? 100 : kPage - 100] ^= 0x5a;
+  }
+  auto another = OpenClient(s);  // remembers nothing: looks its pages up
+  for (Store* client : {writer.get(), another.get()}) {
+    const uint64_t before = client->Stats().misses_checksum;
+    ASSERT_TRUE(client->BatchGet(keys, dst, &st, &len).ok());
+    for (const auto& p : st) EXPECT_EQ(p.code(), Status::Code::kNotFound) << p.ToString();
+    EXPECT_EQ(client->Stats().misses_checksum - before, kPages);
+  }
+  EXPECT_EQ(writer->Stats().get_no_lookup, 2 * kPages);
+  EXPECT_EQ(another->Stats().get_no_lookup, 0u);
+}
+
 // One key overwritten over and over while other keys churn through a pool
 // of 8 pages (evicting, and reusing slots as soon as the short read window
 // allows), and a reader that gets the key all the while: each GET is a
