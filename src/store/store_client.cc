@@ -114,7 +114,11 @@ StoreClient::StoreClient(Engine* engine, const Settings& settings, ControlClient
       runner_(engine),
       locations_(static_cast<size_t>(settings.store_location_cache)),
       scratch_(engine, kVersionsReadBytes, kScratchSlots),
-      verify_as_pages_land_(settings.store_verify && VerifyAsPagesLand(settings.store_verify_overlap, engine->rails())) {}
+      verify_short_as_they_land_(settings.store_verify && VerifyAsPageLands(settings.store_verify_overlap, engine->rails(),
+                                                                           kLandingPiece, kLandingPiece)),
+      verify_long_as_they_land_(settings.store_verify && VerifyAsPageLands(settings.store_verify_overlap,
+                                                                          engine->rails(), kLandingPiece + 1,
+                                                                          kLandingPiece)) {}
 
 StoreClient::~StoreClient() {
   // READs that outlived their call may still write the bounce buffer or a
@@ -878,7 +882,7 @@ void StoreClient::Launch(std::vector<PageRead> pages, net::Deadline by,
     // No checksum on GPU memory: its page is whole by the read window alone.
     page.verify = settings_.store_verify && memory[i] == Memory::kHost;
     page.sum = PageRead::Sum::kNotTaken;
-    const bool in_pieces = page.verify && verify_as_pages_land_ && page.where.length > kLandingPiece;
+    const bool in_pieces = page.verify && page.where.length > kLandingPiece && verify_long_as_they_land_;
     page.pieces = in_pieces ? std::make_shared<PageRead::Pieces>() : nullptr;
     groups.push_back({requests.size(), 0});
     uint64_t left = page.where.length, remote = page.where.addr;
@@ -952,6 +956,7 @@ bool StoreClient::ChecksumLanded(const std::vector<std::vector<StoreBuffer>>& bu
       if (read.sum == PageRead::Sum::kNotTaken) break;
       continue;
     }
+    if (!VerifiesAsItLands(read.where.length)) continue;  // FinishRead checksums it once the flight has landed
     Status failure;
     if (!runner_.GroupEnded(reads->flights[flight].flight, read.group, &failure)) break;
     if (!failure.ok()) continue;  // a failed READ is not checksummed: FinishRead fails it
@@ -1055,18 +1060,18 @@ void StoreClient::ConfirmByVersions(const std::vector<std::vector<StoreBuffer>>&
   // still go with most of their time.
   // They share the pages' batch, posted after its pages: normally all of
   // it has landed by then. Meanwhile the pages are checksummed as they land
-  // (KVF_STORE_VERIFY_OVERLAP, VerifyAsPagesLand), under the transfer of
+  // (KVF_STORE_VERIFY_OVERLAP, VerifyAsPageLands), under the transfer of
   // the later ones, paced as the landing loop in Get; one wait takes what
   // is left once every page has landed (the versions, posted last), or
   // what a hung home holds at `until`.
   ReadFlight& f = reads->flights[probe->flight];
   const auto now = Clock::now();
   const net::Deadline until = now + std::max<net::Deadline::duration>(kVersionsWait, (deadline - now) / 4);
-  if (verify_as_pages_land_) {
+  if (verify_short_as_they_land_ || verify_long_as_they_land_) {
     LandingPace pace(std::chrono::microseconds(settings_.store_spin_us));
     for (size_t next = 0; next < reads->pages.size() && Clock::now() < until;) {
       if (ChecksumLanded(buffers, reads, probe->flight, &next)) pace.Landed();
-      else pace.Pause();
+      else if (next < reads->pages.size()) pace.Pause();
     }
   }
   std::vector<bool> ended;

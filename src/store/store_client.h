@@ -352,8 +352,14 @@ class StoreClient {
   static constexpr size_t kScratchSlots = 64;
   ScratchSlots scratch_;
   // KVF_STORE_VERIFY_OVERLAP as this engine's rails decide it (with
-  // verification on): ConfirmByVersions checksums pages as they land.
-  const bool verify_as_pages_land_;
+  // verification on), for pages of at most kLandingPiece and for longer
+  // ones (VerifyAsPageLands): ConfirmByVersions checksums those pages as
+  // they land, and Launch reads the longer ones in pieces.
+  const bool verify_short_as_they_land_;
+  const bool verify_long_as_they_land_;
+  bool VerifiesAsItLands(uint64_t length) const {
+    return length > kLandingPiece ? verify_long_as_they_land_ : verify_short_as_they_land_;
+  }
   // Keys read without a lookup, per home, until their touch message goes.
   static constexpr auto kTouchEvery = std::chrono::milliseconds(200);
   static constexpr size_t kMaxTouches = 8192;
