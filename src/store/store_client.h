@@ -106,14 +106,14 @@ class StoreClient {
   // with the fabric's error, so calls and READs share this one rule.
   void MarkDownIfUnreachable(const std::string& member, const Status& failure);
 
-  // A GET's READs of one page: started as soon as its home answered, or
-  // before, from the location this process remembers (a guess, kept only
-  // when the home's answer names the same page).
   // The largest READ of a page verified as it lands (PageRead::Pieces):
   // half this host's 1 MiB L2. Measured on one core: 32 pages of 8 MiB
   // copied then hashed whole took 78-83 ms; each 512 KiB piece hashed
   // right after its copy, 60 ms.
   static constexpr uint64_t kLandingPiece = 512 << 10;
+  // A GET's READs of one page: started as soon as its home answered, or
+  // before, from the location this process remembers (a guess, kept only
+  // when the home's answer names the same page).
   struct PageRead {
     enum class Check : uint8_t {
       kConfirmed,    // the home's answer names this page: its bytes are the key's (once verified)
@@ -162,17 +162,18 @@ class StoreClient {
   void Launch(std::vector<PageRead> pages, net::Deadline by, const std::vector<std::vector<StoreBuffer>>& buffers,
               const std::vector<Memory>& memory, Reads* reads, std::vector<std::pair<PageRead, Status>>* refused,
               const std::vector<TransferRequest>& first = {});
-  // Checksums the verified pages of flight `flight` whose READs alone have
-  // ended well (PageRead::sum), in order from reads->pages[*next], which
-  // it advances: a pass stops at the first page still out. True when it
-  // took one.
+  // Checksums the verified pages of flight `flight` that are checksummed
+  // as they land (VerifiesAsItLands) and whose READs alone have ended well
+  // (PageRead::sum), a page read in pieces piece by piece (FeedPieces), in
+  // order from reads->pages[*next], which it advances: a pass stops at the
+  // first page still out. True when it took a page or a piece.
+  bool ChecksumLanded(const std::vector<std::vector<StoreBuffer>>& buffers, Reads* reads, size_t flight,
+                      size_t* next);
   // Adds to the checksum of `read` (read in pieces) each piece that has
   // landed since, in order, and sets read->sum once all have: true when it
   // added any. *failed: a piece's READ failed (the page is not checksummed;
-  // its outcome fails it).
+  // its outcome fails it). Nothing once the flight is finished (freed).
   bool FeedPieces(const Reads& reads, PageRead* read, bool* failed);
-  bool ChecksumLanded(const std::vector<std::vector<StoreBuffer>>& buffers, Reads* reads, size_t flight,
-                      size_t* next);
   // The outcome of `page`'s READs, waiting for its flight the first time.
   const Status& Land(Reads* reads, const PageRead& page);
   // Without waiting: true, with the outcome of `page`'s READs in *outcome,
