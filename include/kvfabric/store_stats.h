@@ -26,6 +26,7 @@
   X(exists_hits, "keys found")                                                                            \
   X(control_calls, "control messages it sent to members")                                                \
   X(control_failures, "control messages that failed (unreachable, timeout)")                             \
+  X(copied_pages, "pages it got or put by copying them itself from or into the shared pool of a member on its host, not through the fabric (KVF_STORE_SHARE_POOLS)") \
   /* This node's pool (zero for a client). */                                                             \
   X(pool_bytes, "bytes of the pool")                                                                      \
   X(used_bytes, "bytes of the pool holding pages")                                                        \

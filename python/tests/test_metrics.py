@@ -130,7 +130,8 @@ def test_a_stores_figures_are_served_beside_its_engines():
     nodes = Nodes("tcp", 2)
     try:
         with kvfabric.Engine(protocol="tcp", settings={"KVF_METRICS_LISTEN": "127.0.0.1:0",
-                                                       "KVF_LOG_LEVEL": "error"}) as e:
+                                                       "KVF_LOG_LEVEL": "error",
+                                                       "KVF_STORE_SHARE_POOLS": "0"}) as e:
             store = kvfabric.Store(e, members=nodes.members)
             try:
                 pages = [np.full(8192 + i, i, dtype=np.uint8) for i in range(8)]
@@ -168,5 +169,8 @@ def test_a_stores_figures_are_served_beside_its_engines():
     assert value("kvfabric_store_control_round_trips_total", **engine) >= 3
     for call in ("put", "get", "exists"):
         assert value("kvfabric_store_call_latency_seconds_count", call=call, **engine) == 1, call
-    # The engine's own figures are in the same scrape: the pages' bytes went by its rails.
+    # The client maps no pool (KVF_STORE_SHARE_POOLS=0): no page was copied,
+    # and the engine's own figures, in the same scrape, say the pages' bytes
+    # went by its rails.
+    assert value("kvfabric_store_copied_pages_total", **engine) == 0
     assert value("kvfabric_rail_bytes_total", op="write", **engine) >= sum(p.nbytes for p in pages)

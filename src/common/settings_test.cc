@@ -21,7 +21,8 @@ TEST(SettingsTest, DefaultsComeFromTheDeclaration) {
   EXPECT_EQ(s.store_put_mode, "push");
   EXPECT_EQ(s.store_verify_overlap, "auto");
   EXPECT_EQ(s.post_burst_us, 20);
-  EXPECT_EQ(Settings::Table().size(), 58u);
+  EXPECT_TRUE(s.store_share_pools);
+  EXPECT_EQ(Settings::Table().size(), 59u);
   for (const auto& i : Settings::Table()) {
     EXPECT_EQ(i.env.rfind("KVF_", 0), 0u) << i.env;
     EXPECT_FALSE(i.meaning.empty()) << i.env;

@@ -159,6 +159,10 @@ std::vector<MetricFamily> StoreFamilies(const std::string& engine, const StoreSt
   b.Counter("kvfabric_store_control_round_trips_total", "Control messages sent to members", {}, s.control_calls);
   b.Counter("kvfabric_store_control_failures_total", "Control messages that failed (unreachable, timeout)", {},
             s.control_failures);
+  b.Counter("kvfabric_store_copied_pages_total",
+            "Pages got or put by copying them from or into the shared pool of a member on this host, not through "
+            "the fabric (KVF_STORE_SHARE_POOLS)",
+            {}, s.copied_pages);
   b.Gauge("kvfabric_store_pool_bytes", "Bytes of this node's pool", {}, static_cast<double>(s.pool_bytes));
   b.Gauge("kvfabric_store_pool_used_bytes", "Bytes of the pool holding pages", {}, static_cast<double>(s.used_bytes));
   b.Gauge("kvfabric_store_pool_quarantined_bytes", "Bytes freed but not reusable yet (a GET may still read them)", {},

@@ -1,7 +1,9 @@
 #include "store/batch_runner.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstring>
 #include <thread>
 
 namespace kvfabric::store {
@@ -22,7 +24,8 @@ BatchRunner::~BatchRunner() { FreeEnded(); }
 
 void BatchRunner::Start(const std::vector<TransferRequest>& requests,
                         const std::vector<std::pair<size_t, size_t>>& groups, Flight* flight,
-                        std::vector<Status>* outcomes) {
+                        std::vector<Status>* outcomes, const std::vector<uint64_t>& copyable,
+                        const std::function<void(size_t)>& on_copied) {
   FreeEnded();
   *flight = Flight{};
   flight->first_task.assign(groups.size(), kNotSubmitted);
@@ -30,26 +33,48 @@ void BatchRunner::Start(const std::vector<TransferRequest>& requests,
   for (size_t g = 0; g < groups.size(); ++g) flight->tasks[g] = groups[g].second - groups[g].first;
   outcomes->assign(groups.size(), Status::OK());
   if (requests.empty()) return;
-  if (Status s = engine_->AllocateBatch(requests.size(), &flight->batch); !s.ok()) {
-    outcomes->assign(groups.size(), s);
+  CopyMapped(requests, groups, copyable, flight, on_copied);
+  const std::vector<bool> copied = flight->copied;
+  // The others, as one engine batch: group g's requests at sent[g].first.
+  std::vector<TransferRequest> rest;
+  const std::vector<TransferRequest>* batch = &requests;
+  std::vector<std::pair<size_t, size_t>> sent = groups;
+  if (!copied.empty()) {
+    for (size_t g = 0; g < groups.size(); ++g) {
+      if (copied[g]) {
+        sent[g] = {rest.size(), rest.size()};
+        continue;
+      }
+      sent[g].first = rest.size();
+      rest.insert(rest.end(), requests.begin() + groups[g].first, requests.begin() + groups[g].second);
+      sent[g].second = rest.size();
+    }
+    if (rest.empty()) return;
+    batch = &rest;
+  }
+  if (Status s = engine_->AllocateBatch(batch->size(), &flight->batch); !s.ok()) {
+    for (size_t g = 0; g < groups.size(); ++g)
+      if (copied.empty() || !copied[g]) (*outcomes)[g] = s;
     return;
   }
   flight->allocated = true;
-  Status whole = engine_->Submit(flight->batch, requests);
+  Status whole = engine_->Submit(flight->batch, *batch);
   if (whole.ok()) {
-    for (size_t g = 0; g < groups.size(); ++g) flight->first_task[g] = groups[g].first;
+    for (size_t g = 0; g < groups.size(); ++g)
+      if (copied.empty() || !copied[g]) flight->first_task[g] = sent[g].first;
     return;
   }
   if (whole.code() == Status::Code::kClosed) {
-    outcomes->assign(groups.size(), whole);
+    for (size_t g = 0; g < groups.size(); ++g)
+      if (copied.empty() || !copied[g]) (*outcomes)[g] = whole;
     return;
   }
   // One group's bad memory refused the whole: find it by submitting each alone.
   size_t next_task = 0;
   for (size_t g = 0; g < groups.size(); ++g) {
-    const auto [begin, end] = groups[g];
+    const auto [begin, end] = sent[g];
     if (begin == end) continue;
-    std::vector<TransferRequest> part(requests.begin() + begin, requests.begin() + end);
+    std::vector<TransferRequest> part(batch->begin() + begin, batch->begin() + end);
     if (Status s = engine_->Submit(flight->batch, part); !s.ok()) {
       (*outcomes)[g] = s;
       continue;
@@ -59,7 +84,103 @@ void BatchRunner::Start(const std::vector<TransferRequest>& requests,
   }
 }
 
+void BatchRunner::CopyMapped(const std::vector<TransferRequest>& requests,
+                             const std::vector<std::pair<size_t, size_t>>& groups,
+                             const std::vector<uint64_t>& copyable, Flight* flight,
+                             const std::function<void(size_t)>& on_copied) {
+  if (maps_ == nullptr || copyable.empty()) return;
+  SegmentHandle last = -1;
+  std::shared_ptr<const PoolMap> map;
+  std::vector<Copier::Piece> pieces;
+  std::vector<std::shared_ptr<const void>> keep;  // the mappings the pieces are in
+  size_t bytes = 0;
+  bool writes = false;
+  size_t largest = 0;
+  std::vector<size_t> in_order;  // the groups copied, in the order of their pieces
+  // In the order of the requests, as a rail would post them (a GET's region
+  // versions, last, are read after its pages).
+  std::vector<size_t> order(std::min(groups.size(), copyable.size()));
+  for (size_t g = 0; g < order.size(); ++g) order[g] = g;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return groups[a].first < groups[b].first; });
+  for (size_t g : order) {
+    const auto [begin, end] = groups[g];
+    if (copyable[g] == kNoCopy || begin == end) continue;
+    const size_t first = pieces.size();
+    for (size_t r = begin; r < end; ++r) {
+      const TransferRequest& q = requests[r];
+      if (q.target != last) {
+        map = maps_->Find(q.target);
+        last = q.target;
+        if (map != nullptr && (keep.empty() || keep.back() != map)) keep.push_back(map);
+      }
+      uint8_t* at = map == nullptr || map->epoch() != copyable[g] ? nullptr : map->Local(q.remote_addr, q.length);
+      if (at == nullptr || (q.opcode != OpCode::kRead && q.opcode != OpCode::kWrite)) break;
+      if (q.opcode == OpCode::kRead) pieces.push_back({q.local, at, q.length});
+      else pieces.push_back({at, q.local, q.length});
+      writes = writes || q.opcode == OpCode::kWrite;
+      bytes += q.length;
+    }
+    if (pieces.size() - first != end - begin) {  // not all of it: the fabric's
+      for (size_t p = first; p < pieces.size(); ++p) bytes -= pieces[p].length;
+      pieces.resize(first);
+      continue;
+    }
+    if (flight->copied.empty()) {
+      flight->copied.assign(groups.size(), false);
+      flight->first_copy.assign(groups.size(), 0);
+    }
+    flight->copied[g] = true;
+    flight->first_copy[g] = first;
+    in_order.push_back(g);
+    size_t group_bytes = 0;
+    for (size_t p = first; p < pieces.size(); ++p) group_bytes += pieces[p].length;
+    largest = std::max(largest, group_bytes);
+  }
+  if (pieces.empty()) return;
+  if (CopyOnThread(writes, bytes, largest)) {
+    flight->copies.job = copier_.Start(std::move(pieces), std::move(keep));
+    return;
+  }
+  // Here: the first groups, up to HereShare(bytes), by this thread; the
+  // rest at the same time by the Copier.
+  const size_t here = HereShare(bytes);
+  size_t split = 0, done_here = 0;
+  while (split < in_order.size() && done_here < here) {
+    const size_t g = in_order[split++];
+    for (size_t p = flight->first_copy[g]; p < flight->first_copy[g] + flight->tasks[g]; ++p)
+      done_here += pieces[p].length;
+  }
+  if (split < in_order.size()) {
+    std::vector<Copier::Piece> rest;
+    for (size_t k = split; k < in_order.size(); ++k) {
+      const size_t g = in_order[k];
+      const size_t from = flight->first_copy[g];
+      flight->first_copy[g] = rest.size();
+      rest.insert(rest.end(), pieces.begin() + from, pieces.begin() + from + flight->tasks[g]);
+    }
+    flight->copies.job = copier_.Start(std::move(rest), keep);
+  }
+  for (size_t k = 0; k < split; ++k) {
+    const size_t g = in_order[k];
+    for (size_t p = flight->first_copy[g]; p < flight->first_copy[g] + flight->tasks[g]; ++p) {
+      std::memcpy(pieces[p].to, pieces[p].from, pieces[p].length);
+      std::atomic_thread_fence(std::memory_order_acquire);  // this piece read before the next one
+    }
+    flight->first_copy[g] = kCopiedHere;
+    if (on_copied) on_copied(g);
+  }
+}
+
+bool BatchRunner::CopiedGroupEnded(const Flight& flight, size_t g, size_t pieces) {
+  return flight.copies.job == nullptr || flight.first_copy[g] == kCopiedHere ||
+         flight.copies.job->done() >= flight.first_copy[g] + pieces;
+}
+
 void BatchRunner::Finish(Flight* flight, net::Deadline deadline, std::vector<Status>* outcomes) {
+  if (flight->copies.job) {  // copies end, whatever the deadline: they write memory the caller is about to use
+    flight->copies.job->Wait();
+    flight->copies.job = nullptr;
+  }
   if (!flight->allocated) return;
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
   TransferStatus all;
@@ -88,6 +209,9 @@ void BatchRunner::Finish(Flight* flight, net::Deadline deadline, std::vector<Sta
 void BatchRunner::Peek(Flight* flight, net::Deadline until, std::vector<bool>* ended,
                        std::vector<Status>* outcomes) {
   ended->assign(flight->first_task.size(), true);
+  if (flight->copies.job && !flight->copies.job->WaitUntil(until))
+    for (size_t g = 0; g < flight->copied.size(); ++g)
+      if (flight->copied[g]) (*ended)[g] = CopiedGroupEnded(*flight, g, flight->tasks[g]);
   if (!flight->allocated) return;
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
   TransferStatus all;
@@ -103,6 +227,7 @@ void BatchRunner::Peek(Flight* flight, net::Deadline until, std::vector<bool>* e
 
 bool BatchRunner::GroupEnded(const Flight& flight, size_t g, Status* failure) const {
   *failure = Status::OK();
+  if (!flight.copied.empty() && flight.copied[g]) return CopiedGroupEnded(flight, g, flight.tasks[g]);
   if (!flight.allocated || flight.first_task[g] == kNotSubmitted) return true;
   for (size_t t = 0; t < flight.tasks[g]; ++t) {
     Status s;
@@ -114,6 +239,7 @@ bool BatchRunner::GroupEnded(const Flight& flight, size_t g, Status* failure) co
 
 bool BatchRunner::RequestEnded(const Flight& flight, size_t g, size_t t, Status* failure) const {
   *failure = Status::OK();
+  if (!flight.copied.empty() && flight.copied[g]) return CopiedGroupEnded(flight, g, t + 1);
   if (!flight.allocated || flight.first_task[g] == kNotSubmitted) return true;
   TransferStatus ts;
   Status s = engine_->GetTaskStatus(flight.batch, flight.first_task[g] + t, &ts);

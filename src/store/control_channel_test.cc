@@ -468,7 +468,7 @@ TEST_F(ControlChannelTest, APeerOfAnotherProtocolVersionIsRefusedNamingBoth) {
   SendRaw(old, Header(control::kMagicPrefix | '3', control::kRequest, 3, 1) + "abc");
   const Status refusal = Refusal(old);
   EXPECT_EQ(refusal.code(), Status::Code::kProtocolError);
-  EXPECT_NE(refusal.message().find("store protocol version 3 and this process version 4"), std::string::npos)
+  EXPECT_NE(refusal.message().find("store protocol version 3 and this process version 5"), std::string::npos)
       << refusal.ToString();
   EXPECT_EQ(seen_.load(), 0);
   ControlClient client(TestSettings());

@@ -7,7 +7,7 @@
 // A frame is a 20-byte header, every field big-endian, then the payload:
 //
 //   offset 0   magic    u32  "KVS" and the protocol version as a digit:
-//                            0x4B565334, "KVS4"
+//                            0x4B565335, "KVS5"
 //   offset 4   type     u16  FrameType
 //   offset 6   flags    u16  0 (reserved; ignored by readers)
 //   offset 8   length   u32  payload bytes: at most KVF_HANDSHAKE_MAX_FRAME,
@@ -61,8 +61,9 @@ enum FrameType : uint16_t {
 // frame, naming both versions, instead of misreading a message. Version 1
 // was the store before PUT by WRITE's reserve and commit; version 2 before
 // commits that name keys, ask for slots ahead and answer with them;
-// version 3 before commit replies that say where each page lies.
-constexpr uint32_t kProtocolVersion = 4;
+// version 3 before commit replies that say where each page lies; version 4
+// before hellos that say how a same-host process maps the pool (PoolShare).
+constexpr uint32_t kProtocolVersion = 5;
 constexpr uint32_t kMagicPrefix = 0x4B565300;  // "KVS", then the version's digit
 constexpr uint32_t kMagic = kMagicPrefix | ('0' + kProtocolVersion);
 constexpr size_t kHeaderSize = 20;

@@ -193,6 +193,8 @@ std::string EncodeNodeInfo(const NodeInfo& info) {
   for (uint64_t v : {info.pool_addr, info.pool_bytes, info.max_page_bytes, info.read_window_ms, info.epoch,
                      info.versions_addr, info.region_bytes})
     w.U64(v);
+  w.Bytes(info.share.host);
+  for (uint64_t v : {info.share.pid, info.share.fd, info.share.inode, info.share.bytes}) w.U64(v);
   return w.Take();
 }
 
@@ -203,7 +205,11 @@ Status DecodeNodeInfo(std::string_view payload, NodeInfo* out) {
   for (uint64_t* v : {&out->pool_addr, &out->pool_bytes, &out->max_page_bytes, &out->read_window_ms, &out->epoch,
                       &out->versions_addr, &out->region_bytes})
     r.U64(v);
+  std::string_view host;
+  r.Bytes(&host);
+  for (uint64_t* v : {&out->share.pid, &out->share.fd, &out->share.inode, &out->share.bytes}) r.U64(v);
   out->segment = segment;
+  out->share.host = host;
   return r.done() ? Status::OK() : Malformed("hello reply");
 }
 

@@ -40,6 +40,17 @@ enum class Op : uint8_t {
 // payload or an unknown operation.
 Status PeekOp(std::string_view payload, Op* op);
 
+// How a process on the node's host maps the node's pool (SharedPool); an
+// empty `host`: the pool is not shared.
+struct PoolShare {
+  std::string host;    // SharedPoolHostKey() of the node
+  uint64_t pid = 0;    // the node's process
+  uint64_t fd = 0;     // the pool's memfd in that process
+  uint64_t inode = 0;  // that memfd's inode: a reused pid's fd is not taken for it
+  uint64_t bytes = 0;  // the file's length: the pool, then the region versions' page (SharedPool)
+  bool operator==(const PoolShare&) const = default;
+};
+
 // A node as it describes itself.
 struct NodeInfo {
   std::string segment;      // its engine's segment name: where the pool is read
@@ -53,6 +64,7 @@ struct NodeInfo {
   // bytes [r * region_bytes, (r + 1) * region_bytes), then the epoch.
   uint64_t versions_addr = 0;
   uint64_t region_bytes = 0;
+  PoolShare share;
 };
 
 // Where a key's page is: found, its bytes at [addr, addr + length) in the

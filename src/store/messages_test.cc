@@ -136,13 +136,15 @@ TEST(MessagesTest, RepliesRoundTrip) {
   EXPECT_EQ(st_back[1].message(), "pool full");
   EXPECT_EQ(st_back[2].code(), Status::Code::kInvalidArgument);
 
-  NodeInfo info{"h:1", 4096, 1 << 20, 65536, 15000, 77, 8192, 4096};
+  NodeInfo info{"h:1", 4096, 1 << 20, 65536, 15000, 77, 8192, 4096,
+                {"boot/pid:[4026531836]/net:[4026531840]", 1234, 7, 99, (1 << 20) + 4096}};
   NodeInfo info_back;
   ASSERT_TRUE(DecodeNodeInfo(EncodeNodeInfo(info), &info_back).ok());
   EXPECT_EQ(info_back.segment, "h:1");
   EXPECT_EQ(info_back.epoch, 77u);
   EXPECT_EQ(info_back.versions_addr, 8192u);
   EXPECT_EQ(info_back.region_bytes, 4096u);
+  EXPECT_EQ(info_back.share, info.share);
 
   NodeStats stats;
   stats.evictions = 5;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <utility>
@@ -45,25 +46,50 @@ NodeService::NodeService(Engine* engine, const Settings& settings, uint64_t* ver
 
 Status NodeService::Start(Engine* engine, const Settings& settings, std::unique_ptr<NodeService>* out) {
   if (settings.store_pool_bytes <= 0) return Status::InvalidArgument("store: a node's pool needs store_pool_bytes > 0");
+  const auto pool_bytes = static_cast<size_t>(settings.store_pool_bytes);
+  // The pool and its region versions in one memfd that same-host processes
+  // map (KVF_STORE_SHARE_POOLS), or private memory.
+  SharedPool shared;
+  PoolShare share;
+  void* words = nullptr;
+  void* pool = nullptr;
+  if (settings.store_share_pools) {
+    if (Status s = SharedPool::Create(pool_bytes, kVersionsMapBytes, &shared, &share); s.ok()) {
+      words = shared.versions();
+      pool = shared.pool();
+      shared.Release();
+    } else {
+      KVF_LOG_WARN("{}; the pool stays private to this process", s.ToString());
+      share = PoolShare{};
+    }
+  }
   // The region versions peers READ: a page of their own, registered like the pool.
-  void* words = mmap(nullptr, kVersionsMapBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (words == MAP_FAILED) return Status::Unavailable("store: cannot map the pool's region versions");
+  if (words == nullptr) {
+    words = mmap(nullptr, kVersionsMapBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (words == MAP_FAILED) return Status::Unavailable("store: cannot map the pool's region versions");
+  }
   std::unique_ptr<NodeService> node(new NodeService(engine, settings, static_cast<uint64_t*>(words)));
   node->version_words_ = words;
+  node->shared_ = std::move(shared);
+  node->pool_bytes_ = pool_bytes;
+  if (pool == nullptr) {
+    pool = mmap(nullptr, node->pool_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (pool == MAP_FAILED)
+      return Status::InvalidArgument("store: cannot map a pool of " + std::to_string(node->pool_bytes_) +
+                                     " bytes (KVF_STORE_POOL_BYTES); lower it or free memory");
+  }
+  node->pool_ = static_cast<uint8_t*>(pool);
   if (Status s = engine->RegisterMemory(words, kVersionsMapBytes, "*"); !s.ok()) {
+    munmap(pool, node->pool_bytes_);
+    node->pool_ = nullptr;
     munmap(words, kVersionsMapBytes);
     node->version_words_ = nullptr;
     return s.Annotate("store: registering the pool's region versions");
   }
-  node->pool_bytes_ = static_cast<size_t>(settings.store_pool_bytes);
-  void* pool = mmap(nullptr, node->pool_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (pool == MAP_FAILED)
-    return Status::InvalidArgument("store: cannot map a pool of " + std::to_string(node->pool_bytes_) +
-                                   " bytes (KVF_STORE_POOL_BYTES); lower it or free memory");
-  node->pool_ = static_cast<uint8_t*>(pool);
   // Huge pages where the kernel gives them (fewer TLB misses for the
-  // provider's copies, fewer pages for a NIC to map), then the whole pool
-  // faulted in, unless KVF_STORE_POOL_PREFAULT says not to.
+  // provider's copies, fewer pages for a NIC to map; a shared pool has them
+  // only where /sys/kernel/mm/transparent_hugepage/shmem_enabled allows),
+  // then the whole pool faulted in, unless KVF_STORE_POOL_PREFAULT says not to.
   (void)madvise(pool, node->pool_bytes_, MADV_HUGEPAGE);
   if (settings.store_pool_prefault) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -99,11 +125,13 @@ Status NodeService::Start(Engine* engine, const Settings& settings, std::unique_
   info.pool_bytes = node->pool_bytes_;
   info.max_page_bytes = static_cast<uint64_t>(settings.store_max_page_bytes);
   info.read_window_ms = static_cast<uint64_t>(settings.store_read_window_ms);
-  info.epoch = crypto::RandomU64();
+  do info.epoch = crypto::RandomU64();
+  while (info.epoch == 0);  // 0 names no node (BatchRunner::kNoCopy)
   // After the versions, the epoch: a client reading them knows they are this node's.
   static_cast<uint64_t*>(node->version_words_)[RegionVersions::kRegions] = info.epoch;
   info.versions_addr = reinterpret_cast<uintptr_t>(node->version_words_);
   info.region_bytes = node->versions_.region_bytes();
+  info.share = share;
   std::string listen;
   KVF_RETURN_IF_ERROR(ListenAddress(*engine, settings, &listen));
   NodeService* self = node.get();
@@ -123,6 +151,12 @@ Status NodeService::Start(Engine* engine, const Settings& settings, std::unique_
 NodeService::~NodeService() { Stop(); }
 
 void NodeService::Stop() {
+  // The epoch after the versions goes first: a client that maps the pool
+  // (its process lives on) or READs the versions no longer takes pages
+  // from it for this node's (PoolMap::Serving, ConfirmByVersions).
+  if (version_words_ != nullptr)
+    std::atomic_ref<uint64_t>(static_cast<uint64_t*>(version_words_)[RegionVersions::kRegions])
+        .store(0, std::memory_order_release);
   if (server_) server_->Stop();  // no new requests; replies still held become no-ops
   {
     std::lock_guard<std::mutex> g(jobs_mu_);

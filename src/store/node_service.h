@@ -42,6 +42,7 @@
 #include "store/page_table.h"
 #include "store/region_versions.h"
 #include "store/reservations.h"
+#include "store/shared_pool.h"
 
 namespace kvfabric::store {
 
@@ -154,6 +155,7 @@ class NodeService {
   std::string address_;
 
   void* version_words_ = nullptr;  // kVersionsMapBytes, mapped and registered
+  SharedPool shared_;  // the memfd holding both when the pool is shared (KVF_STORE_SHARE_POOLS)
   RegionVersions versions_;        // over version_words_, bumped by table_ under table_mu_
   std::mutex table_mu_;
   PageTable table_;

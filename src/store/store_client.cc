@@ -111,7 +111,8 @@ StoreClient::StoreClient(Engine* engine, const Settings& settings, ControlClient
       control_(control),
       members_(members),
       self_(self),
-      runner_(engine),
+      maps_(settings.store_share_pools),
+      runner_(engine, &maps_),
       locations_(static_cast<size_t>(settings.store_location_cache)),
       scratch_(engine, kVersionsReadBytes, kScratchSlots),
       verify_short_as_they_land_(settings.store_verify && VerifyAsPageLands(settings.store_verify_overlap, engine->rails(),
@@ -159,10 +160,16 @@ std::vector<StoreClient::NodeCall> StoreClient::GroupByHome(const std::vector<st
     }
     calls[home].keys.push_back(i);
   }
+  if (maps_for_.exchange(snap.get(), std::memory_order_relaxed) != snap.get()) {
+    std::vector<SegmentHandle> live;
+    for (const auto& node : snap->nodes) live.push_back(node->segment);
+    maps_.Keep(live);
+  }
   std::vector<NodeCall> used;
   for (size_t n = 0; n < calls.size(); ++n) {
     if (calls[n].keys.empty()) continue;
     calls[n].node = snap->nodes[n];
+    maps_.Attach(calls[n].node->name, calls[n].node->info, calls[n].node->segment);
     used.push_back(std::move(calls[n]));
   }
   return used;
@@ -357,7 +364,7 @@ void StoreClient::PutFrom(const std::vector<std::string>& keys, const std::vecto
   std::vector<size_t> started;  // the calls whose reservations need a commit, in the order they started
   for (size_t c = 0; c < calls.size(); ++c) {
     if (!pushes[c].granted) continue;
-    StartWrites(keys, sources, calls[c], &pushes[c], results);
+    StartWrites(keys, sources, memory, calls[c], &pushes[c], results);
     started.push_back(c);
   }
   size_t r = 0;
@@ -368,7 +375,8 @@ void StoreClient::PutFrom(const std::vector<std::string>& keys, const std::vecto
     NodeCall& call = calls[asking[r]];
     call.status = std::move(reserving[r].status);
     call.reply = std::move(reserving[r].reply);
-    if (StartPush(keys, sources, writes_by, &call, &pushes[asking[r]], results)) started.push_back(asking[r]);
+    if (StartPush(keys, sources, memory, writes_by, &call, &pushes[asking[r]], results))
+      started.push_back(asking[r]);
   }
   while (summed < to_sum.size()) sum_next();
   for (size_t u : unanswered) {
@@ -595,7 +603,8 @@ std::vector<uint64_t> StoreClient::GrantFor(const NodeCall& call,
 }
 
 bool StoreClient::StartPush(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& sources,
-                            net::Deadline writes_by, NodeCall* call, Push* push, std::vector<Status>* results) {
+                            const std::vector<Memory>& memory, net::Deadline writes_by, NodeCall* call, Push* push,
+                            std::vector<Status>* results) {
   Status s = call->status;
   if (s.ok()) s = DecodeSlots(call->reply, call->keys.size(), &push->slots);
   if (!s.ok()) {
@@ -619,15 +628,17 @@ bool StoreClient::StartPush(const std::vector<std::string>& keys, const std::vec
     }
     call->node = std::move(fresh);
   }
-  StartWrites(keys, sources, *call, push, results);
+  StartWrites(keys, sources, memory, *call, push, results);
   return push->slots.ticket != 0;
 }
 
 void StoreClient::StartWrites(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& sources,
-                              const NodeCall& call, Push* push, std::vector<Status>* results) {
+                              const std::vector<Memory>& memory, const NodeCall& call, Push* push,
+                              std::vector<Status>* results) {
   push->group_of.assign(call.keys.size(), SIZE_MAX);
   std::vector<TransferRequest> writes;
   std::vector<std::pair<size_t, size_t>> groups;
+  std::vector<uint64_t> copyable;
   for (size_t j = 0; j < call.keys.size(); ++j) {
     const size_t i = call.keys[j];
     const size_t slot = push->slot_of[j];
@@ -637,6 +648,7 @@ void StoreClient::StartWrites(const std::vector<std::string>& keys, const std::v
     }
     push->group_of[j] = groups.size();
     groups.push_back({writes.size(), 0});
+    copyable.push_back(memory[i] == Memory::kHost ? call.node->info.epoch : BatchRunner::kNoCopy);
     uint64_t at = push->slots.addrs[slot];
     for (const StoreBuffer& b : sources[i]) {
       writes.push_back({OpCode::kWrite, b.addr, call.node->segment, at, b.length});
@@ -644,7 +656,8 @@ void StoreClient::StartWrites(const std::vector<std::string>& keys, const std::v
     }
     groups.back().second = writes.size();
   }
-  runner_.Start(writes, groups, &push->flight, &push->wrote);
+  runner_.Start(writes, groups, &push->flight, &push->wrote, copyable);
+  Add(counters_.copied_pages, push->flight.Copied());
 }
 
 void StoreClient::PullFrom(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& sources,
@@ -873,12 +886,15 @@ void StoreClient::Get(const std::vector<std::string>& keys, const std::vector<st
 void StoreClient::Launch(std::vector<PageRead> pages, net::Deadline by,
                          const std::vector<std::vector<StoreBuffer>>& buffers, const std::vector<Memory>& memory,
                          Reads* reads, std::vector<std::pair<PageRead, Status>>* refused,
-                         const std::vector<TransferRequest>& first) {
+                         const std::vector<TransferRequest>& first, const std::vector<uint64_t>& first_epochs) {
   if (pages.empty()) return;
   std::vector<TransferRequest> requests;
   std::vector<std::pair<size_t, size_t>> groups(first.size());
+  std::vector<uint64_t> copyable = first_epochs;  // `first` READs into scratch slots, host memory
+  copyable.resize(first.size(), BatchRunner::kNoCopy);
   for (PageRead& page : pages) {
     const size_t i = page.key;
+    copyable.push_back(memory[i] == Memory::kHost ? page.home->info.epoch : BatchRunner::kNoCopy);
     // No checksum on GPU memory: its page is whole by the read window alone.
     page.verify = settings_.store_verify && memory[i] == Memory::kHost;
     page.sum = PageRead::Sum::kNotTaken;
@@ -909,8 +925,20 @@ void StoreClient::Launch(std::vector<PageRead> pages, net::Deadline by,
   }
   ReadFlight flight;
   flight.by = by;
-  runner_.Start(requests, groups, &flight.flight, &flight.outcomes);
   const size_t k = first.size();
+  // A page copied from a mapped pool is checksummed right after its copy,
+  // while its bytes are in this core's cache.
+  // (Measured, shm, 3 nodes, batches of 256 pages of 128 KiB: 0.93-0.97
+  // of the bare READ, against 0.75-0.78 with the pages checksummed once
+  // the batch was copied; the same at batch 32, whose 4 MiB stay in L3.)
+  const auto copied = [&](size_t g) {
+    if (g < k) return;
+    PageRead& page = pages[g - k];
+    if (!page.verify) return;
+    page.sum = LandedAsStored(buffers[page.key], page.where) ? PageRead::Sum::kMatches : PageRead::Sum::kDiffers;
+  };
+  runner_.Start(requests, groups, &flight.flight, &flight.outcomes, copyable, copied);
+  Add(counters_.copied_pages, flight.flight.Copied(k));  // the pages, not the versions
   bool any = false;
   for (size_t p = 0; p < pages.size(); ++p) any = any || flight.outcomes[k + p].ok();
   if (!any) {  // no page will land: the flight is not kept (the caller did not ask for `first` alone)
@@ -956,9 +984,14 @@ bool StoreClient::ChecksumLanded(const std::vector<std::vector<StoreBuffer>>& bu
       if (read.sum == PageRead::Sum::kNotTaken) break;
       continue;
     }
-    if (!VerifiesAsItLands(read.where.length)) continue;  // FinishRead checksums it once the flight has landed
+    const BatchRunner::Flight& f = reads->flights[flight].flight;
+    // Pages copied on the Copier's thread are checksummed beside its copies
+    // of the next ones, whatever the rails.
+    const bool copying = f.copies.job != nullptr && f.copied[read.group];
+    // The others as VerifiesAsItLands says; if not, FinishRead checksums them once the flight has landed.
+    if (!copying && !VerifiesAsItLands(read.where.length)) continue;
     Status failure;
-    if (!runner_.GroupEnded(reads->flights[flight].flight, read.group, &failure)) break;
+    if (!runner_.GroupEnded(f, read.group, &failure)) break;
     if (!failure.ok()) continue;  // a failed READ is not checksummed: FinishRead fails it
     read.sum = LandedAsStored(buffers[read.key], read.where) ? PageRead::Sum::kMatches : PageRead::Sum::kDiffers;
     took = true;
@@ -1008,6 +1041,7 @@ void StoreClient::StartGuesses(const std::vector<std::string>& keys,
   if (locations_.capacity() == 0) return;
   std::vector<PageRead> pages;
   std::vector<TransferRequest> versions;
+  std::vector<uint64_t> version_epochs;
   net::Deadline by = deadline;
   CachedLocation cached;
   for (const NodeCall& call : calls) {
@@ -1034,13 +1068,14 @@ void StoreClient::StartGuesses(const std::vector<std::string>& keys,
     if (slot == nullptr) continue;  // every slot in use: lookups confirm these guesses
     probe->homes.push_back({call.node->name, slot, versions.size()});
     versions.push_back({OpCode::kRead, slot, call.node->segment, info.versions_addr, kVersionsReadBytes});
+    version_epochs.push_back(info.epoch);
   }
   // One engine batch with the pages, waited for once. A guess the engine
   // refuses is no guess: its key is looked up as any.
   std::vector<std::pair<PageRead, Status>> refused;
   const size_t first = reads->pages.size();
   const size_t flights = reads->flights.size();
-  Launch(std::move(pages), by, buffers, memory, reads, &refused, versions);
+  Launch(std::move(pages), by, buffers, memory, reads, &refused, versions, version_epochs);
   for (size_t p = first; p < reads->pages.size(); ++p) (*guessed)[reads->pages[p].key] = p;
   if (reads->flights.size() == flights) {  // nothing launched: no versions either
     for (const Probe::Home& h : probe->homes) scratch_.Give(h.slot);
@@ -1067,7 +1102,7 @@ void StoreClient::ConfirmByVersions(const std::vector<std::vector<StoreBuffer>>&
   ReadFlight& f = reads->flights[probe->flight];
   const auto now = Clock::now();
   const net::Deadline until = now + std::max<net::Deadline::duration>(kVersionsWait, (deadline - now) / 4);
-  if (verify_short_as_they_land_ || verify_long_as_they_land_) {
+  if (verify_short_as_they_land_ || verify_long_as_they_land_ || f.flight.copies.job != nullptr) {
     LandingPace pace(std::chrono::microseconds(settings_.store_spin_us));
     for (size_t next = 0; next < reads->pages.size() && Clock::now() < until;) {
       if (ChecksumLanded(buffers, reads, probe->flight, &next)) pace.Landed();
@@ -1457,6 +1492,7 @@ void StoreClient::AddStats(StoreStats* out) const {
   out->exists_hits = get(counters_.exists_hits);
   out->control_calls = get(counters_.control_calls);
   out->control_failures = get(counters_.control_failures);
+  out->copied_pages = get(counters_.copied_pages);
 }
 
 }  // namespace kvfabric::store

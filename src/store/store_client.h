@@ -158,10 +158,10 @@ class StoreClient {
   // reads->pages. A page the engine refuses is left out and listed in
   // `refused` with the refusal (a flight of refusals only is not kept).
   // `first` requests go in the same flight, as groups 0..k-1 (the pages
-  // are groups k..).
+  // are groups k..), into host memory of the nodes in epochs `first_epochs`.
   void Launch(std::vector<PageRead> pages, net::Deadline by, const std::vector<std::vector<StoreBuffer>>& buffers,
               const std::vector<Memory>& memory, Reads* reads, std::vector<std::pair<PageRead, Status>>* refused,
-              const std::vector<TransferRequest>& first = {});
+              const std::vector<TransferRequest>& first = {}, const std::vector<uint64_t>& first_epochs = {});
   // Checksums the verified pages of flight `flight` that are checksummed
   // as they land (VerifiesAsItLands) and whose READs alone have ended well
   // (PageRead::sum), a page read in pieces piece by piece (FeedPieces), in
@@ -283,12 +283,14 @@ class StoreClient {
   // view of a home that restarted) and StartWrites. Whether the home holds
   // a reservation, which a commit must then end.
   bool StartPush(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& sources,
-                 net::Deadline writes_by, NodeCall* call, Push* push, std::vector<Status>* results);
+                 const std::vector<Memory>& memory, net::Deadline writes_by, NodeCall* call, Push* push,
+                 std::vector<Status>* results);
   // Starts the WRITEs of the call's pages into the slots of `push` (one
   // engine batch, a group per page); keys whose slot was refused get their
-  // results.
+  // results. Pages in host memory to a pool this process maps are copied
+  // into it at once (BatchRunner::Start).
   void StartWrites(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& sources,
-                   const NodeCall& call, Push* push, std::vector<Status>* results);
+                   const std::vector<Memory>& memory, const NodeCall& call, Push* push, std::vector<Status>* results);
 
   // Slots a home granted this process for its next PUT there, asked for
   // in the commit of the last one (KVF_STORE_PUT_GRANTS): a PUT whose pages
@@ -347,6 +349,10 @@ class StoreClient {
   ControlClient* const control_;
   MemberView* const members_;
   NodeService* const self_;
+  // The pools of same-host members this process maps (KVF_STORE_SHARE_POOLS),
+  // attached as GroupByHome meets their nodes, forgotten as they leave.
+  mutable PoolMaps maps_;
+  mutable std::atomic<const MemberSnapshot*> maps_for_{nullptr};  // the snapshot maps_ was last kept for
   BatchRunner runner_;
   LocationCache locations_;  // KVF_STORE_LOCATION_CACHE
   // Where the region versions of a call's homes are READ to.
@@ -410,7 +416,7 @@ class StoreClient {
     std::atomic<uint64_t> get_unverified{0}, get_cached{0}, get_cached_stale{0}, get_no_lookup{0}, put_bounced{0};
     std::atomic<uint64_t> put_granted{0};
     std::atomic<uint64_t> exists_keys{0}, exists_hits{0};
-    std::atomic<uint64_t> control_calls{0}, control_failures{0};
+    std::atomic<uint64_t> control_calls{0}, control_failures{0}, copied_pages{0};
   };
   mutable Counters counters_;
 

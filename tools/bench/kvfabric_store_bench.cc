@@ -25,6 +25,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -39,6 +40,7 @@
 #include <functional>
 #include <mutex>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -65,6 +67,9 @@ struct Options {
   // serve
   uint64_t pool = 512ull << 20;
   std::string listen = "127.0.0.1:0";
+  uint64_t ceiling = 0;  // bytes of private memory registered for the bare READ and WRITE
+  // local: the nodes' ceiling regions, "engine-segment@addr+bytes"
+  std::vector<std::string> ceilings;
   // drive
   std::string op = "get";
   uint64_t page = 128 << 10;
@@ -114,11 +119,29 @@ int Serve(const Options& o) {
   settings.store_listen = o.listen;
   std::unique_ptr<Store> store;
   if (Status s = Store::Create(engine.get(), settings, &store); !s.ok()) return Fail("store", s);
-  std::printf("READY %s %s\n", store->name().c_str(), engine->name().c_str());
+  // The bare READ's and WRITE's memory (--ceiling): private, in huge pages,
+  // faulted in and written, as a pool that is not shared is; its address
+  // follows READY.
+  uint8_t* ceiling = nullptr;
+  if (o.ceiling > 0) {
+    ceiling = static_cast<uint8_t*>(std::aligned_alloc(1 << 21, o.ceiling));
+    if (ceiling == nullptr) return Fail("ceiling", Status::Unavailable("no memory for --ceiling"));
+    (void)madvise(ceiling, o.ceiling, MADV_HUGEPAGE);
+    tools::FillPattern(ceiling, o.ceiling, 0, 7);
+    if (Status s = engine->RegisterMemory(ceiling, o.ceiling, "cpu"); !s.ok()) return Fail("ceiling", s);
+  }
+  std::printf("READY %s %s %llu %llu\n", store->name().c_str(), engine->name().c_str(),
+              static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(ceiling)),
+              static_cast<unsigned long long>(o.ceiling));
   std::fflush(stdout);
   int sig = 0;
   sigwait(&stop, &sig);
   store->Close();
+  if (ceiling != nullptr) {
+    (void)engine->UnregisterMemory(ceiling);
+    engine->Close();
+    std::free(ceiling);
+  }
   return 0;
 }
 
@@ -220,6 +243,20 @@ class Driver {
       }
     }
     if (pages_.empty()) return Status::NotFound("no page of the working set was found on any node");
+    // `local`: the nodes' private regions instead (--ceiling), so that the
+    // ceiling is the fabric's best whatever the pools' memory (a shared
+    // pool has 4 KiB pages where shmem_enabled says never, and shm's READs
+    // of those are slower).
+    if (o_.ceilings.empty()) return Status::OK();
+    pages_.clear();
+    for (const std::string& c : o_.ceilings) {
+      const size_t at = c.rfind('@'), plus = c.rfind('+');
+      SegmentHandle h;
+      KVF_RETURN_IF_ERROR(engine_->OpenSegment(c.substr(0, at), &h));
+      const uint64_t addr = std::stoull(c.substr(at + 1, plus - at - 1)), bytes = std::stoull(c.substr(plus + 1));
+      for (uint64_t off = 0; off + o_.page <= bytes; off += o_.page) pages_.push_back({h, addr + off, o_.page});
+    }
+    bare_from_private_ = true;
     return Status::OK();
   }
 
@@ -415,6 +452,10 @@ class Driver {
   std::unique_ptr<Store> store_, unverified_;
   std::vector<Pool> pools_;
   std::vector<PageAt> pages_;
+  bool bare_from_private_ = false;
+
+ public:
+  bool bare_from_private() const { return bare_from_private_; }
 };
 
 double Median(std::vector<double> v) {
@@ -433,7 +474,11 @@ int Drive(const Options& o) {
   std::fprintf(stderr, "store-bench: %zu members, working set %zu pages of %llu bytes, op %s, batch %zu, %zu threads\n",
                d.store()->Members().size(), o.working_set, static_cast<unsigned long long>(o.page), o.op.c_str(),
                o.batch, o.threads);
-  nlohmann::json out = {{"op", o.op},       {"page_bytes", o.page},    {"batch", o.batch},
+  if (d.bare_from_private())
+    std::printf("bare READ and WRITE: of the nodes' private memory in huge pages (--ceiling, the working set's "
+                "size), the fabric's best, whatever the pools' memory\n");
+  nlohmann::json out = {{"bare_memory", d.bare_from_private() ? "private" : "pools"},
+                        {"op", o.op},       {"page_bytes", o.page},    {"batch", o.batch},
                         {"threads", o.threads}, {"protocol", o.protocol}, {"members", d.store()->Members().size()},
                         {"working_set", o.working_set}, {"hit_ratio", o.hit_ratio}, {"rounds", nlohmann::json::array()}};
   std::vector<double> bare, bare_write, store, blind, keys_s, lone_get, lone_read, lone_rtt;
@@ -554,12 +599,17 @@ struct Served {
   pid_t pid = -1;
   int out = -1;
   std::string name;
+  std::string ceiling;  // its ceiling region, as Options::ceilings holds it
 };
 
 std::vector<std::string> ServeArgs(const char* self, const Options& o, const std::string& listen,
                                    const std::string& members) {
+  // Each node's ceiling region holds its share of the working set, as its pool does.
+  const uint64_t share = (o.working_set * o.page + o.nodes - 1) / o.nodes;
+  const uint64_t ceiling = std::max<uint64_t>(o.page, (share + (2 << 20) - 1) / (2 << 20) * (2 << 20));
   std::vector<std::string> a = {self, "serve", "--protocol", o.protocol, "--pool", std::to_string(o.pool),
-                                "--listen", listen, "--members", members, "--metadata", o.metadata};
+                                "--listen", listen, "--members", members, "--metadata", o.metadata,
+                                "--ceiling", std::to_string(ceiling)};
   for (const auto& kv : o.set) a.insert(a.end(), {"--set", kv});
   return a;
 }
@@ -583,7 +633,11 @@ Status StartServe(const std::vector<std::string>& args, Served* s) {
   char c;
   while (read(s->out, &c, 1) == 1 && c != '\n') line.push_back(c);
   if (line.rfind("READY ", 0) != 0) return Status::Unavailable("a node did not start: '" + line + "'");
-  s->name = line.substr(6, line.find(' ', 6) - 6);
+  std::istringstream words(line.substr(6));
+  std::string engine_name;
+  unsigned long long addr = 0, bytes = 0;
+  words >> s->name >> engine_name >> addr >> bytes;
+  if (bytes > 0) s->ceiling = engine_name + "@" + std::to_string(addr) + "+" + std::to_string(bytes);
   return Status::OK();
 }
 
@@ -610,6 +664,8 @@ int Local(const char* self, Options o) {
     if (Status s = StartServe(ServeArgs(self, o, names[i], members), &served[i]); !s.ok()) return Fail("local", s);
   std::fprintf(stderr, "store-bench: %zu nodes on this host: %s\n", o.nodes, members.c_str());
   o.members = members;
+  for (const Served& s : served)
+    if (!s.ceiling.empty()) o.ceilings.push_back(s.ceiling);
   int rc = Drive(o);
   if (rc == 0 && o.kill) {
     std::unique_ptr<Engine> engine;
@@ -675,6 +731,10 @@ int main(int argc, char** argv) {
   common(serve);
   serve->add_option("--pool", o.pool, "pool size (K, M, G suffixes)")->transform(CLI::AsSizeValue(false));
   serve->add_option("--listen", o.listen, "control address host:port (port 0: any)");
+  serve->add_option("--ceiling", o.ceiling,
+                    "bytes of private memory (huge pages) to register for a driver's bare READ and WRITE; its "
+                    "address follows READY")
+      ->transform(CLI::AsSizeValue(false));
   CLI::App* drv = app.add_subcommand("drive", "drive running nodes");
   common(drv);
   drive(drv);

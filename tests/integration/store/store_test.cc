@@ -107,12 +107,19 @@ std::vector<StoreBuffer> Buffers(const Region& r, const Page& p) {
 class StoreTest : public ::testing::TestWithParam<std::string> {
  protected:
   // The transport of the nodes and the client: the parameter up to a '-';
-  // after it, the client's KVF_STORE_PUT_MODE ("tcp-pull"), else the default.
+  // after it, the client's KVF_STORE_PUT_MODE ("tcp-pull"), or "private":
+  // pools not shared (KVF_STORE_SHARE_POOLS off in nodes and client, so
+  // every page crosses the fabric; shared, those of the nodes, all on this
+  // host, are copied).
   virtual std::string Protocol() const { return GetParam().substr(0, GetParam().find('-')); }
-  std::string PutMode() const {
+  std::string Variant() const {
     const size_t dash = GetParam().find('-');
-    return dash == std::string::npos ? std::string(Settings{}.store_put_mode) : GetParam().substr(dash + 1);
+    return dash == std::string::npos ? std::string() : GetParam().substr(dash + 1);
   }
+  std::string PutMode() const {
+    return Variant() == "pull" ? Variant() : std::string(Settings{}.store_put_mode);
+  }
+  bool SharedPools() const { return Variant() != "private"; }
 
   // `extra`: settings NAME=VALUE for the nodes. Nodes are added to nodes_;
   // those of one call list each other (the static members of p2p).
@@ -125,6 +132,7 @@ class StoreTest : public ::testing::TestWithParam<std::string> {
       node.args = {"--protocol", Protocol(), "--metadata", metadata, "--members", Join(names)};
       for (std::string kv : {"store_deadline_ms=2000", "store_read_window_ms=5000", "store_down_retry_ms=300"})
         node.args.insert(node.args.end(), {"--set", kv});
+      if (!SharedPools()) node.args.insert(node.args.end(), {"--set", "store_share_pools=0"});
       for (const std::string& kv : extra) node.args.insert(node.args.end(), {"--set", kv});
       std::string error;
       ASSERT_TRUE(node.Start(&error)) << error;
@@ -142,6 +150,7 @@ class StoreTest : public ::testing::TestWithParam<std::string> {
     cfg.settings.log_level = "error";
     cfg.settings.store_members = Join(member_names_);
     cfg.settings.store_put_mode = PutMode();
+    cfg.settings.store_share_pools = SharedPools();
     return cfg;
   }
 
@@ -976,7 +985,78 @@ TEST_P(StoreTest, AGetThatTimedOutNeverWritesItsBuffersLater) {
   for (size_t i = 0; i < pages.size(); ++i) EXPECT_TRUE(exact[i]) << again[i].ToString();
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, StoreTest, ::testing::Values("tcp", "shm", "tcp-pull"),
+// Pools shared, a node on the same host as this process: the pages the
+// client gets, and those it puts by WRITE, are copied between its buffers
+// and the mapped pools, not sent through the fabric. Private pools: none is.
+TEST_P(StoreTest, PagesOfSameHostNodesAreCopiedWhenTheirPoolsAreShared) {
+  StartNodes(2);
+  StartClient();
+  const auto pages = MakePages(60, 23);
+  const auto put = Put(pages);
+  for (size_t i = 0; i < pages.size(); ++i) ASSERT_TRUE(put[i].ok()) << pages[i].key << ": " << put[i].ToString();
+  std::vector<bool> exact;
+  const auto got = Get(pages, &exact);
+  for (size_t i = 0; i < pages.size(); ++i) EXPECT_TRUE(exact[i]) << pages[i].key << ": " << got[i].ToString();
+  const StoreStats st = store_->Stats();
+  const uint64_t puts_copied = SharedPools() && PutMode() == "push" ? pages.size() : 0;
+  EXPECT_EQ(st.copied_pages, puts_copied + (SharedPools() ? pages.size() : 0));
+  EXPECT_EQ(st.misses_checksum, 0u);
+  // Another client, which looks every page up, gets them the same way.
+  EngineConfig cfg = ClientConfig();
+  std::unique_ptr<Engine> engine;
+  ASSERT_TRUE(Engine::Create(cfg, &engine).ok());
+  std::unique_ptr<Store> reader;
+  ASSERT_TRUE(Store::Create(engine.get(), cfg.settings, &reader).ok());
+  Region into(engine.get(), 48 << 20);
+  std::vector<std::string> keys;
+  std::vector<std::vector<StoreBuffer>> bufs;
+  for (const Page& p : pages) {
+    keys.push_back(p.key);
+    bufs.push_back(Buffers(into, p));
+  }
+  std::vector<Status> rst;
+  std::vector<uint64_t> lengths;
+  ASSERT_TRUE(reader->BatchGet(keys, bufs, &rst, &lengths).ok());
+  for (size_t i = 0; i < pages.size(); ++i) {
+    ASSERT_TRUE(rst[i].ok()) << pages[i].key << ": " << rst[i].ToString();
+    for (auto [off, len] : pages[i].pieces)
+      EXPECT_EQ(std::memcmp(src_->bytes + off, into.bytes + off, len), 0) << pages[i].key;
+  }
+  EXPECT_EQ(reader->Stats().copied_pages, SharedPools() ? pages.size() : 0u);
+  reader.reset();
+  engine->Close();
+}
+
+// A node killed (SIGKILL) while a client maps its pool: the client's
+// mapping would still hold the dead node's memory, but its pages are not
+// read from it. They fail, as through the fabric, and the other node's
+// pages come back exact.
+TEST_P(StoreTest, AKilledNodesMappedPoolIsNotReadFrom) {
+  if (!SharedPools()) GTEST_SKIP() << "pools private";
+  StartNodes(2);
+  StartClient();
+  const auto pages = MakePages(40, 29);
+  for (const Status& s : Put(pages)) ASSERT_TRUE(s.ok()) << s.ToString();
+  std::vector<bool> exact;
+  Get(pages, &exact);  // the pools mapped, the locations remembered
+  for (bool e : exact) ASSERT_TRUE(e);
+  const store::Placement placement = PlacementOf(member_names_);
+  nodes_[0].Kill();
+  const auto st = Get(pages, &exact);
+  size_t on_dead = 0;
+  for (size_t i = 0; i < pages.size(); ++i) {
+    if (placement.members()[placement.Home(pages[i].key)].name == nodes_[0].name) {
+      ++on_dead;
+      EXPECT_FALSE(st[i].ok()) << pages[i].key << " was read from a dead node's memory";
+    } else {
+      EXPECT_TRUE(exact[i]) << pages[i].key << ": " << st[i].ToString();
+    }
+  }
+  EXPECT_GT(on_dead, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, StoreTest,
+                         ::testing::Values("tcp", "shm", "tcp-pull", "tcp-private", "shm-private"),
                          [](const auto& info) {
                            std::string name = info.param;
                            std::replace(name.begin(), name.end(), '-', '_');

@@ -83,10 +83,15 @@ TEST_F(StoreVerifyTest, ACorruptedPageIsAMissAndCounted) {
   std::vector<Status> st;
   std::vector<uint64_t> len;
   uint8_t* pool = node_->pool_for_testing();
-  for (const char* mode : {"on", "off"}) {
-    SCOPED_TRACE(std::string("KVF_STORE_VERIFY_OVERLAP=") + mode);
+  // Through the fabric, and copied from the shared pool (KVF_STORE_SHARE_POOLS:
+  // the pool is this process's, mapped a second time; half the GET's pages
+  // copied by the caller, half by the Copier).
+  const std::vector<std::pair<std::string, bool>> configs = {{"on", false}, {"off", false}, {"on", true}};
+  for (const auto& [mode, shared] : configs) {
+    SCOPED_TRACE("KVF_STORE_VERIFY_OVERLAP=" + mode + (shared ? ", pools shared" : ", pools private"));
     Settings s = settings_;
     s.store_verify_overlap = mode;
+    s.store_share_pools = shared;
     auto client = OpenClient(s);
     for (size_t i = 0; i < kPages; ++i) std::memset(buf_ + i * kPage, static_cast<int>(i + 1), kPage);
     ASSERT_TRUE(client->BatchPut(keys, src, &st).ok());
@@ -97,6 +102,7 @@ TEST_F(StoreVerifyTest, ACorruptedPageIsAMissAndCounted) {
     for (const auto& p : st) EXPECT_EQ(p.code(), Status::Code::kNotFound) << p.ToString();
     EXPECT_EQ(client->Stats().get_no_lookup, kPages) << "the GET was meant to read remembered locations";
     EXPECT_EQ(client->Stats().misses_checksum, kPages);
+    EXPECT_EQ(client->Stats().copied_pages, shared ? 2 * kPages : 0) << "puts and gets copied, or none";
   }
   // Without verification the same READs return the corrupted bytes: the
   // check above is what keeps them out.

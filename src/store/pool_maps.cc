@@ -1,0 +1,117 @@
+#include "store/pool_maps.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include "common/log.h"
+#include "store/region_versions.h"
+#include "store/shared_pool.h"
+
+namespace kvfabric::store {
+
+PoolMap::~PoolMap() {
+  if (base_ != nullptr) munmap(base_, bytes_);
+  if (pidfd_ >= 0) close(pidfd_);
+}
+
+uint8_t* PoolMap::Local(uint64_t addr, uint64_t length) const {
+  if (addr >= pool_addr_ && addr - pool_addr_ <= pool_bytes_ && length <= pool_bytes_ - (addr - pool_addr_))
+    return base_ + (addr - pool_addr_);
+  const uint64_t at = SharedPool::VersionsOffset(pool_bytes_), versions_bytes = bytes_ - at;
+  if (addr >= versions_addr_ && addr - versions_addr_ <= versions_bytes &&
+      length <= versions_bytes - (addr - versions_addr_))
+    return base_ + at + (addr - versions_addr_);
+  return nullptr;
+}
+
+bool PoolMap::Serving() const {
+  auto* epoch = reinterpret_cast<uint64_t*>(base_ + SharedPool::VersionsOffset(pool_bytes_)) + RegionVersions::kRegions;
+  if (std::atomic_ref<uint64_t>(*epoch).load(std::memory_order_acquire) != epoch_) return false;
+  pollfd p{pidfd_, POLLIN, 0};
+  return poll(&p, 1, 0) == 0;  // a pidfd turns readable when its process ends
+}
+
+void PoolMaps::Attach(const std::string& name, const NodeInfo& info, SegmentHandle segment) {
+  const PoolShare& share = info.share;
+  if (!enabled_ || share.host.empty() || share.host != SharedPoolHostKey()) return;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (auto it = maps_.find(segment); it != maps_.end() && it->second->epoch() == info.epoch) return;
+    if (refused_.count({name, info.epoch}) != 0) return;
+  }
+  auto refuse = [&](const std::string& why) {
+    KVF_LOG_INFO("store: the pool of member {} is on this host but is read through the fabric: {}", name, why);
+    std::lock_guard<std::mutex> g(mu_);
+    refused_.insert({name, info.epoch});
+  };
+  const uint64_t versions_at = SharedPool::VersionsOffset(info.pool_bytes);
+  if (versions_at < info.pool_bytes || share.bytes <= versions_at ||
+      share.bytes - versions_at < (RegionVersions::kRegions + 1) * 8)
+    return refuse("its hello describes a file too short for its pool and versions");
+  std::unique_ptr<PoolMap> map(new PoolMap());
+  map->pidfd_ = static_cast<int>(syscall(SYS_pidfd_open, static_cast<pid_t>(share.pid), 0));
+  if (map->pidfd_ < 0) return refuse(std::string("pidfd_open: ") + std::strerror(errno));
+  const std::string path = "/proc/" + std::to_string(share.pid) + "/fd/" + std::to_string(share.fd);
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0)
+    return refuse("opening " + path + ": " + std::strerror(errno) +
+                  " (another user's process, or ptrace restricted: /proc/sys/kernel/yama/ptrace_scope)");
+  struct stat st{};
+  const bool same = fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_ino) == share.inode &&
+                    static_cast<uint64_t>(st.st_size) == share.bytes;
+  void* base = same ? mmap(nullptr, share.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+  const int why = errno;
+  close(fd);
+  if (!same) return refuse(path + " is not the file its hello names (its process restarted?)");
+  if (base == MAP_FAILED) return refuse(std::string("mmap: ") + std::strerror(why));
+  map->base_ = static_cast<uint8_t*>(base);
+  map->bytes_ = share.bytes;
+  map->epoch_ = info.epoch;
+  map->pool_addr_ = info.pool_addr;
+  map->pool_bytes_ = info.pool_bytes;
+  map->versions_addr_ = info.versions_addr;
+  if (!map->Serving()) return refuse("the file holds another epoch, or its process has ended");
+  // Not faulted in here: a pool of hundreds of GiB in 4 KiB pages would
+  // cost every client process seconds and 2 MiB of page tables per GiB;
+  // the pages its calls touch fault in once each (a minor fault).
+  KVF_LOG_INFO("store: mapped the pool of member {} ({} bytes, same host): its pages are copied, not sent", name,
+               info.pool_bytes);
+  std::lock_guard<std::mutex> g(mu_);
+  maps_[segment] = std::shared_ptr<const PoolMap>(std::move(map));
+}
+
+std::shared_ptr<const PoolMap> PoolMaps::Find(SegmentHandle segment) {
+  std::shared_ptr<const PoolMap> map;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (maps_.empty()) return nullptr;
+    auto it = maps_.find(segment);
+    if (it == maps_.end()) return nullptr;
+    map = it->second;
+  }
+  if (map->Serving()) return map;
+  std::lock_guard<std::mutex> g(mu_);
+  if (auto it = maps_.find(segment); it != maps_.end() && it->second == map) maps_.erase(it);
+  return nullptr;
+}
+
+void PoolMaps::Keep(const std::vector<SegmentHandle>& live) {
+  std::lock_guard<std::mutex> g(mu_);
+  std::erase_if(maps_, [&](const auto& m) { return std::find(live.begin(), live.end(), m.first) == live.end(); });
+}
+
+size_t PoolMaps::mapped() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return maps_.size();
+}
+
+}  // namespace kvfabric::store

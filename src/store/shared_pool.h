@@ -1,0 +1,56 @@
+// SharedPool: a node's pool and its region versions in one sealed memfd, so
+// that processes on the same host (same kernel, same pid namespace) can map
+// them and copy pages directly, instead of through the fabric's same-host
+// provider (shm: a process_vm_readv per READ, under the target region's
+// spinlock). The node creates it (Create); a client maps it (PoolMaps).
+//
+// Layout of the file: the pool's bytes [0, pool_bytes), then, from the
+// next 4 KiB boundary (VersionsOffset), the region versions' page of
+// versions_bytes. The file is
+// sealed against shrinking and growing, so a mapping of it never faults
+// past its end (no SIGBUS), whatever its node does.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "kvfabric/status.h"
+#include "store/messages.h"
+
+namespace kvfabric::store {
+
+class SharedPool {
+ public:
+  // Creates and maps (shared, read-write) a sealed memfd of pool_bytes +
+  // versions_bytes. *share says how a same-host process finds it.
+  static Status Create(size_t pool_bytes, size_t versions_bytes, SharedPool* out, PoolShare* share);
+  SharedPool() = default;
+  SharedPool(const SharedPool&) = delete;
+  SharedPool& operator=(const SharedPool&) = delete;
+  SharedPool(SharedPool&& other) noexcept;
+  SharedPool& operator=(SharedPool&& other) noexcept;
+  ~SharedPool();  // closes the file; the mappings stay until their owner unmaps them
+
+  // Where the versions' page starts in the file of a pool of pool_bytes.
+  static constexpr uint64_t VersionsOffset(uint64_t pool_bytes) { return (pool_bytes + 4095) / 4096 * 4096; }
+
+  uint8_t* pool() const { return base_; }
+  uint8_t* versions() const { return base_ == nullptr ? nullptr : base_ + VersionsOffset(pool_bytes_); }
+  // Hands both mappings to the caller, who unmaps each (pool, versions) itself.
+  void Release() { base_ = nullptr; }
+
+ private:
+  int fd_ = -1;
+  uint8_t* base_ = nullptr;
+  size_t pool_bytes_ = 0;
+};
+
+// What identifies this process's host for a SharedPool: the kernel's boot
+// id, the pid namespace (two processes with the same key can open each
+// other's /proc/<pid>/fd/<fd>) and the network namespace: processes that
+// the network tells apart (tests/lab's emulated hosts, containers) are not
+// taken for one host, so they meet through the fabric.
+const std::string& SharedPoolHostKey();
+
+}  // namespace kvfabric::store
