@@ -92,7 +92,7 @@ void PoolMaps::Attach(const std::string& name, const NodeInfo& info, SegmentHand
   // Page tables for the whole file, on a thread of its own (the node
   // faulted the pages in already): a PUT's copy into slots this mapping
   // never touched took a fault per 4 KiB page, and HiCache's PUTs of fresh
-  // 2 MiB pages ran at 1.4 GB/s instead of 4.8 with the tables made first.
+  // 2 MiB pages ran at 1.4 GB/s instead of 4.5-4.8 with the tables made.
   // Made here, they held up the call that first met the node: 370 ms per
   // GiB of pool in 4 KiB pages on this host. The thread holds the mapping,
   // and stops early once no one else does (the node left); it logs nothing
