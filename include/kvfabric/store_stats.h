@@ -24,6 +24,7 @@
   X(get_cached_stale, "remembered locations their lookup did not confirm: read again from the new one, or a miss") \
   X(exists_keys, "keys it asked about")                                                                   \
   X(exists_hits, "keys found")                                                                            \
+  X(exists_local, "of the keys asked about, those answered from the table of keys of a member on its host, with no message (KVF_STORE_SHARE_POOLS)") \
   X(control_calls, "control messages it sent to members")                                                \
   X(control_failures, "control messages that failed (unreachable, timeout)")                             \
   X(copied_pages, "pages it got or put by copying them itself from or into the shared pool of a member on its host, not through the fabric (KVF_STORE_SHARE_POOLS)") \

@@ -156,6 +156,10 @@ std::vector<MetricFamily> StoreFamilies(const std::string& engine, const StoreSt
             s.get_cached_stale);
   b.Counter("kvfabric_store_exists_total", "Keys this process asked about", {}, s.exists_keys);
   b.Counter("kvfabric_store_exists_hits_total", "Keys found", {}, s.exists_hits);
+  b.Counter("kvfabric_store_exists_local_total",
+            "Keys asked about that the table of keys of a member on this host answered, with no message "
+            "(KVF_STORE_SHARE_POOLS)",
+            {}, s.exists_local);
   b.Counter("kvfabric_store_control_round_trips_total", "Control messages sent to members", {}, s.control_calls);
   b.Counter("kvfabric_store_control_failures_total", "Control messages that failed (unreachable, timeout)", {},
             s.control_failures);

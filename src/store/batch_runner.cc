@@ -34,7 +34,7 @@ void BatchRunner::Start(const std::vector<TransferRequest>& requests,
   outcomes->assign(groups.size(), Status::OK());
   if (requests.empty()) return;
   CopyMapped(requests, groups, copyable, flight, on_copied);
-  const std::vector<bool> copied = flight->copied;
+  const std::vector<bool>& copied = flight->copied;
   // The others, as one engine batch: group g's requests at sent[g].first.
   std::vector<TransferRequest> rest;
   const std::vector<TransferRequest>* batch = &requests;
@@ -106,6 +106,8 @@ void BatchRunner::CopyMapped(const std::vector<TransferRequest>& requests,
     const auto [begin, end] = groups[g];
     if (copyable[g] == kNoCopy || begin == end) continue;
     const size_t first = pieces.size();
+    size_t group_bytes = 0;
+    bool group_writes = false;
     for (size_t r = begin; r < end; ++r) {
       const TransferRequest& q = requests[r];
       if (q.target != last) {
@@ -117,14 +119,15 @@ void BatchRunner::CopyMapped(const std::vector<TransferRequest>& requests,
       if (at == nullptr || (q.opcode != OpCode::kRead && q.opcode != OpCode::kWrite)) break;
       if (q.opcode == OpCode::kRead) pieces.push_back({q.local, at, q.length});
       else pieces.push_back({at, q.local, q.length});
-      writes = writes || q.opcode == OpCode::kWrite;
-      bytes += q.length;
+      group_writes = group_writes || q.opcode == OpCode::kWrite;
+      group_bytes += q.length;
     }
     if (pieces.size() - first != end - begin) {  // not all of it: the fabric's
-      for (size_t p = first; p < pieces.size(); ++p) bytes -= pieces[p].length;
       pieces.resize(first);
       continue;
     }
+    bytes += group_bytes;
+    writes = writes || group_writes;
     if (flight->copied.empty()) {
       flight->copied.assign(groups.size(), false);
       flight->first_copy.assign(groups.size(), 0);
@@ -132,8 +135,6 @@ void BatchRunner::CopyMapped(const std::vector<TransferRequest>& requests,
     flight->copied[g] = true;
     flight->first_copy[g] = first;
     in_order.push_back(g);
-    size_t group_bytes = 0;
-    for (size_t p = first; p < pieces.size(); ++p) group_bytes += pieces[p].length;
     largest = std::max(largest, group_bytes);
   }
   if (pieces.empty()) return;
@@ -150,15 +151,19 @@ void BatchRunner::CopyMapped(const std::vector<TransferRequest>& requests,
     for (size_t p = flight->first_copy[g]; p < flight->first_copy[g] + flight->tasks[g]; ++p)
       done_here += pieces[p].length;
   }
+  // The last group (a GET's region versions) waits on the Copier for the
+  // caller's copies: it is read after every page, as a rail would read it.
   if (split < in_order.size()) {
     std::vector<Copier::Piece> rest;
+    size_t gate = SIZE_MAX;
     for (size_t k = split; k < in_order.size(); ++k) {
       const size_t g = in_order[k];
       const size_t from = flight->first_copy[g];
       flight->first_copy[g] = rest.size();
+      if (k + 1 == in_order.size() && split > 0) gate = rest.size();
       rest.insert(rest.end(), pieces.begin() + from, pieces.begin() + from + flight->tasks[g]);
     }
-    flight->copies.job = copier_.Start(std::move(rest), keep);
+    flight->copies.job = copier_.Start(std::move(rest), keep, gate);
   }
   for (size_t k = 0; k < split; ++k) {
     const size_t g = in_order[k];
@@ -167,6 +172,7 @@ void BatchRunner::CopyMapped(const std::vector<TransferRequest>& requests,
       std::atomic_thread_fence(std::memory_order_acquire);  // this piece read before the next one
     }
     flight->first_copy[g] = kCopiedHere;
+    if (k + 1 == split && flight->copies.job) flight->copies.job->Open();
     if (on_copied) on_copied(g);
   }
 }

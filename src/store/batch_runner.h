@@ -70,11 +70,12 @@ class BatchRunner {
   // of the node its requests reach (kNoCopy otherwise), all of whose
   // requests reach a pool mapped from that node in that epoch (PoolMaps: a
   // node restarted under the same segment is another pool) is copied
-  // instead, in the order
-  // of the requests, and not submitted: on the Copier's thread when
-  // CopyOnThread says so, where it ends as its pieces are copied; else here,
-  // each group followed at once by `copied(g)` (its bytes still in cache).
-  // Copies never fail.
+  // instead, in the order of the requests, and not submitted: on the
+  // Copier's thread when CopyOnThread says so, where it ends as its pieces
+  // are copied; else here, each group followed at once by `copied(g)` (its
+  // bytes still in cache), with the Copier taking part (HereShare). The
+  // last group in the order of the requests is always copied after all the
+  // others have been. Copies never fail.
   void Start(const std::vector<TransferRequest>& requests, const std::vector<std::pair<size_t, size_t>>& groups,
              Flight* flight, std::vector<Status>* outcomes, const std::vector<uint64_t>& copyable = {},
              const std::function<void(size_t group)>& copied = {});
@@ -104,10 +105,11 @@ class BatchRunner {
   // the rest at the same time, and the caller checksums those as they
   // land. All of a flight under kSplitBytes; half of a larger one.
   // Measured (shm, three nodes, batch 32 of 128 KiB): 0.84-1.09 of the
-  // bare READ all here (median 0.96), 1.11-1.28 halved. The Copier's groups, a GET's
-  // region versions among them, may then be copied before the caller's:
-  // a version read before a page's bytes confirms the page as of that
-  // read, and its checksum still catches a slot reused since.
+  // bare READ all here (median 0.96), 1.11-1.28 halved. The Copier copies
+  // the last group (a GET's region versions) once the caller has copied
+  // its own: a version read before a page's bytes would confirm the page
+  // only as of that read (its checksum would still catch a slot reused
+  // since, as a miss).
   static size_t HereShare(size_t bytes) { return bytes < kSplitBytes ? bytes : bytes / 2; }
   static constexpr size_t kSplitBytes = 1 << 20;
   // Waits for the flight until `deadline` and sets (*outcomes)[g] of each

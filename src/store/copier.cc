@@ -5,6 +5,8 @@
 #include <cstring>
 #include <utility>
 
+#include "common/cpu_relax.h"
+
 namespace kvfabric::store {
 
 bool Copier::Job::WaitUntil(net::Deadline until) const {
@@ -33,10 +35,11 @@ Copier::~Copier() {
 }
 
 std::shared_ptr<const Copier::Job> Copier::Start(std::vector<Piece> pieces,
-                                                 std::vector<std::shared_ptr<const void>> keep) {
+                                                 std::vector<std::shared_ptr<const void>> keep, size_t gate) {
   auto job = std::make_shared<Job>();
   job->pieces_ = std::move(pieces);
   job->keep_ = std::move(keep);
+  job->gate_ = gate;
   {
     std::lock_guard<std::mutex> g(mu_);
     queue_.push_back(job);
@@ -57,6 +60,8 @@ void Copier::Loop() {
       queue_.pop_front();
     }
     for (size_t i = 0; i < job->pieces_.size(); ++i) {
+      if (i == job->gate_)
+        while (!job->open_.load(std::memory_order_acquire)) CpuRelax();
       const Piece& p = job->pieces_[i];
       std::memcpy(p.to, p.from, p.length);
       std::atomic_thread_fence(std::memory_order_acquire);  // this piece read before the next one

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <cstddef>
 #include <deque>
 #include <memory>
@@ -36,12 +37,16 @@ class Copier {
     // Waits until every piece is copied, or `until`: whether they are.
     bool WaitUntil(net::Deadline until) const;
     void Wait() const;
+    // Lets the Copier copy the pieces from the job's gate on (see Start).
+    void Open() const { open_.store(true, std::memory_order_release); }
 
    private:
     friend class Copier;
     std::vector<Piece> pieces_;
     std::vector<std::shared_ptr<const void>> keep_;  // what must outlive the copies (the mappings)
     std::atomic<size_t> done_{0};
+    size_t gate_ = SIZE_MAX;
+    mutable std::atomic<bool> open_{false};
   };
 
   Copier() = default;
@@ -51,7 +56,12 @@ class Copier {
 
   // Queues `pieces` (their memory stays valid, and `keep` held, until the
   // job is done: the caller waits for it before it lets go of either).
-  std::shared_ptr<const Job> Start(std::vector<Piece> pieces, std::vector<std::shared_ptr<const void>> keep);
+  // With a `gate` below pieces.size(), the pieces from it on are copied
+  // only once the caller has called Job::Open (it copies others itself
+  // meanwhile, which must be read or written before those); it must call
+  // it, soon: the Copier waits, spinning.
+  std::shared_ptr<const Job> Start(std::vector<Piece> pieces, std::vector<std::shared_ptr<const void>> keep,
+                                   size_t gate = SIZE_MAX);
 
  private:
   void Loop();

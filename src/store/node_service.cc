@@ -34,29 +34,36 @@ Status ListenAddress(const Engine& engine, const Settings& settings, std::string
 
 }  // namespace
 
-NodeService::NodeService(Engine* engine, const Settings& settings, uint64_t* version_words)
+NodeService::NodeService(Engine* engine, const Settings& settings, uint64_t* version_words, SharedKeys keys)
     : engine_(engine),
       settings_(settings),
       versions_(version_words,
                 RegionVersions::RegionBytes(static_cast<uint64_t>(settings.store_pool_bytes), kPoolAlignment)),
+      keys_(keys),
       table_(static_cast<uint64_t>(settings.store_pool_bytes), std::chrono::milliseconds(settings.store_read_window_ms),
-             kPoolAlignment, &versions_),
+             kPoolAlignment, &versions_, keys_.valid() ? &keys_ : nullptr),
       reservations_(crypto::RandomU64()),
       runner_(engine) {}
 
 Status NodeService::Start(Engine* engine, const Settings& settings, std::unique_ptr<NodeService>* out) {
   if (settings.store_pool_bytes <= 0) return Status::InvalidArgument("store: a node's pool needs store_pool_bytes > 0");
   const auto pool_bytes = static_cast<size_t>(settings.store_pool_bytes);
-  // The pool and its region versions in one memfd that same-host processes
-  // map (KVF_STORE_SHARE_POOLS), or private memory.
+  // The pool, its region versions and the table of the keys it holds
+  // (SharedKeys: same-host processes answer `exists` from it) in one memfd
+  // that same-host processes map (KVF_STORE_SHARE_POOLS), or private memory.
   SharedPool shared;
   PoolShare share;
   void* words = nullptr;
   void* pool = nullptr;
+  void* keys_memory = nullptr;
+  const size_t keys_bytes = SharedKeys::BytesFor(pool_bytes);
+  SharedKeys keys;
   if (settings.store_share_pools) {
-    if (Status s = SharedPool::Create(pool_bytes, kVersionsMapBytes, &shared, &share); s.ok()) {
+    if (Status s = SharedPool::Create(pool_bytes, keys_bytes, &shared, &share); s.ok()) {
       words = shared.versions();
       pool = shared.pool();
+      keys_memory = shared.keys();
+      keys = SharedKeys::Format(keys_memory, keys_bytes);
       shared.Release();
     } else {
       KVF_LOG_WARN("{}; the pool stays private to this process", s.ToString());
@@ -68,8 +75,10 @@ Status NodeService::Start(Engine* engine, const Settings& settings, std::unique_
     words = mmap(nullptr, kVersionsMapBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (words == MAP_FAILED) return Status::Unavailable("store: cannot map the pool's region versions");
   }
-  std::unique_ptr<NodeService> node(new NodeService(engine, settings, static_cast<uint64_t*>(words)));
+  std::unique_ptr<NodeService> node(new NodeService(engine, settings, static_cast<uint64_t*>(words), keys));
   node->version_words_ = words;
+  node->keys_memory_ = keys_memory;
+  node->keys_bytes_ = keys_memory == nullptr ? 0 : keys_bytes;
   node->shared_ = std::move(shared);
   node->pool_bytes_ = pool_bytes;
   if (pool == nullptr) {
@@ -183,6 +192,10 @@ void NodeService::Stop() {
     (void)engine_->UnregisterMemory(version_words_);
     munmap(version_words_, kVersionsMapBytes);
     version_words_ = nullptr;
+  }
+  if (keys_memory_ != nullptr) {  // read by same-host processes only, which check the epoch cleared above
+    munmap(keys_memory_, keys_bytes_);
+    keys_memory_ = nullptr;
   }
 }
 

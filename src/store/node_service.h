@@ -98,10 +98,11 @@ class NodeService {
   // The pool's alignment (its allocator's) and the mapping that holds the
   // region versions.
   static constexpr uint64_t kPoolAlignment = 4096;
-  static constexpr size_t kVersionsMapBytes = 4096;
+  static constexpr size_t kVersionsMapBytes = SharedPool::kVersionsBytes;
   static_assert(RegionVersions::kBytes + sizeof(uint64_t) <= kVersionsMapBytes);  // the versions, then the epoch
 
-  NodeService(Engine* engine, const Settings& settings, uint64_t* version_words);
+  // `keys`: the table in the shared pool's file (not valid when the pool is private).
+  NodeService(Engine* engine, const Settings& settings, uint64_t* version_words, SharedKeys keys);
   std::string Answer(uint64_t connection, Op op, std::string_view payload, Status* status);
   // A pin or unpin of `key` by `connection` (table_mu_ held): whether it took or ended one.
   bool PinLocked(uint64_t connection, std::string_view key);
@@ -157,6 +158,9 @@ class NodeService {
   void* version_words_ = nullptr;  // kVersionsMapBytes, mapped and registered
   SharedPool shared_;  // the memfd holding both when the pool is shared (KVF_STORE_SHARE_POOLS)
   RegionVersions versions_;        // over version_words_, bumped by table_ under table_mu_
+  SharedKeys keys_;  // in shared_'s file, kept by table_ under table_mu_ (not valid: the pool is private)
+  void* keys_memory_ = nullptr;  // its mapping, and its bytes
+  size_t keys_bytes_ = 0;
   std::mutex table_mu_;
   PageTable table_;
   Reservations reservations_;  // under table_mu_

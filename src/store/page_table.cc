@@ -8,10 +8,11 @@
 namespace kvfabric::store {
 
 PageTable::PageTable(uint64_t pool_bytes, std::chrono::milliseconds read_window, uint64_t alignment,
-                     RegionVersions* versions)
+                     RegionVersions* versions, SharedKeys* keys)
     : allocator_(pool_bytes, alignment),
       read_window_(std::max(read_window, std::chrono::milliseconds(0))),
-      versions_(versions) {}
+      versions_(versions),
+      keys_(keys) {}
 
 void PageTable::Retire(const Page& p) {
   if (versions_ != nullptr) versions_->Bump(p.entry.offset);
@@ -49,6 +50,7 @@ void PageTable::Release(uint64_t offset, uint64_t bytes, TimePoint reusable_at, 
 
 void PageTable::Forget(Pages::iterator page) {
   Count(*page, false);
+  if (keys_ != nullptr) keys_->Erase(page->key);
   index_.erase(page->key);
   ListOf(*page).erase(page);
 }
@@ -148,6 +150,7 @@ PageEntry PageTable::Commit(std::string_view key, uint64_t offset, uint64_t leng
     unpinned_.push_front(Page{std::string(key), entry, kNever});
     index_.emplace(unpinned_.front().key, unpinned_.begin());
     Count(unpinned_.front(), true);
+    if (keys_ != nullptr) (void)keys_->Insert(key);  // not entered: counted as missing there
     return entry;
   }
   Retire(*page);
@@ -195,6 +198,7 @@ size_t PageTable::RemoveAll(TimePoint now) {
     list->clear();
   }
   index_.clear();
+  if (keys_ != nullptr) keys_->Clear();
   used_bytes_ = pinned_bytes_ = 0;
   removals_ += n;
   return n;

@@ -24,6 +24,7 @@
 #include "store/checksum.h"
 #include "store/pool_allocator.h"
 #include "store/region_versions.h"
+#include "store/shared_keys.h"
 
 namespace kvfabric::store {
 
@@ -62,9 +63,11 @@ class PageTable {
   // once. An abandoned slot waits read_window from the Abandon.
   // With `versions` (may be null; it outlives the table), every page that
   // leaves its key (evicted, removed, overwritten, RemoveAll) bumps the
-  // version of its region first.
+  // version of its region first. With `keys` (may be null; it outlives the
+  // table), a key is entered there when its first page is committed and
+  // erased when it has none left.
   PageTable(uint64_t pool_bytes, std::chrono::milliseconds read_window, uint64_t alignment = 4096,
-            RegionVersions* versions = nullptr);
+            RegionVersions* versions = nullptr, SharedKeys* keys = nullptr);
   // The index views keys stored in the pages: moved, never copied.
   PageTable(PageTable&&) = default;
   PageTable(const PageTable&) = delete;
@@ -182,6 +185,7 @@ class PageTable {
   std::unordered_map<uint64_t, uint64_t> reserved_;  // offset -> slot bytes
   std::priority_queue<Quarantined, std::vector<Quarantined>, std::greater<>> quarantine_;  // soonest on top
   RegionVersions* const versions_;
+  SharedKeys* const keys_;
   uint64_t next_generation_ = 1;
   uint64_t used_bytes_ = 0, pinned_bytes_ = 0, reserved_bytes_ = 0, quarantined_bytes_ = 0;
   uint64_t evictions_ = 0, removals_ = 0, overwrites_ = 0, refusals_ = 0;

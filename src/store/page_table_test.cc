@@ -575,5 +575,54 @@ TEST(PageTableTest, RemoveWhereTakesTheUnpinnedPagesItIsToldAndLeavesPinnedOnes)
   EXPECT_EQ(t.stats().removals, 1u);
 }
 
+// With a table of keys, every key the page table holds is found there and
+// no other, through puts, overwrites, evictions, removals, pins and
+// RemoveAll; keys beyond the table's room are counted missing, not lost.
+TEST(PageTableTest, ATableOfKeysHoldsExactlyTheKeysOfThePages) {
+  const uint64_t bytes = SharedKeys::BytesFor(0);  // 1024 entries: room for 768 keys
+  std::vector<uint64_t> memory(bytes / 8);
+  SharedKeys keys = SharedKeys::Format(memory.data(), bytes);
+  PageTable t(4 * MiB, 0ms, 4096, nullptr, &keys);  // 1024 slots of 4 KiB: evictions once full
+  std::mt19937_64 rng(3);
+  TimePoint now = t0;
+  uint64_t most_missing = 0;
+  for (int step = 0; step < 40; ++step) {
+    for (int op = 0; op < 200; ++op) {
+      now += 1ms;
+      const std::string k = "k" + std::to_string(rng() % 1500);
+      switch (rng() % 8) {
+        case 0: t.Remove(k, now); break;
+        case 1: t.Pin(k); break;
+        case 2: t.Unpin(k); break;
+        default: {
+          uint64_t at = 0;
+          const uint64_t length = 1 + rng() % (rng() % 4 == 0 ? 3 * 4096 : 4096);
+          if (t.Reserve(length, now, &at).ok()) t.Commit(k, at, length, Checksum{1, 2}, now);
+        }
+      }
+    }
+    const uint64_t held = t.stats().pages;
+    ASSERT_EQ(keys.count() + keys.missing(), held) << "step " << step;
+    most_missing = std::max(most_missing, keys.missing());
+    for (int i = 0; i < 1500; ++i) {
+      const std::string k = "k" + std::to_string(i);
+      const SharedKeys::Answer a = keys.Find(k);
+      if (t.Contains(k, now)) {
+        ASSERT_NE(a, SharedKeys::Answer::kAbsent) << k << " held, step " << step;
+      } else {
+        ASSERT_NE(a, SharedKeys::Answer::kPresent) << k << " not held, step " << step;
+      }
+      if (keys.missing() == 0) {
+        ASSERT_NE(a, SharedKeys::Answer::kUnknown) << k;
+      }
+    }
+  }
+  EXPECT_GT(most_missing, 0u) << "the table overflowed at times";
+  t.RemoveAll(now);
+  EXPECT_EQ(keys.count(), 0u);
+  EXPECT_EQ(keys.missing(), 0u);
+  EXPECT_EQ(keys.Find("k1"), SharedKeys::Answer::kAbsent);
+}
+
 }  // namespace
 }  // namespace kvfabric::store

@@ -16,6 +16,7 @@
 
 #include "common/log.h"
 #include "store/region_versions.h"
+#include "store/shared_keys.h"
 #include "store/shared_pool.h"
 
 namespace kvfabric::store {
@@ -28,7 +29,7 @@ PoolMap::~PoolMap() {
 uint8_t* PoolMap::Local(uint64_t addr, uint64_t length) const {
   if (addr >= pool_addr_ && addr - pool_addr_ <= pool_bytes_ && length <= pool_bytes_ - (addr - pool_addr_))
     return base_ + (addr - pool_addr_);
-  const uint64_t at = SharedPool::VersionsOffset(pool_bytes_), versions_bytes = bytes_ - at;
+  const uint64_t at = SharedPool::VersionsOffset(pool_bytes_), versions_bytes = SharedPool::kVersionsBytes;
   if (addr >= versions_addr_ && addr - versions_addr_ <= versions_bytes &&
       length <= versions_bytes - (addr - versions_addr_))
     return base_ + at + (addr - versions_addr_);
@@ -55,9 +56,8 @@ void PoolMaps::Attach(const std::string& name, const NodeInfo& info, SegmentHand
     std::lock_guard<std::mutex> g(mu_);
     refused_.insert({name, info.epoch});
   };
-  const uint64_t versions_at = SharedPool::VersionsOffset(info.pool_bytes);
-  if (versions_at < info.pool_bytes || share.bytes <= versions_at ||
-      share.bytes - versions_at < (RegionVersions::kRegions + 1) * 8)
+  const uint64_t keys_at = SharedPool::KeysOffset(info.pool_bytes);
+  if (keys_at < info.pool_bytes || share.bytes < keys_at)
     return refuse("its hello describes a file too short for its pool and versions");
   std::unique_ptr<PoolMap> map(new PoolMap());
   map->pidfd_ = static_cast<int>(syscall(SYS_pidfd_open, static_cast<pid_t>(share.pid), 0));
@@ -82,6 +82,8 @@ void PoolMaps::Attach(const std::string& name, const NodeInfo& info, SegmentHand
   map->pool_bytes_ = info.pool_bytes;
   map->versions_addr_ = info.versions_addr;
   if (!map->Serving()) return refuse("the file holds another epoch, or its process has ended");
+  // Its keys' table, when the file has one (else `exists` asks the node).
+  if (share.bytes > keys_at) (void)SharedKeys::Attach(map->base_ + keys_at, share.bytes - keys_at, &map->keys_);
   KVF_LOG_INFO("store: mapped the pool of member {} ({} bytes, same host): its pages are copied, not sent", name,
                info.pool_bytes);
   std::shared_ptr<const PoolMap> mapped(std::move(map));

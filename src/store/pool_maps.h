@@ -4,6 +4,8 @@
 // and such a pool is a copy this process makes itself (BatchRunner), not a
 // trip through the fabric's same-host provider.
 //
+// A mapped node's keys' table (SharedKeys) answers `exists` here.
+//
 // A node is mapped when its hello says it shares its pool, from this host
 // key (SharedPoolHostKey: same kernel, pid and network namespaces), and
 // this process may open its memfd through
@@ -27,6 +29,7 @@
 
 #include "kvfabric/engine.h"
 #include "store/messages.h"
+#include "store/shared_keys.h"
 
 namespace kvfabric::store {
 
@@ -45,6 +48,9 @@ class PoolMap {
   // goes on clears it: NodeService::Stop).
   bool Serving() const;
   uint64_t epoch() const { return epoch_; }
+  // The node's table of the keys it holds, or nullptr when its file has
+  // none. Its answers hold while Serving().
+  const SharedKeys* keys() const { return keys_.valid() ? &keys_ : nullptr; }
 
  private:
   friend class PoolMaps;
@@ -54,6 +60,7 @@ class PoolMap {
   int pidfd_ = -1;
   uint64_t epoch_ = 0;
   uint64_t pool_addr_ = 0, pool_bytes_ = 0, versions_addr_ = 0;
+  SharedKeys keys_;
 };
 
 class PoolMaps {

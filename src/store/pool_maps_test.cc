@@ -10,13 +10,14 @@
 #include <thread>
 
 #include "store/region_versions.h"
+#include "store/shared_keys.h"
 #include "store/shared_pool.h"
 
 namespace kvfabric::store {
 namespace {
 
 constexpr size_t kPool = (1 << 20) + 100;  // not a multiple of 4 KiB: the versions' page starts after the next one
-constexpr size_t kVersions = 4096;
+const uint64_t kKeys = SharedKeys::BytesFor(kPool);
 constexpr uint64_t kEpoch = 0x5eed;
 
 // A node's hello for a pool `pool` shares as `share`, its segment
@@ -31,21 +32,26 @@ NodeInfo InfoOf(const PoolShare& share) {
   return info;
 }
 
+// A node's file, with a keys' table holding "held" (or no table).
 struct Pool {
   SharedPool shared;
   PoolShare share;
   uint8_t* pool = nullptr;
   uint8_t* versions = nullptr;
-  Pool() {
-    EXPECT_TRUE(SharedPool::Create(kPool, kVersions, &shared, &share).ok());
+  uint64_t keys_bytes;
+  explicit Pool(uint64_t keys = kKeys) : keys_bytes(keys) {
+    EXPECT_TRUE(SharedPool::Create(kPool, keys, &shared, &share).ok());
     pool = shared.pool();
     versions = shared.versions();
     for (size_t i = 0; i < kPool; ++i) pool[i] = static_cast<uint8_t>(i * 7 + 1);
     reinterpret_cast<uint64_t*>(versions)[RegionVersions::kRegions] = kEpoch;
+    if (keys != 0) {
+      EXPECT_TRUE(SharedKeys::Format(shared.keys(), keys).Insert("held"));
+    }
   }
   ~Pool() {
     shared.Release();
-    munmap(pool, SharedPool::VersionsOffset(kPool) + kVersions);
+    munmap(pool, SharedPool::KeysOffset(kPool) + keys_bytes);
   }
 };
 
@@ -73,7 +79,10 @@ TEST(PoolMapsTest, APoolSharedOnThisHostIsMappedAndItsAddressesTranslated) {
   uint64_t epoch = 0;
   std::memcpy(&epoch, words + RegionVersions::kRegions * 8, 8);
   EXPECT_EQ(epoch, kEpoch) << "the versions' page follows the pool";
-  EXPECT_EQ(map->Local(0x20000000, kVersions + 1), nullptr);
+  EXPECT_EQ(map->Local(0x20000000, SharedPool::kVersionsBytes + 1), nullptr) << "the keys' table is no segment memory";
+  ASSERT_NE(map->keys(), nullptr);
+  EXPECT_EQ(map->keys()->Find("held"), SharedKeys::Answer::kPresent) << "the node's keys, read here";
+  EXPECT_EQ(map->keys()->Find("other"), SharedKeys::Answer::kAbsent);
   maps.Keep({7});
   EXPECT_EQ(maps.Find(5), nullptr) << "a member that left is forgotten";
   // A node that stops in a process that goes on clears its epoch (NodeService::Stop).
@@ -81,6 +90,15 @@ TEST(PoolMapsTest, APoolSharedOnThisHostIsMappedAndItsAddressesTranslated) {
   ASSERT_NE(maps.Find(5), nullptr);
   reinterpret_cast<uint64_t*>(p.versions)[RegionVersions::kRegions] = 0;
   EXPECT_EQ(maps.Find(5), nullptr) << "a node that stopped serving its pool";
+}
+
+TEST(PoolMapsTest, AFileWithNoKeysTableIsMappedWithoutOne) {
+  Pool p(0);
+  PoolMaps maps(true);
+  maps.Attach("n1", InfoOf(p.share), 5);
+  auto map = maps.Find(5);
+  ASSERT_NE(map, nullptr);
+  EXPECT_EQ(map->keys(), nullptr) << "exists asks the node";
 }
 
 TEST(PoolMapsTest, APoolIsNotMappedWhenItsHelloDoesNotMatchTheFile) {
@@ -107,6 +125,8 @@ TEST(PoolMapsTest, APoolIsNotMappedWhenItsHelloDoesNotMatchTheFile) {
   info = InfoOf(p.share);
   info.share.bytes = SharedPool::VersionsOffset(kPool) + 8;
   EXPECT_TRUE(refused(info)) << "too short for the versions";
+  info.share.bytes = SharedPool::KeysOffset(kPool);
+  EXPECT_TRUE(refused(info)) << "another length: no keys' table";
   info = InfoOf(p.share);
   info.epoch = kEpoch + 1;
   EXPECT_TRUE(refused(info)) << "the file holds another epoch";
@@ -139,7 +159,7 @@ TEST(PoolMapsTest, ANodeThatDiedIsNoLongerFound) {
   PoolShare share;
   share.host = SharedPoolHostKey();
   share.pid = static_cast<uint64_t>(child);
-  share.bytes = SharedPool::VersionsOffset(kPool) + kVersions;
+  share.bytes = SharedPool::KeysOffset(kPool) + kKeys;
   ASSERT_EQ(read(to_parent[0], &share.fd, sizeof(share.fd)), static_cast<ssize_t>(sizeof(share.fd)));
   ASSERT_EQ(read(to_parent[0], &share.inode, sizeof(share.inode)), static_cast<ssize_t>(sizeof(share.inode)));
   PoolMaps maps(true);

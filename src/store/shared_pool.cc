@@ -26,8 +26,8 @@ const std::string& SharedPoolHostKey() {
   return key;
 }
 
-Status SharedPool::Create(size_t pool_bytes, size_t versions_bytes, SharedPool* out, PoolShare* share) {
-  const size_t bytes = VersionsOffset(pool_bytes) + versions_bytes;
+Status SharedPool::Create(size_t pool_bytes, size_t keys_bytes, SharedPool* out, PoolShare* share) {
+  const size_t bytes = KeysOffset(pool_bytes) + keys_bytes;
   const int fd = memfd_create("kvfabric-store-pool", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return Status::Unavailable(std::string("store: memfd_create for a shared pool: ") + std::strerror(errno));
   auto fail = [&](const std::string& what) {

@@ -6,9 +6,10 @@
 //
 // Layout of the file: the pool's bytes [0, pool_bytes), then, from the
 // next 4 KiB boundary (VersionsOffset), the region versions' page of
-// versions_bytes. The file is
-// sealed against shrinking and growing, so a mapping of it never faults
-// past its end (no SIGBUS), whatever its node does.
+// kVersionsBytes, then (KeysOffset) the node's SharedKeys table of
+// keys_bytes, if any (a file that ends with the versions has none). The
+// file is sealed against shrinking and growing, so a mapping of it never
+// faults past its end (no SIGBUS), whatever its node does.
 #pragma once
 
 #include <cstddef>
@@ -22,9 +23,12 @@ namespace kvfabric::store {
 
 class SharedPool {
  public:
-  // Creates and maps (shared, read-write) a sealed memfd of pool_bytes +
-  // versions_bytes. *share says how a same-host process finds it.
-  static Status Create(size_t pool_bytes, size_t versions_bytes, SharedPool* out, PoolShare* share);
+  // The region versions' page (the versions, then the node's epoch).
+  static constexpr uint64_t kVersionsBytes = 4096;
+
+  // Creates and maps (shared, read-write) a sealed memfd laid out as above.
+  // *share says how a same-host process finds it.
+  static Status Create(size_t pool_bytes, size_t keys_bytes, SharedPool* out, PoolShare* share);
   SharedPool() = default;
   SharedPool(const SharedPool&) = delete;
   SharedPool& operator=(const SharedPool&) = delete;
@@ -34,10 +38,14 @@ class SharedPool {
 
   // Where the versions' page starts in the file of a pool of pool_bytes.
   static constexpr uint64_t VersionsOffset(uint64_t pool_bytes) { return (pool_bytes + 4095) / 4096 * 4096; }
+  // Where the keys' table starts.
+  static constexpr uint64_t KeysOffset(uint64_t pool_bytes) { return VersionsOffset(pool_bytes) + kVersionsBytes; }
 
   uint8_t* pool() const { return base_; }
   uint8_t* versions() const { return base_ == nullptr ? nullptr : base_ + VersionsOffset(pool_bytes_); }
-  // Hands both mappings to the caller, who unmaps each (pool, versions) itself.
+  uint8_t* keys() const { return base_ == nullptr ? nullptr : base_ + KeysOffset(pool_bytes_); }
+  // Hands the mapping to the caller, who unmaps each part (pool, versions,
+  // keys) itself.
   void Release() { base_ = nullptr; }
 
  private:

@@ -12,6 +12,7 @@
 #include <thread>
 #include <utility>
 
+#include "common/cpu_relax.h"
 #include "common/log.h"
 #include "store/checksum.h"
 #include "store/region_versions.h"
@@ -21,15 +22,6 @@ namespace kvfabric::store {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// A pause in a polling loop: lets the sibling hyperthread run.
-inline void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
 
 void Add(std::atomic<uint64_t>& c, uint64_t n) { c.fetch_add(n, std::memory_order_relaxed); }
 
@@ -103,6 +95,10 @@ struct StoreClient::Fanout {
   std::deque<size_t> arrived;  // calls answered and not taken yet
   std::vector<bool> taken;
 };
+
+void StoreClient::PageRead::TakeSum(const std::vector<StoreBuffer>& buffers) {
+  sum = LandedAsStored(buffers, where) ? Sum::kMatches : Sum::kDiffers;
+}
 
 StoreClient::StoreClient(Engine* engine, const Settings& settings, ControlClient* control, MemberView* members,
                          NodeService* self)
@@ -935,7 +931,7 @@ void StoreClient::Launch(std::vector<PageRead> pages, net::Deadline by,
     if (g < k) return;
     PageRead& page = pages[g - k];
     if (!page.verify) return;
-    page.sum = LandedAsStored(buffers[page.key], page.where) ? PageRead::Sum::kMatches : PageRead::Sum::kDiffers;
+    page.TakeSum(buffers[page.key]);
   };
   runner_.Start(requests, groups, &flight.flight, &flight.outcomes, copyable, copied);
   Add(counters_.copied_pages, flight.flight.Copied(k));  // the pages, not the versions
@@ -993,7 +989,7 @@ bool StoreClient::ChecksumLanded(const std::vector<std::vector<StoreBuffer>>& bu
     Status failure;
     if (!runner_.GroupEnded(f, read.group, &failure)) break;
     if (!failure.ok()) continue;  // a failed READ is not checksummed: FinishRead fails it
-    read.sum = LandedAsStored(buffers[read.key], read.where) ? PageRead::Sum::kMatches : PageRead::Sum::kDiffers;
+    read.TakeSum(buffers[read.key]);
     took = true;
   }
   return took;
@@ -1338,9 +1334,30 @@ void StoreClient::Exists(const std::vector<std::string>& keys, std::vector<bool>
   found->assign(keys.size(), false);
   std::vector<Status> results = CheckKeys(keys);
   std::vector<NodeCall> calls = GroupByHome(keys, &results);
+  uint64_t hits = 0, local = 0;
+  // A home on this host whose pool is mapped answers from its table of
+  // keys (SharedKeys): no message. Its hits are touched later, in one
+  // message with others (QueueTouches), as the home's own answer would
+  // have touched them. A key the table cannot answer goes to the home.
+  for (NodeCall& call : calls) {
+    const auto map = maps_.Find(call.node->segment);
+    const SharedKeys* table = map == nullptr || map->epoch() != call.node->info.epoch ? nullptr : map->keys();
+    if (table == nullptr) continue;
+    std::vector<size_t> touched;
+    std::erase_if(call.keys, [&](size_t i) {
+      const SharedKeys::Answer a = table->Find(keys[i]);
+      if (a == SharedKeys::Answer::kUnknown) return false;
+      (*found)[i] = a == SharedKeys::Answer::kPresent;
+      if ((*found)[i]) touched.push_back(i);
+      ++local;
+      return true;
+    });
+    hits += touched.size();
+    if (!touched.empty()) QueueTouches(call.node->name, keys, touched);
+  }
+  std::erase_if(calls, [](const NodeCall& call) { return call.keys.empty(); });
   for (NodeCall& call : calls) call.request = EncodeKeys(Op::kExists, KeysOf(keys, call.keys));
-  CallNodes(&calls, net::DeadlineIn(settings_.store_deadline_ms), Wait::kPollFirst);
-  uint64_t hits = 0;
+  if (!calls.empty()) CallNodes(&calls, net::DeadlineIn(settings_.store_deadline_ms), Wait::kPollFirst);
   for (NodeCall& call : calls) {
     std::vector<bool> bits;
     if (!call.status.ok() || !DecodeBits(call.reply, call.keys.size(), &bits).ok()) continue;
@@ -1351,6 +1368,7 @@ void StoreClient::Exists(const std::vector<std::string>& keys, std::vector<bool>
   }
   Add(counters_.exists_keys, keys.size());
   Add(counters_.exists_hits, hits);
+  Add(counters_.exists_local, local);
 }
 
 void StoreClient::KeyOp(Op op, const std::vector<std::string>& keys, std::vector<Status>* results) {
@@ -1490,6 +1508,7 @@ void StoreClient::AddStats(StoreStats* out) const {
   out->put_granted = get(counters_.put_granted);
   out->exists_keys = get(counters_.exists_keys);
   out->exists_hits = get(counters_.exists_hits);
+  out->exists_local = get(counters_.exists_local);
   out->control_calls = get(counters_.control_calls);
   out->control_failures = get(counters_.control_failures);
   out->copied_pages = get(counters_.copied_pages);

@@ -141,6 +141,8 @@ class StoreClient {
       ChecksumStream sum;
     };
     std::shared_ptr<Pieces> pieces = nullptr;  // Launch sets it (or null: the page is checksummed whole)
+    // Takes `sum` of the whole page as it lies in `buffers` (its READs ended).
+    void TakeSum(const std::vector<StoreBuffer>& buffers);
   };
   // The pages of one home started together: one engine batch.
   struct ReadFlight {
@@ -415,7 +417,7 @@ class StoreClient {
     std::atomic<uint64_t> misses_absent{0}, misses_checksum{0}, misses_late{0}, get_failures{0};
     std::atomic<uint64_t> get_unverified{0}, get_cached{0}, get_cached_stale{0}, get_no_lookup{0}, put_bounced{0};
     std::atomic<uint64_t> put_granted{0};
-    std::atomic<uint64_t> exists_keys{0}, exists_hits{0};
+    std::atomic<uint64_t> exists_keys{0}, exists_hits{0}, exists_local{0};
     std::atomic<uint64_t> control_calls{0}, control_failures{0}, copied_pages{0};
   };
   mutable Counters counters_;

@@ -409,6 +409,41 @@ TEST_P(StoreTest, ExistsRemoveAndRemoveAll) {
   ASSERT_TRUE(store_->BatchExists(keys, &found, &leading).ok());
   EXPECT_EQ(leading, 0u);
   for (bool f : found) EXPECT_FALSE(f);
+  // Shared pools: the nodes' tables of keys answered, with no message.
+  EXPECT_EQ(store_->Stats().exists_local, SharedPools() ? 3 * keys.size() : 0u);
+}
+
+// More keys than a node's table of keys holds (tiny pages, each a 4 KiB
+// slot: 3/4 of 8192 entries for a pool of 64 MiB): the keys not entered go
+// to the node, and every answer is still exact; once they are gone the
+// table answers all again.
+TEST_P(StoreTest, ExistsStaysExactWhenTheTableOfKeysOverflows) {
+  StartNodes(1);
+  StartClient();
+  constexpr size_t kKeys = 7000, kAbsent = 500, kFit = 8192 * 3 / 4;
+  std::vector<Page> pages;
+  for (size_t i = 0; i < kKeys; ++i) pages.push_back(Page{"tiny-" + std::to_string(i), {{i, 1}}, 1});
+  tools::FillPattern(src_->bytes, kKeys, 0, 5);
+  for (size_t at = 0; at < kKeys; at += 1000) {
+    const std::vector<Page> batch(pages.begin() + at, pages.begin() + std::min(kKeys, at + 1000));
+    ASSERT_EQ(CountOk(Put(batch)), batch.size());
+  }
+  std::vector<std::string> keys;
+  for (const Page& p : pages) keys.push_back(p.key);
+  for (size_t i = 0; i < kAbsent; ++i) keys.push_back("never-" + std::to_string(i));
+  std::vector<bool> found;
+  size_t leading = 0;
+  ASSERT_TRUE(store_->BatchExists(keys, &found, &leading).ok());
+  EXPECT_EQ(leading, kKeys);
+  for (size_t i = 0; i < keys.size(); ++i) ASSERT_EQ(found[i], i < kKeys) << keys[i];
+  const uint64_t local = store_->Stats().exists_local;
+  EXPECT_EQ(local, SharedPools() ? kFit : 0u) << "the keys entered; the others, and the absent, asked the node";
+  EXPECT_EQ(StatsOf(nodes_[0].name).exists, keys.size() - local);
+  uint64_t removed = 0;
+  ASSERT_TRUE(store_->RemoveAll(&removed).ok());
+  ASSERT_TRUE(store_->BatchExists(keys, &found, &leading).ok());
+  for (size_t i = 0; i < keys.size(); ++i) ASSERT_FALSE(found[i]) << keys[i];
+  EXPECT_EQ(store_->Stats().exists_local, local + (SharedPools() ? keys.size() : 0u));
 }
 
 TEST_P(StoreTest, BadInputFailsItsKeyOnlyAndChangesNothing) {
