@@ -170,7 +170,8 @@ def test_a_stores_figures_are_served_beside_its_engines():
     for call in ("put", "get", "exists"):
         assert value("kvfabric_store_call_latency_seconds_count", call=call, **engine) == 1, call
     # The client maps no pool (KVF_STORE_SHARE_POOLS=0): no page was copied,
-    # and the engine's own figures, in the same scrape, say the pages' bytes
-    # went by its rails.
+    # no key's existence read from a node's table, and the engine's own
+    # figures, in the same scrape, say the pages' bytes went by its rails.
     assert value("kvfabric_store_copied_pages_total", **engine) == 0
+    assert value("kvfabric_store_exists_local_total", **engine) == 0
     assert value("kvfabric_rail_bytes_total", op="write", **engine) >= sum(p.nbytes for p in pages)
