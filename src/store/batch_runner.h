@@ -82,7 +82,9 @@ class BatchRunner {
   static constexpr uint64_t kNoCopy = 0;  // an epoch no node has (NodeService never draws it)
   // Whether a flight's copies to and from mapped pools, `bytes` in all and
   // `largest` in its largest group, go to the Copier's thread (true) or are
-  // made in Start on the caller's. Measured on shm, 2 vCPUs:
+  // made in Start on the caller's, when the Copier is free (busy with
+  // another thread's flight, the caller makes them all). Measured on shm,
+  // 2 vCPUs:
   //  - WRITEs of kCopyHereBytes or more (a PUT) go: the caller checksums
   //    its sources meanwhile, on the other core (PUT 3.4-3.6 -> 4.5-4.9 GB/s);
   //  - READs (a GET) go when a group (a page) is longer than

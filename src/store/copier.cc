@@ -43,6 +43,7 @@ std::shared_ptr<const Copier::Job> Copier::Start(std::vector<Piece> pieces,
   {
     std::lock_guard<std::mutex> g(mu_);
     queue_.push_back(job);
+    busy_.fetch_add(1, std::memory_order_release);
     if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
   }
   cv_.notify_one();
@@ -68,6 +69,7 @@ void Copier::Loop() {
       job->done_.store(i + 1, std::memory_order_release);
     }
     job->keep_.clear();
+    busy_.fetch_sub(1, std::memory_order_release);
   }
 }
 

@@ -62,6 +62,8 @@ class Copier {
   // it, soon: the Copier waits, spinning.
   std::shared_ptr<const Job> Start(std::vector<Piece> pieces, std::vector<std::shared_ptr<const void>> keep,
                                    size_t gate = SIZE_MAX);
+  // Whether a job is queued or being copied: another one would wait for it.
+  bool Busy() const { return busy_.load(std::memory_order_acquire) != 0; }
 
  private:
   void Loop();
@@ -70,6 +72,7 @@ class Copier {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
   bool stopping_ = false;
+  std::atomic<size_t> busy_{0};  // jobs queued or being copied
   std::thread thread_;  // started with the first job
 };
 
