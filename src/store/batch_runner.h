@@ -73,12 +73,15 @@ class BatchRunner {
   // instead, in the order of the requests, and not submitted: on the
   // Copier's thread when CopyOnThread says so, where it ends as its pieces
   // are copied; else here, each group followed at once by `copied(g)` (its
-  // bytes still in cache), with the Copier taking part (HereShare). The
-  // last group in the order of the requests is always copied after all the
-  // others have been. Copies never fail.
+  // bytes still in cache), with the Copier taking part (HereShare). Copies
+  // never fail.
+  // The last `tail` groups in the order of the requests (a GET's region
+  // versions, one group per home) are copied after every other group, or,
+  // when one of them cannot be copied (its READ goes through the fabric at
+  // once), every group is copied here before anything is submitted.
   void Start(const std::vector<TransferRequest>& requests, const std::vector<std::pair<size_t, size_t>>& groups,
              Flight* flight, std::vector<Status>* outcomes, const std::vector<uint64_t>& copyable = {},
-             const std::function<void(size_t group)>& copied = {});
+             const std::function<void(size_t group)>& copied = {}, size_t tail = 0);
   static constexpr uint64_t kNoCopy = 0;  // an epoch no node has (NodeService never draws it)
   // Whether a flight's copies to and from mapped pools, `bytes` in all and
   // `largest` in its largest group, go to the Copier's thread (true) or are
@@ -152,7 +155,8 @@ class BatchRunner {
   // Copies the groups that reach mapped pools, or starts their copies (see
   // Start), and sets flight->copied, first_copy and copies.
   void CopyMapped(const std::vector<TransferRequest>& requests, const std::vector<std::pair<size_t, size_t>>& groups,
-                  const std::vector<uint64_t>& copyable, Flight* flight, const std::function<void(size_t)>& copied);
+                  const std::vector<uint64_t>& copyable, Flight* flight, const std::function<void(size_t)>& copied,
+                  size_t tail);
   // Whether group g of the flight is copied and its copies have ended.
   static bool CopiedGroupEnded(const Flight& flight, size_t g, size_t pieces);
 

@@ -933,7 +933,7 @@ void StoreClient::Launch(std::vector<PageRead> pages, net::Deadline by,
     if (!page.verify) return;
     page.TakeSum(buffers[page.key]);
   };
-  runner_.Start(requests, groups, &flight.flight, &flight.outcomes, copyable, copied);
+  runner_.Start(requests, groups, &flight.flight, &flight.outcomes, copyable, copied, k);
   Add(counters_.copied_pages, flight.flight.Copied(k));  // the pages, not the versions
   bool any = false;
   for (size_t p = 0; p < pages.size(); ++p) any = any || flight.outcomes[k + p].ok();
