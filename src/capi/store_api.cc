@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -89,12 +90,21 @@ void CloseStore(kvf_store& h) {
   if (!h.forked()) h.store->Close();  // waits for the calls under way
 }
 
+// No array holds more than PTRDIFF_MAX bytes: a larger count (a negative
+// number passed as size_t) is refused before anything is read or allocated.
+Status CheckCount(const char* what, size_t count, size_t entry_bytes) {
+  if (count <= static_cast<size_t>(PTRDIFF_MAX) / entry_bytes) return Status::OK();
+  return Status::InvalidArgument(std::string(what) + " " + std::to_string(count) +
+                                 " is more entries than any array holds (a negative number passed as size_t?)");
+}
+
 // A C batch in the C++ calls' terms: the keys that are not NULL go to the
 // call; a NULL key fails alone, and Publish lines the results up again.
 class Batch {
  public:
   Status ReadKeys(const char* const* keys, size_t count) {
     if (keys == nullptr && count > 0) return Status::InvalidArgument("keys is NULL");
+    KVF_RETURN_IF_ERROR(CheckCount("count", count, sizeof(const char*)));
     c_keys_ = keys;
     count_ = count;
     first_null_ = count;
@@ -110,6 +120,7 @@ class Batch {
   Status ReadBuffers(const size_t* buffer_counts, const kvf_store_buffer* buffers, size_t buffer_total) {
     if (count_ > 0 && buffer_counts == nullptr) return Status::InvalidArgument("buffer_counts is NULL");
     if (buffer_total > 0 && buffers == nullptr) return Status::InvalidArgument("buffers is NULL");
+    KVF_RETURN_IF_ERROR(CheckCount("buffer_total", buffer_total, sizeof(kvf_store_buffer)));
     buffers_.reserve(keys_.size());
     size_t at = 0;
     for (size_t i = 0; i < count_; ++i) {

@@ -15,7 +15,12 @@ namespace kvfabric::metrics {
 namespace {
 
 // Threads serving scrapes: a scrape is rare and short.
-constexpr size_t kServerThreads = 2;
+// Threads serving connections, and how long one waits for a request's
+// bytes: clients that send half a request and stop hold a thread each for
+// that long at most, so scrapes wait at most that long behind as many of
+// them as there are threads.
+constexpr size_t kServerThreads = 4;
+constexpr auto kReadTimeout = std::chrono::seconds(1);
 
 bool ParsePort(std::string_view s, int* out) {
   int v = -1;
@@ -69,6 +74,8 @@ Status Endpoint::Start(const std::string& listen, std::shared_ptr<Endpoint>* out
   std::shared_ptr<Endpoint> e(new Endpoint());
   e->server_ = std::make_unique<httplib::Server>();
   e->server_->new_task_queue = [] { return new httplib::ThreadPool(kServerThreads); };
+  e->server_->set_read_timeout(kReadTimeout);
+  e->server_->set_keep_alive_timeout(std::chrono::duration_cast<std::chrono::seconds>(kReadTimeout).count());
   // httplib sets SO_REUSEPORT, with which a second process binds the same
   // port and scrapes land on either at random: a port in use must be refused.
   e->server_->set_socket_options([](int sock) {

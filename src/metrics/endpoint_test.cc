@@ -1,7 +1,16 @@
 #include "metrics/endpoint.h"
 
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "metrics/families.h"
 
@@ -67,6 +76,39 @@ TEST(EndpointTest, ServesMetricsHealthAnd404) {
   r = c.Post("/metrics", "x", "text/plain");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 404);
+}
+
+// Clients that send half a request and stop, as many as the endpoint has
+// threads, delay a scrape by its read timeout (a second) at most.
+TEST(EndpointTest, HalfSentRequestsHoldScrapesUpForASecondAtMost) {
+  std::unique_ptr<Endpoint::Membership> m;
+  ASSERT_TRUE(Endpoint::Join("127.0.0.1:0", [] { return OneCounter("a", 7); }, &m).ok());
+  std::string host;
+  uint16_t port = 0;
+  const std::string addr = m->address();
+  host = addr.substr(0, addr.rfind(':'));
+  port = static_cast<uint16_t>(std::stoi(addr.substr(addr.rfind(':') + 1)));
+  std::vector<int> half;
+  for (int i = 0; i < 4; ++i) {
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(port);
+    inet_pton(AF_INET, host.c_str(), &sa.sin_addr);
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+    const char partial[] = "GET /metrics HTTP/1.1\r\nHost: x\r\n";
+    ASSERT_GT(send(fd, partial, sizeof(partial) - 1, MSG_NOSIGNAL), 0);
+    half.push_back(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  httplib::Client c("http://" + addr);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = c.Get("/metrics");
+  const auto took = std::chrono::steady_clock::now() - t0;
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_LT(took, std::chrono::milliseconds(2500)) << "a scrape waited behind half-sent requests";
+  for (int fd : half) close(fd);
 }
 
 TEST(EndpointTest, SourcesOfOneAddressShareTheEndpointAndItsFamilies) {

@@ -518,5 +518,101 @@ TEST_F(ControlChannelTest, ConnectionsBeyondTheLimitAreClosed) {
   EXPECT_EQ(reply, "echo:3");
 }
 
+// At the connection limit, connections that have not proven themselves
+// (without a token: sent no request; with one: not authenticated) make
+// room for a new one, oldest first, so holding idle connections keeps no
+// client out; and they are closed anyway once the authentication time
+// (KVF_HANDSHAKE_AUTH_TIMEOUT_MS) has passed.
+TEST_F(ControlChannelTest, UnprovenConnectionsMakeRoomAtTheLimitAndTimeOut) {
+  for (const std::string token : {"", "s3cret"}) {
+    SCOPED_TRACE(token.empty() ? "no token" : "a token");
+    Settings settings = TestSettings(token);
+    settings.store_max_connections = 2;
+    settings.handshake_auth_timeout_ms = 1000;
+    StartEcho(settings);
+    const int first = RawConnect(), second = RawConnect();
+    ASSERT_TRUE(Eventually([&] { return server_->connection_count() == 2; }));
+    ControlClient client(settings);
+    std::string reply;
+    const auto t0 = Clock::now();
+    ASSERT_TRUE(client.CallSync(address_, "in", DeadlineIn(2000), &reply).ok());
+    EXPECT_LT(MsSince(t0), 500) << "the client waited for an idle connection's time to end";
+    EXPECT_TRUE(ReadUntilClosed(first, 2000).closed) << "the oldest idle connection stayed";
+    EXPECT_TRUE(ReadUntilClosed(second, 3000).closed) << "an idle connection outlived the authentication time";
+    close(first);
+    close(second);
+    ASSERT_TRUE(client.CallSync(address_, "still in", DeadlineIn(2000), &reply).ok());
+    server_.reset();
+  }
+}
+
+// Requests on a raw connection, `n` of them with ids from 1, sent at once.
+void SendRequests(int fd, int n) {
+  std::string bytes;
+  for (int i = 1; i <= n; ++i) bytes += Header(control::kMagic, control::kRequest, 1, static_cast<uint64_t>(i)) + "r";
+  SendRaw(fd, bytes);
+}
+
+// A handler whose replies are 60 KiB each, counting the requests it sees.
+ControlServer::Handler Large(std::atomic<int>* seen) {
+  return [seen](uint64_t, std::string, Reply reply) {
+    ++*seen;
+    reply(Status::OK(), std::string(60 << 10, 'x'));
+  };
+}
+
+// A client that sends many requests and reads none of the replies is not
+// read further once 1 MiB of its replies wait (the handler stops seeing
+// its requests), and once it reads them every request is answered, in
+// order, on the same connection: nothing is dropped, nothing piles up.
+TEST_F(ControlChannelTest, AClientThatReadsNoRepliesIsNotReadUntilItDoes) {
+  Start(TestSettings(), Large(&seen_));
+  const int fd = RawConnect();
+  constexpr int kRequests = 3000;  // 176 MiB of replies
+  SendRequests(fd, kRequests);
+  ASSERT_TRUE(Eventually([&] { return seen_.load() > 0; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const int seen = seen_.load();
+  EXPECT_LT(seen, kRequests / 3) << "the server went on reading a client that reads no replies";
+  Received r = ReadUntilClosed(fd, 20000, kRequests);
+  close(fd);
+  EXPECT_FALSE(r.closed);
+  ASSERT_EQ(r.frames.size(), static_cast<size_t>(kRequests));
+  for (int i = 0; i < kRequests; ++i) {
+    ASSERT_EQ(r.frames[i].type, control::kReply);
+    ASSERT_EQ(r.frames[i].id, static_cast<uint64_t>(i + 1));
+  }
+  EXPECT_EQ(seen_.load(), kRequests);
+}
+
+// Replies waiting for all clients together stay near store_max_unsent_bytes:
+// past it, the connections whose clients read none are closed, most bytes
+// first, and a client that reads its replies is served throughout.
+TEST_F(ControlChannelTest, ClientsThatReadNoRepliesAreClosedPastTheNodesLimit) {
+  Settings settings = TestSettings();
+  settings.store_max_unsent_bytes = 2 * Settings::MiB;
+  Start(settings, Large(&seen_));
+  std::vector<int> silent;
+  for (int i = 0; i < 4; ++i) {
+    silent.push_back(RawConnect());
+    SendRequests(silent.back(), 1000);
+  }
+  ControlClient client(settings);
+  std::string reply;
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(client.CallSync(address_, "reads", DeadlineIn(5000), &reply).ok()) << i;
+    ASSERT_EQ(reply.size(), size_t{60} << 10);
+  }
+  EXPECT_TRUE(Eventually([&] { return server_->connection_count() <= 2; }, 5000))
+      << server_->connection_count() << " connections open";
+  size_t closed = 0;
+  for (int fd : silent) {
+    closed += ReadUntilClosed(fd, 10000, 1000).closed ? 1 : 0;
+    close(fd);
+  }
+  EXPECT_GE(closed, 3u);
+  ASSERT_TRUE(client.CallSync(address_, "still", DeadlineIn(5000), &reply).ok());
+}
+
 }  // namespace
 }  // namespace kvfabric::store

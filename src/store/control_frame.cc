@@ -101,6 +101,11 @@ bool FrameReader::Next(const HeaderCheck& check, Frame* out, Status* error) {
 
 Status FrameReader::Read(int fd, const HeaderCheck& check, const FrameSink& sink) {
   if (buffer_.size() < kReadBlock) buffer_.resize(kReadBlock);
+  Frame frame;
+  Status error;
+  while (Next(check, &frame, &error))  // what a sink that stopped left
+    if (!sink(std::move(frame))) return Status::OK();
+  if (!error.ok()) return error;
   for (int round = 0; round < kReadsPerCall; ++round) {
     if (begin_ > 0) {  // what Next left is part of a header: keep it, at the front
       std::memmove(buffer_.data(), buffer_.data() + begin_, end_ - begin_);
@@ -115,8 +120,6 @@ Status FrameReader::Read(int fd, const HeaderCheck& check, const FrameSink& sink
       return Status::NetworkError(std::string("receive failed: ") + std::strerror(errno));
     }
     end_ += static_cast<size_t>(n);
-    Frame frame;
-    Status error;
     while (Next(check, &frame, &error))
       if (!sink(std::move(frame))) return Status::OK();
     if (!error.ok()) return error;
@@ -189,12 +192,14 @@ void Wake(int wake_fd) {
   (void)r;  // a full counter still wakes the loop
 }
 
-void WatchOutput(int epoll_fd, int fd, uint64_t key, bool out) {
+void Watch(int epoll_fd, int fd, uint64_t key, bool in, bool out) {
   epoll_event ev{};
-  ev.events = out ? EPOLLIN | EPOLLOUT : EPOLLIN;
+  ev.events = (in ? EPOLLIN : 0) | (out ? EPOLLOUT : 0);
   ev.data.u64 = key;
   epoll_ctl(epoll_fd, EPOLL_CTL_MOD, fd, &ev);
 }
+
+void WatchOutput(int epoll_fd, int fd, uint64_t key, bool out) { Watch(epoll_fd, fd, key, true, out); }
 
 void DrainWake(int wake_fd) {
   uint64_t value = 0;

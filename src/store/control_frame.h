@@ -73,6 +73,9 @@ constexpr size_t kPreAuthMaxPayload = 4096;
 // Replies a connection may have waiting to be sent before the server gives
 // up on its client as too slow to read them, and closes the connection.
 constexpr size_t kMaxUnsentBytes = size_t{64} << 20;
+// Past this many bytes of replies waiting for a connection, the server
+// reads no more of its requests until its client has read them down.
+constexpr size_t kPauseUnsentBytes = size_t{1} << 20;
 
 struct Frame {
   uint16_t type = 0;
@@ -103,13 +106,17 @@ class FrameReader {
   // connection is closing).
   using FrameSink = std::function<bool(Frame&& frame)>;
 
-  // Reads what `fd` holds now (a bounded number of recv calls, so one busy
-  // peer cannot starve others on the same thread) and hands each whole frame
-  // to `sink`. OK when the socket has no more for now or the sink stopped;
+  // Hands `sink` the whole frames read before (a sink that stopped left
+  // them), then reads what `fd` holds now (a bounded number of recv calls,
+  // so one busy peer cannot starve others on the same thread) and hands
+  // each whole frame to `sink`. OK when the socket has no more for now or the sink stopped;
   // NetworkError when the peer closed or the socket failed; ProtocolError
   // for a bad magic; the check's error for a refused header.
   Status Read(int fd, const HeaderCheck& check, const FrameSink& sink);
   void Reset();
+  // Whether bytes read are not yet handed over (a sink stopped before
+  // them, or a frame is incomplete): Read hands them over with no new byte.
+  bool buffered() const { return end_ > begin_ || in_frame_; }
 
  private:
   // The next whole frame of the bytes read: true with *out; false when more
@@ -149,7 +156,10 @@ class FrameWriter {
 // registered under `wake_key` (data.u64) for other threads to wake it.
 Status OpenEpoll(int* epoll_fd, int* wake_fd, uint64_t wake_key);
 void Wake(int wake_fd);
-// Changes a registered socket's events to EPOLLIN, plus EPOLLOUT when `out`.
+// Changes a registered socket's events to EPOLLIN when `in`, plus EPOLLOUT
+// when `out` (EPOLLHUP and EPOLLERR are reported either way).
+void Watch(int epoll_fd, int fd, uint64_t key, bool in, bool out);
+// Watch with `in`.
 void WatchOutput(int epoll_fd, int fd, uint64_t key, bool out);
 void DrainWake(int wake_fd);
 // epoll_wait's timeout for `deadline`: -1 for Deadline::max(), else the

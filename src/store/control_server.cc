@@ -60,6 +60,7 @@ struct ControlServer::Loop : std::enable_shared_from_this<ControlServer::Loop> {
     std::string client_nonce, server_nonce;
     FrameReader reader;
     bool want_out = false;  // EPOLLOUT armed
+    bool paused = false;    // EPOLLIN off: its replies wait for its client to read them (Backlogged)
     bool served = false;    // a request reached the handler: Closed is called for it
     // Under `mu`.
     FrameWriter writer;
@@ -84,6 +85,12 @@ struct ControlServer::Loop : std::enable_shared_from_this<ControlServer::Loop> {
     return it == connections.end() ? nullptr : it->second.get();
   }
   void Accept();
+  // Whether a connection has yet to authenticate (with a token) or to send
+  // its first request (without one).
+  bool Unproven(const Connection& c) const;
+  // At the connection limit: closes the oldest unproven connection (true),
+  // or finds none (false: the new one is refused).
+  bool MakeRoom();
   void Add(int fd, const net::SocketAddress& peer);
   void OnReadable(Connection* c);
   Status CheckHeader(const Connection& c, uint16_t type, uint32_t length) const;
@@ -101,6 +108,20 @@ struct ControlServer::Loop : std::enable_shared_from_this<ControlServer::Loop> {
   // Under `mu`: EPOLLOUT armed exactly while output waits; the write side
   // shut once a refused connection's error is out.
   void SyncOutputLocked(Connection* c);
+  // Under `mu`: sends what the socket takes, keeping `unsent` in step.
+  void FlushLocked(Connection* c);
+  // Under `mu`: whether the connection's requests must wait (its reading
+  // paused) for its client to read replies: past kPauseUnsentBytes of its
+  // own, or any while every connection's together pass max_unsent.
+  bool BackloggedLocked(const Connection& c) const;
+  // Under `mu`: stops reading a backlogged connection until Throttle
+  // resumes it.
+  void PauseLocked(Connection* c);
+  // Resumes reading the paused connections no longer backlogged (true when
+  // it read requests left in their readers), then, while the replies
+  // waiting pass max_unsent, closes the paused connections holding the
+  // most until they do not.
+  bool Throttle();
   void ProcessDirty();
   void ExpireDeadlines();
   int TimeoutMs() const;
@@ -110,6 +131,7 @@ struct ControlServer::Loop : std::enable_shared_from_this<ControlServer::Loop> {
   std::string token;
   size_t max_frame = 0;
   size_t max_connections = 0;
+  size_t max_unsent = 0;
   std::chrono::milliseconds auth_timeout{0};
   Handler handler;
   Closed closed;
@@ -120,11 +142,13 @@ struct ControlServer::Loop : std::enable_shared_from_this<ControlServer::Loop> {
   std::thread::id thread_id;
   std::unordered_map<uint64_t, std::unique_ptr<Connection>> connections;
   std::vector<uint64_t> dirty;  // connections whose output the thread must look at
+  size_t unsent = 0;            // replies queued on every connection, in bytes
   std::atomic<bool> stopping{false};
   std::atomic<size_t> count{0};
 
   // The thread's alone.
   uint64_t next_key = 2;
+  std::vector<uint64_t> paused;  // connections not read for now (Throttle)
   // Connections that must authenticate, or finish draining, by a time: all
   // with the same delay, so in order.
   std::deque<std::pair<Deadline, uint64_t>> deadlines;
@@ -173,10 +197,24 @@ bool ControlServer::Loop::Send(uint64_t key, uint64_t id, Status status, std::st
   return true;
 }
 
+void ControlServer::Loop::FlushLocked(Connection* c) {
+  const size_t before = c->writer.bytes();
+  Status s = c->writer.Flush(c->fd);
+  unsent = unsent - before + c->writer.bytes();
+  if (!s.ok() && c->broken.empty()) c->broken = s.message();
+}
+
+bool ControlServer::Loop::BackloggedLocked(const Connection& c) const {
+  const size_t mine = c.writer.bytes();
+  return mine > kPauseUnsentBytes || (mine > 0 && unsent > max_unsent);
+}
+
 void ControlServer::Loop::EnqueueLocked(Connection* c, uint16_t type, uint64_t id, std::string payload) {
   if (!c->broken.empty()) return;
   const bool first = c->writer.empty();
+  const size_t before = c->writer.bytes();
   c->writer.Push(type, id, std::move(payload));
+  unsent = unsent - before + c->writer.bytes();
   if (c->writer.bytes() > kMaxUnsentBytes) {
     c->broken = text::Format("{} bytes of replies unsent (the client reads too slowly)", c->writer.bytes());
     MarkDirtyLocked(c->key);
@@ -186,9 +224,8 @@ void ControlServer::Loop::EnqueueLocked(Connection* c, uint16_t type, uint64_t i
   // Another thread writes at once rather than wake the thread for it; the
   // thread itself sends all its round's output together, after the round.
   if (std::this_thread::get_id() != thread_id) {
-    Status s = c->writer.Flush(c->fd);
-    if (!s.ok()) c->broken = s.message();
-    if (s.ok() && c->writer.empty()) return;
+    FlushLocked(c);
+    if (c->broken.empty() && c->writer.empty()) return;
   }
   MarkDirtyLocked(c->key);
 }
@@ -204,7 +241,7 @@ void ControlServer::Loop::Wake() { control::Wake(wake_fd); }
 void ControlServer::Loop::SyncOutputLocked(Connection* c) {
   if (!c->broken.empty()) return;
   const bool want = !c->writer.empty();
-  if (want != c->want_out) WatchOutput(epoll_fd, c->fd, c->key, want);
+  if (want != c->want_out) Watch(epoll_fd, c->fd, c->key, !c->paused, want);
   c->want_out = want;
   if (c->closing && !want) shutdown(c->fd, SHUT_WR);
 }
@@ -222,6 +259,7 @@ Status ControlServer::Start(const std::string& listen, const Settings& settings,
   loop->token = settings.auth_token;
   loop->max_frame = static_cast<size_t>(settings.handshake_max_frame);
   loop->max_connections = static_cast<size_t>(settings.store_max_connections);
+  loop->max_unsent = static_cast<size_t>(settings.store_max_unsent_bytes);
   loop->auth_timeout = std::chrono::milliseconds(settings.handshake_auth_timeout_ms);
   loop->handler = std::move(handler);
   loop->closed = std::move(closed);
@@ -305,13 +343,15 @@ void ControlServer::Loop::Run() {
       c = Find(key);
       if (c != nullptr && (events[i].events & EPOLLOUT)) {
         std::lock_guard<std::mutex> g(mu);
-        Status s = c->writer.Flush(c->fd);
-        if (!s.ok() && c->broken.empty()) c->broken = s.message();
+        FlushLocked(c);
         if (!c->broken.empty()) MarkDirtyLocked(key);
         SyncOutputLocked(c);
       }
     }
-    ProcessDirty();
+    // A connection Throttle resumed may have read requests whose replies
+    // are queued now: sent before the thread waits again.
+    do ProcessDirty();
+    while (Throttle());
     ExpireDeadlines();
   }
 }
@@ -343,7 +383,7 @@ void ControlServer::Loop::Accept() {
       accept_resume = std::chrono::steady_clock::now() + kAcceptPause;
       return;
     }
-    if (count.load() >= max_connections) {
+    if (count.load() >= max_connections && !MakeRoom()) {
       close(fd);
       if (refused++ == 0)
         KVF_LOG_WARN("store control server on {}: {} connections open, the limit (KVF_STORE_MAX_CONNECTIONS); "
@@ -360,6 +400,23 @@ void ControlServer::Loop::Accept() {
   }
 }
 
+bool ControlServer::Loop::Unproven(const Connection& c) const {
+  if (c.state == Connection::State::kReady) return token.empty() && !c.served;
+  return c.state != Connection::State::kDraining;
+}
+
+bool ControlServer::Loop::MakeRoom() {
+  Connection* oldest = nullptr;
+  for (auto& [key, c] : connections)
+    if (Unproven(*c) && (oldest == nullptr || key < oldest->key)) oldest = c.get();
+  if (oldest == nullptr) return false;
+  KVF_LOG_DEBUG("store control server on {}: closing the connection from {} to make room: it has not {} yet, and "
+                "{} connections are open (KVF_STORE_MAX_CONNECTIONS)",
+                address, oldest->peer, token.empty() ? "sent a request" : "authenticated", connections.size());
+  Close(oldest);
+  return true;
+}
+
 void ControlServer::Loop::Add(int fd, const net::SocketAddress& peer) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -367,10 +424,10 @@ void ControlServer::Loop::Add(int fd, const net::SocketAddress& peer) {
   c->key = next_key++;
   c->fd = fd;
   c->peer = net::FormatHostPort(peer.ip(), peer.port());
-  if (!token.empty()) {
-    c->state = Connection::State::kAwaitHello;
-    deadlines.emplace_back(std::chrono::steady_clock::now() + auth_timeout, c->key);
-  }
+  // Authenticated (with a token) or its first request sent (without one)
+  // within the time, or closed (ExpireDeadlines).
+  if (!token.empty()) c->state = Connection::State::kAwaitHello;
+  deadlines.emplace_back(std::chrono::steady_clock::now() + auth_timeout, c->key);
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u64 = c->key;
@@ -381,6 +438,21 @@ void ControlServer::Loop::Add(int fd, const net::SocketAddress& peer) {
 }
 
 void ControlServer::Loop::OnReadable(Connection* c) {
+  if (c->paused) {  // not watched for input: hung up, or failed
+    Close(c);
+    return;
+  }
+  if (c->state == Connection::State::kReady) {
+    bool backlogged;
+    {
+      std::lock_guard<std::mutex> g(mu);
+      backlogged = BackloggedLocked(*c);
+    }
+    if (backlogged) {
+      std::lock_guard<std::mutex> g(mu);
+      return PauseLocked(c);
+    }
+  }
   if (c->state == Connection::State::kDraining) {  // refused: read and drop until the client closes
     if (!control::Discard(c->fd)) Close(c);
     return;
@@ -422,7 +494,12 @@ bool ControlServer::Loop::OnFrame(Connection* c, Frame&& f) {
       }
       c->served = true;
       handler(c->key, std::move(f.payload), MakeReply(c->key, f.id));
-      return true;
+      {
+        std::lock_guard<std::mutex> g(mu);
+        if (!BackloggedLocked(*c)) return true;
+        PauseLocked(c);  // the frames read after this one wait in the reader
+      }
+      return false;
     case State::kAwaitHello: {
       if (f.payload.size() != metadata::auth::kNonceSize) {
         Refuse(c, Status::ProtocolError(text::Format("hello of {} bytes", f.payload.size())));
@@ -469,7 +546,9 @@ void ControlServer::Loop::Close(Connection* c) {
     std::lock_guard<std::mutex> g(mu);
     epoll_ctl(epoll_fd, EPOLL_CTL_DEL, c->fd, nullptr);
     close(c->fd);
+    unsent -= c->writer.bytes();
     connections.erase(key);
+    std::erase(paused, key);
     count.fetch_sub(1);
   }
   if (served && closed) closed(key);
@@ -482,10 +561,7 @@ void ControlServer::Loop::ProcessDirty() {
     for (uint64_t key : dirty) {
       Connection* c = Find(key);
       if (c == nullptr) continue;
-      if (c->broken.empty()) {
-        Status s = c->writer.Flush(c->fd);
-        if (!s.ok()) c->broken = s.message();
-      }
+      if (c->broken.empty()) FlushLocked(c);
       if (c->broken.empty()) SyncOutputLocked(c);
       else if (std::find(broken.begin(), broken.end(), c) == broken.end()) broken.push_back(c);
     }
@@ -497,16 +573,59 @@ void ControlServer::Loop::ProcessDirty() {
   }
 }
 
+void ControlServer::Loop::PauseLocked(Connection* c) {
+  c->paused = true;
+  Watch(epoll_fd, c->fd, c->key, false, c->want_out);
+  paused.push_back(c->key);
+}
+
+bool ControlServer::Loop::Throttle() {
+  if (paused.empty()) return false;
+  std::vector<Connection*> slowest;  // paused, while every connection's replies pass max_unsent
+  std::vector<uint64_t> read_now;    // resumed with requests read before the pause
+  {
+    std::lock_guard<std::mutex> g(mu);
+    std::erase_if(paused, [&](uint64_t key) {
+      Connection* c = Find(key);
+      if (BackloggedLocked(*c)) return false;
+      c->paused = false;
+      Watch(epoll_fd, c->fd, key, true, c->want_out);
+      if (c->reader.buffered()) read_now.push_back(key);
+      return true;
+    });
+  }
+  for (uint64_t key : read_now)
+    if (Connection* c = Find(key); c != nullptr && !c->paused) OnReadable(c);
+  {
+    std::lock_guard<std::mutex> g(mu);
+    if (unsent <= max_unsent) return !read_now.empty();
+    for (uint64_t key : paused) slowest.push_back(Find(key));
+    std::sort(slowest.begin(), slowest.end(),
+              [](const Connection* a, const Connection* b) { return a->writer.bytes() > b->writer.bytes(); });
+    size_t left = unsent, n = 0;
+    while (n < slowest.size() && left > max_unsent) left -= slowest[n++]->writer.bytes();
+    slowest.resize(n);
+  }
+  for (Connection* c : slowest) {
+    KVF_LOG_WARN("store control server on {}: closing the connection from {}: its client reads none of the {} "
+                 "bytes of replies waiting for it, while the replies waiting for every client pass "
+                 "KVF_STORE_MAX_UNSENT_BYTES ({})",
+                 address, c->peer, c->writer.bytes(), max_unsent);
+    Close(c);
+  }
+  return !read_now.empty();
+}
+
 void ControlServer::Loop::ExpireDeadlines() {
   const auto now = std::chrono::steady_clock::now();
   while (!deadlines.empty() && deadlines.front().first <= now) {
     Connection* c = Find(deadlines.front().second);
     deadlines.pop_front();
-    if (c == nullptr || c->state == Connection::State::kReady) continue;
+    if (c == nullptr || (c->state == Connection::State::kReady && !Unproven(*c))) continue;
     if (c->state != Connection::State::kDraining)
-      KVF_LOG_WARN("store control server on {}: closing the connection from {}: it did not authenticate within "
-                   "{} ms (KVF_HANDSHAKE_AUTH_TIMEOUT_MS)",
-                   address, c->peer, auth_timeout.count());
+      KVF_LOG_WARN("store control server on {}: closing the connection from {}: it did not {} within {} ms "
+                   "(KVF_HANDSHAKE_AUTH_TIMEOUT_MS)",
+                   address, c->peer, token.empty() ? "send a request" : "authenticate", auth_timeout.count());
     Close(c);
   }
   if (accept_paused && accept_resume <= now) {

@@ -29,8 +29,11 @@ class ControlServer {
   // dropped. A Reply destroyed without having been called answers Internal
   // ("dropped without a reply") so the client does not wait for its deadline.
   // It never blocks on the network: what the socket does not take at once is
-  // queued for the server's thread, and a connection whose queued replies
-  // pass 64 MiB is closed (its client reads too slowly).
+  // queued for the server's thread. A connection with over 1 MiB of replies
+  // queued is not read until its client has read them down; one whose
+  // queued replies pass 64 MiB is closed (its client reads too slowly), and
+  // so are the connections, most bytes first, whose client reads none while
+  // every connection's together pass store_max_unsent_bytes.
   using Reply = std::function<void(Status status, std::string payload)>;
   // Called on the server's thread for every request, in the order each
   // connection sent them, never for a connection that has not authenticated,
@@ -48,9 +51,12 @@ class ControlServer {
   // and starts the thread. Uses from `settings`: auth_token (when set, every
   // connection must prove it holds the same token before its first request
   // reaches the handler), handshake_max_frame (largest request and reply),
-  // store_max_connections (connections beyond are closed at once),
-  // handshake_auth_timeout_ms (a connection that has not authenticated by
-  // then is closed). InvalidArgument for an address that does not parse,
+  // store_max_connections (past it, the oldest connection that has not
+  // authenticated, or without a token sent a request, makes room; with
+  // none, a new connection is closed at once),
+  // store_max_unsent_bytes (replies queued for every connection together),
+  // handshake_auth_timeout_ms (a connection that has not authenticated, or
+  // without a token sent its first request, by then is closed). InvalidArgument for an address that does not parse,
   // NetworkError when it cannot be bound.
   static Status Start(const std::string& listen, const Settings& settings, Handler handler,
                       std::unique_ptr<ControlServer>* out, Closed closed = nullptr);

@@ -152,6 +152,10 @@ struct CommitRequest {
 // of its pool (1/kGrantPoolShare): a writer asks for no more.
 constexpr size_t kMaxGrantSlots = 1024;
 constexpr uint64_t kGrantPoolShare = 16;
+// Every grant a home holds open at once, together, takes at most this share
+// of its pool (1/kGrantsPoolShare): writers' grants never take the pool from
+// the pages already stored.
+constexpr uint64_t kGrantsPoolShare = 4;
 // A writer starts no WRITE into a grant later than this after it came (a
 // stream of PUTs uses it within milliseconds); the home holds it this long
 // and its deadline more, then abandons it.

@@ -11,8 +11,10 @@
 
 #include "common/crypto.h"
 #include "common/log.h"
+#include "common/text.h"
 #include "net/address.h"
 #include "store/checksum.h"
+#include "store/pool_memory.h"
 
 namespace kvfabric::store {
 namespace {
@@ -43,11 +45,18 @@ NodeService::NodeService(Engine* engine, const Settings& settings, uint64_t* ver
       table_(static_cast<uint64_t>(settings.store_pool_bytes), std::chrono::milliseconds(settings.store_read_window_ms),
              kPoolAlignment, &versions_, keys_.valid() ? &keys_ : nullptr),
       reservations_(crypto::RandomU64()),
+      puts_(static_cast<size_t>(settings.store_put_queue_bytes),
+            static_cast<size_t>(std::max<int64_t>(1, settings.store_put_threads - 1))),
       runner_(engine) {}
 
 Status NodeService::Start(Engine* engine, const Settings& settings, std::unique_ptr<NodeService>* out) {
   if (settings.store_pool_bytes <= 0) return Status::InvalidArgument("store: a node's pool needs store_pool_bytes > 0");
   const auto pool_bytes = static_cast<size_t>(settings.store_pool_bytes);
+  if (Status s = CheckPoolFits(pool_bytes, AvailableMemory()); !s.ok()) {
+    if (settings.store_pool_prefault) return s;
+    KVF_LOG_WARN("{}; the node starts since KVF_STORE_POOL_PREFAULT is off, and the kernel may kill it once its "
+                 "pool fills", s.message());
+  }
   // The pool, its region versions and the table of the keys it holds
   // (SharedKeys: same-host processes answer `exists` from it) in one memfd
   // that same-host processes map (KVF_STORE_SHARE_POOLS), or private memory.
@@ -167,15 +176,9 @@ void NodeService::Stop() {
     std::atomic_ref<uint64_t>(static_cast<uint64_t*>(version_words_)[RegionVersions::kRegions])
         .store(0, std::memory_order_release);
   if (server_) server_->Stop();  // no new requests; replies still held become no-ops
-  {
-    std::lock_guard<std::mutex> g(jobs_mu_);
-    stopping_ = true;
-  }
-  jobs_cv_.notify_all();
+  puts_.Stop();                  // the put threads finish what is queued, then end
   for (std::thread& t : workers_) t.join();
   workers_.clear();
-  for (PutJob& job : jobs_) DropPut(&job);
-  jobs_.clear();
   if (pool_ != nullptr) {
     // A PUT's READ that outlived its deadline may still land in the pool:
     // the memory stays mapped (leaked, with a warning) rather than let it.
@@ -203,31 +206,34 @@ void NodeService::Handle(uint64_t connection, std::string payload, ControlServer
   Op op;
   if (Status s = PeekOp(payload, &op); !s.ok()) return reply(s, {});
   if (op == Op::kPut) {
+    // Refused before it is decoded: a decoded request takes several times
+    // its bytes.
+    if (!puts_.Admits(payload.size()))
+      return reply(Status::Busy(text::Format(
+                       "store node {}: {} bytes of PUTs by READ wait for its put threads already, the most it holds "
+                       "(KVF_STORE_PUT_QUEUE_BYTES); retry later, or give the node more KVF_STORE_PUT_THREADS",
+                       address_, puts_.bytes())),
+                   {});
     PutJob job;
     if (Status s = DecodePut(payload, &job.request); !s.ok()) return reply(s, {});
+    if (Status s = WriterUnreachable(job.request.writer); !s.ok()) return reply(s, {});
     job.reply = std::move(reply);
     job.deadline = net::DeadlineIn(std::min<int64_t>(job.request.budget_ms, settings_.store_deadline_ms));
     // The bytes start moving now when the writer is known; a put thread
     // opens a new writer's segment first (a handshake: never on this thread).
-    if (SegmentHandle writer; KnownWriter(job.request.writer, &writer)) StartPut(&job, Status::OK(), writer);
-    return Queue(std::move(job));
+    SegmentHandle writer;
+    const bool known = KnownWriter(job.request.writer, &writer);
+    if (known) StartPut(&job, Status::OK(), writer);
+    return Queue(std::move(job), payload.size(), !known);
   }
-  if (op == Op::kCommit) return TakeCommit(payload, std::move(reply));
+  if (op == Op::kCommit) return TakeCommit(connection, payload, std::move(reply));
   Status status;
   std::string answer = Answer(connection, op, payload, &status);
   reply(status, std::move(answer));
 }
 
-void NodeService::Queue(PutJob job) {
-  {
-    std::lock_guard<std::mutex> g(jobs_mu_);
-    if (!stopping_) {
-      jobs_.push_back(std::move(job));
-      jobs_cv_.notify_one();
-      return;
-    }
-  }
-  DropPut(&job);
+void NodeService::Queue(PutJob job, size_t bytes, bool needs_open) {
+  if (!puts_.Push(std::move(job), bytes, needs_open)) DropPut(&job);  // stopping: Push took nothing
 }
 
 std::chrono::steady_clock::duration NodeService::PushHold() const {
@@ -244,7 +250,7 @@ void NodeService::AbandonExpired(Clock::time_point now) {
   }
 }
 
-std::string NodeService::ReserveSlots(std::string_view payload, Status* status) {
+std::string NodeService::ReserveSlots(uint64_t connection, std::string_view payload, Status* status) {
   ReserveRequest request;
   *status = DecodeReserve(payload, &request);
   if (!status->ok()) return {};
@@ -279,11 +285,11 @@ std::string NodeService::ReserveSlots(std::string_view payload, Status* status) 
   // The writer gives up on the commit's reply at its budget; the slots are
   // abandoned a little after that (a commit on its way is not cut short).
   const auto budget = std::chrono::milliseconds(std::min<int64_t>(request.budget_ms, settings_.store_deadline_ms));
-  if (any) slots.ticket = reservations_.Open(std::move(held), now + budget + std::chrono::seconds(1));
+  if (any) slots.ticket = reservations_.Open(std::move(held), now + budget + std::chrono::seconds(1), connection);
   return EncodeSlots(slots);
 }
 
-void NodeService::TakeCommit(std::string_view payload, ControlServer::Reply reply) {
+void NodeService::TakeCommit(uint64_t connection, std::string_view payload, ControlServer::Reply reply) {
   CommitRequest request;
   if (Status s = DecodeCommit(payload, &request); !s.ok()) return reply(s, {});
   PutJob job;
@@ -292,11 +298,14 @@ void NodeService::TakeCommit(std::string_view payload, ControlServer::Reply repl
     const auto now = Clock::now();
     std::lock_guard<std::mutex> g(table_mu_);
     AbandonExpired(now);
-    if (!reservations_.Take(request.ticket, &job.reservation))
+    // Only the connection that reserved the slots commits them: another
+    // one's ticket is answered as if there were none, and stays its owner's.
+    if (!reservations_.Take(request.ticket, connection, &job.reservation))
       // NotFound, not Timeout: the node answered, and must not be taken
       // for unreachable.
       return reply(Status::NotFound("store node " + address_ + ": no reservation " + std::to_string(request.ticket) +
-                                    " (its writer's budget passed, or the node restarted): the put failed"),
+                                    " on this connection (its writer's budget passed, its connection broke, or the "
+                                    "node restarted): the put failed"),
                    {});
     if (request.items.size() != job.reservation.slots.size()) {
       for (const Reservations::Slot& slot : job.reservation.slots)
@@ -312,7 +321,7 @@ void NodeService::TakeCommit(std::string_view payload, ControlServer::Reply repl
   job.reply = std::move(reply);
   const bool sums_needed = std::any_of(job.commit_items.begin(), job.commit_items.end(),
                                        [](const CommitItem& item) { return item.written() && !item.has_checksum; });
-  if (sums_needed) return Queue(std::move(job));
+  if (sums_needed) return Queue(std::move(job), 0, false);
   job.reply(Status::OK(), EncodeCommitReply(FinishCommit(&job)));
 }
 
@@ -342,6 +351,7 @@ CommitReply NodeService::FinishCommit(PutJob* job) {
   }
   const auto now = Clock::now();
   std::lock_guard<std::mutex> g(table_mu_);
+  const uint64_t first_committed = table_.next_generation();
   for (size_t i = 0; i < n; ++i) {
     const CommitState state = job->commit_items[i].state;
     if (granted && !slots[i].key.empty()) ++counters_.puts;  // a reserve counts its puts as it reserves
@@ -367,19 +377,25 @@ CommitReply NodeService::FinishCommit(PutJob* job) {
       if (!slots[i].key.empty()) ++counters_.put_failures;
     }
   }
-  if (!job->grant.empty()) reply.granted = GrantSlots(job->grant, now);
+  // The grant never evicts the pages this commit just stored.
+  if (!job->grant.empty()) reply.granted = GrantSlots(job->grant, now, first_committed, job->reservation.owner);
   return reply;
 }
 
-Slots NodeService::GrantSlots(const std::vector<uint64_t>& lengths, Clock::time_point now) {
+Slots NodeService::GrantSlots(const std::vector<uint64_t>& lengths, Clock::time_point now, uint64_t keep_from,
+                              uint64_t owner) {
   Slots granted;
   granted.epoch = info_.epoch;
   std::vector<Reservations::Slot> held;
   uint64_t bytes = 0;
+  const uint64_t all_grants = info_.pool_bytes / kGrantsPoolShare;
   for (uint64_t length : lengths) {
-    if (held.size() == kMaxGrantSlots || bytes + length > info_.pool_bytes / kGrantPoolShare) break;
+    if (held.size() == kMaxGrantSlots || bytes + length > info_.pool_bytes / kGrantPoolShare ||
+        reservations_.granted_bytes() + bytes + length > all_grants)
+      break;
     Reservations::Slot slot;
-    if (!CheckPageLength("(granted)", length).ok() || !table_.Reserve(length, now, &slot.offset).ok()) break;
+    if (!CheckPageLength("(granted)", length).ok() || !table_.Reserve(length, now, &slot.offset, keep_from).ok())
+      break;
     slot.length = length;
     slot.reserved = true;
     bytes += length;
@@ -389,14 +405,14 @@ Slots NodeService::GrantSlots(const std::vector<uint64_t>& lengths, Clock::time_
   }
   if (held.empty()) return granted;
   const auto hold = std::chrono::milliseconds(kGrantUsableMs + settings_.store_deadline_ms) + std::chrono::seconds(1);
-  granted.ticket = reservations_.Open(std::move(held), now + hold, /*granted=*/true);
+  granted.ticket = reservations_.Open(std::move(held), now + hold, owner, /*granted=*/true);
   return granted;
 }
 
 std::string NodeService::Answer(uint64_t connection, Op op, std::string_view payload, Status* status) {
   const auto now = Clock::now();
   if (op == Op::kHello) return EncodeNodeInfo(info_);
-  if (op == Op::kReserve) return ReserveSlots(payload, status);
+  if (op == Op::kReserve) return ReserveSlots(connection, payload, status);
   if (op == Op::kStats) return EncodeNodeStats(Stats());
   if (op == Op::kRemoveAll) {
     std::lock_guard<std::mutex> g(table_mu_);
@@ -407,6 +423,7 @@ std::string NodeService::Answer(uint64_t connection, Op op, std::string_view pay
   *status = DecodeKeys(payload, &keys);
   if (!status->ok()) return {};
   std::lock_guard<std::mutex> g(table_mu_);
+  if (op == Op::kPin) return PinAllLocked(connection, keys, status);
   if (op == Op::kLookup) {
     std::vector<Location> out(keys.size());
     counters_.lookups += keys.size();
@@ -427,7 +444,6 @@ std::string NodeService::Answer(uint64_t connection, Op op, std::string_view pay
         bits[i] = table_.Remove(keys[i], now);
         if (bits[i]) ForgetPinsLocked(keys[i]);  // the key's pins went with its page
         break;
-      case Op::kPin: bits[i] = PinLocked(connection, keys[i]); break;
       case Op::kUnpin: bits[i] = UnpinLocked(connection, keys[i]); break;
       case Op::kTouch: bits[i] = table_.Contains(keys[i], now); break;
       default: break;
@@ -438,36 +454,58 @@ std::string NodeService::Answer(uint64_t connection, Op op, std::string_view pay
 }
 
 void NodeService::PutLoop() {
-  for (;;) {
-    PutJob job;
-    {
-      std::unique_lock<std::mutex> g(jobs_mu_);
-      jobs_cv_.wait(g, [&] { return stopping_ || !jobs_.empty(); });
-      if (jobs_.empty()) return;
-      job = std::move(jobs_.front());
-      jobs_.pop_front();
-    }
+  PutJob job;
+  bool opening = false;
+  while (puts_.Pop(&job, &opening)) {
     if (job.commit) {
       job.reply(Status::OK(), EncodeCommitReply(FinishCommit(&job)));
       continue;
     }
     if (!job.started) {
       if (Clock::now() >= job.deadline) {  // waited for a thread longer than the writer waits for the reply
+        if (opening) puts_.DoneOpening();
         job.reply(Status::Timeout("store node " + address_ +
                                   ": the put waited past its deadline for a thread (KVF_STORE_PUT_THREADS)"),
                   {});
         continue;
       }
       SegmentHandle writer = -1;
-      const Status open = engine_->OpenSegment(job.request.writer, &writer);
-      if (open.ok()) {
-        std::lock_guard<std::mutex> g(writers_mu_);
-        writers_[job.request.writer] = writer;
-      }
+      const Status open = OpenWriter(job.request.writer, &writer);
+      if (opening) puts_.DoneOpening();
       StartPut(&job, open, writer);
     }
     job.reply(Status::OK(), EncodeStatuses(FinishPut(&job)));
   }
+}
+
+Status NodeService::OpenWriter(const std::string& name, SegmentHandle* out) {
+  if (Status s = WriterUnreachable(name); !s.ok()) return s;  // another thread tried it meanwhile
+  const Status open = engine_->OpenSegment(name, out);
+  const auto now = Clock::now();
+  std::lock_guard<std::mutex> g(writers_mu_);
+  if (open.ok()) {
+    writers_[name] = *out;
+    return open;
+  }
+  std::erase_if(unreachable_writers_, [&](const auto& w) { return w.second.first <= now; });
+  if (unreachable_writers_.size() < kMaxUnreachableWriters)
+    unreachable_writers_[name] = {now + std::chrono::milliseconds(settings_.store_down_retry_ms), open};
+  return open;
+}
+
+Status NodeService::WriterUnreachable(const std::string& name) {
+  std::lock_guard<std::mutex> g(writers_mu_);
+  auto it = unreachable_writers_.find(name);
+  if (it == unreachable_writers_.end()) return Status::OK();
+  const auto left = it->second.first - Clock::now();
+  if (left <= left.zero()) {
+    unreachable_writers_.erase(it);
+    return Status::OK();
+  }
+  return it->second.second.Annotate(text::Format(
+      "store node {}: the writer's segment was not reached on the last try; not tried again for {} ms "
+      "(KVF_STORE_DOWN_RETRY_MS)",
+      address_, std::chrono::ceil<std::chrono::milliseconds>(left).count()));
 }
 
 Status NodeService::CheckPageLength(const std::string& key, uint64_t length) const {
@@ -566,17 +604,40 @@ std::vector<Status> NodeService::FinishPut(PutJob* job) {
   return std::move(job->results);
 }
 
-bool NodeService::PinLocked(uint64_t connection, std::string_view key) {
-  if (!table_.Pin(key)) return false;
-  ++pins_by_connection_[connection][std::string(key)];
-  return true;
+std::string NodeService::PinAllLocked(uint64_t connection, const std::vector<std::string_view>& keys,
+                                      Status* status) {
+  ConnectionPins& mine = pins_by_connection_[connection];
+  if (mine.total + keys.size() > static_cast<uint64_t>(settings_.store_max_pins)) {
+    *status = Status::Busy(text::Format(
+        "store: pinning {} more page(s) would pass the {} pins one client connection may hold "
+        "(KVF_STORE_MAX_PINS; this one holds {}); unpin pages first",
+        keys.size(), settings_.store_max_pins, mine.total));
+  } else {
+    const uint64_t most = info_.pool_bytes / 100 * static_cast<uint64_t>(settings_.store_max_pinned_share);
+    std::vector<bool> bits;
+    *status = table_.PinAll(keys, most, &bits).Annotate("store");
+    for (size_t i = 0; status->ok() && i < keys.size(); ++i) {
+      if (!bits[i]) continue;
+      ++mine.keys[std::string(keys[i])];
+      ++mine.total;
+    }
+    if (status->ok()) {
+      if (mine.total == 0) pins_by_connection_.erase(connection);
+      return EncodeBits(bits);
+    }
+  }
+  if (mine.total == 0) pins_by_connection_.erase(connection);
+  return {};
 }
 
 void NodeService::ForgetPinsLocked(std::string_view key) {
   const std::string k(key);
   for (auto c = pins_by_connection_.begin(); c != pins_by_connection_.end();) {
-    c->second.erase(k);
-    c = c->second.empty() ? pins_by_connection_.erase(c) : std::next(c);
+    if (auto it = c->second.keys.find(k); it != c->second.keys.end()) {
+      c->second.total -= it->second;
+      c->second.keys.erase(it);
+    }
+    c = c->second.keys.empty() ? pins_by_connection_.erase(c) : std::next(c);
   }
 }
 
@@ -585,10 +646,11 @@ bool NodeService::UnpinLocked(uint64_t connection, std::string_view key) {
   // client, an unpin must not end someone else's pin.
   auto c = pins_by_connection_.find(connection);
   if (c == pins_by_connection_.end()) return false;
-  auto k = c->second.find(std::string(key));
-  if (k == c->second.end()) return false;
-  if (--k->second == 0) c->second.erase(k);
-  if (c->second.empty()) pins_by_connection_.erase(c);
+  auto k = c->second.keys.find(std::string(key));
+  if (k == c->second.keys.end()) return false;
+  --c->second.total;
+  if (--k->second == 0) c->second.keys.erase(k);
+  if (c->second.keys.empty()) pins_by_connection_.erase(c);
   return table_.Unpin(key);
 }
 
@@ -608,18 +670,30 @@ size_t NodeService::DropPagesHomedElsewhere(const std::function<bool(std::string
 
 void NodeService::ConnectionClosed(uint64_t connection) {
   uint64_t released = 0;
+  size_t abandoned = 0;
   {
+    const auto now = Clock::now();
     std::lock_guard<std::mutex> g(table_mu_);
-    auto c = pins_by_connection_.find(connection);
-    if (c == pins_by_connection_.end()) return;
-    for (const auto& [key, n] : c->second)
-      for (uint32_t i = 0; i < n; ++i) released += table_.Unpin(key) ? 1 : 0;
-    pins_by_connection_.erase(c);
-    counters_.pins_released += released;
+    // Its reservations and grants: no one else may commit them. A WRITE of
+    // its process may still land, so their slots are held back.
+    for (const Reservations::Entry& e : reservations_.TakeOwnedBy(connection))
+      for (const Reservations::Slot& slot : e.slots) {
+        if (!slot.reserved) continue;
+        table_.Abandon(slot.offset, now, PushHold());
+        ++abandoned;
+      }
+    if (auto c = pins_by_connection_.find(connection); c != pins_by_connection_.end()) {
+      for (const auto& [key, n] : c->second.keys)
+        for (uint32_t i = 0; i < n; ++i) released += table_.Unpin(key) ? 1 : 0;
+      pins_by_connection_.erase(c);
+      counters_.pins_released += released;
+    }
   }
   if (released > 0)
     KVF_LOG_INFO("store node {}: released {} pin(s) of a client whose control connection closed (it exited, "
                  "closed its store, or lost the connection)", address_, released);
+  if (abandoned > 0)
+    KVF_LOG_DEBUG("store node {}: {} slot(s) reserved by a closed control connection held back", address_, abandoned);
 }
 
 NodeStats NodeService::Stats() {

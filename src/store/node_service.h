@@ -40,6 +40,7 @@
 #include "store/control_server.h"
 #include "store/messages.h"
 #include "store/page_table.h"
+#include "store/put_queue.h"
 #include "store/region_versions.h"
 #include "store/reservations.h"
 #include "store/shared_pool.h"
@@ -104,28 +105,42 @@ class NodeService {
   // `keys`: the table in the shared pool's file (not valid when the pool is private).
   NodeService(Engine* engine, const Settings& settings, uint64_t* version_words, SharedKeys keys);
   std::string Answer(uint64_t connection, Op op, std::string_view payload, Status* status);
-  // A pin or unpin of `key` by `connection` (table_mu_ held): whether it took or ended one.
-  bool PinLocked(uint64_t connection, std::string_view key);
+  // Pins of `keys` by `connection` (table_mu_ held): the bits of the keys
+  // pinned, or none and Busy in *status when the connection would hold
+  // more than KVF_STORE_MAX_PINS pins or pins more than
+  // KVF_STORE_MAX_PINNED_SHARE of the pool.
+  std::string PinAllLocked(uint64_t connection, const std::vector<std::string_view>& keys, Status* status);
+  // An unpin of `key` by `connection` (table_mu_ held): whether it ended one.
   bool UnpinLocked(uint64_t connection, std::string_view key);
   // The key's page went, and its pins with it: no connection holds them any more.
   void ForgetPinsLocked(std::string_view key);
   void PutLoop();
-  // Queues `job` for a put thread (or replies Closed when stopping).
-  void Queue(PutJob job);
-  // kReserve: the slots, under a ticket.
-  std::string ReserveSlots(std::string_view payload, Status* status);
-  // kCommit: takes the reservation and queues its commit, or replies.
-  void TakeCommit(std::string_view payload, ControlServer::Reply reply);
+  // Queues `job`, of `bytes` on the wire, for a put thread (or replies
+  // Closed when stopping); `needs_open`: its writer's segment is not open.
+  void Queue(PutJob job, size_t bytes, bool needs_open);
+  // Opens writer `name`'s segment and remembers it; a failure is
+  // remembered for KVF_STORE_DOWN_RETRY_MS (WriterUnreachable).
+  Status OpenWriter(const std::string& name, SegmentHandle* out);
+  // Why writer `name` is not tried now (its last open failed within
+  // KVF_STORE_DOWN_RETRY_MS), or OK.
+  Status WriterUnreachable(const std::string& name);
+  // kReserve: the slots, under a ticket that only `connection` commits.
+  std::string ReserveSlots(uint64_t connection, std::string_view payload, Status* status);
+  // kCommit: takes `connection`'s reservation and queues its commit, or replies.
+  void TakeCommit(uint64_t connection, std::string_view payload, ControlServer::Reply reply);
   // Checksums and commits the written slots of a reservation, frees the
   // unused and holds back the others; the per-item statuses, and the slots
   // granted for the writer's next PUT.
   CommitReply FinishCommit(PutJob* job);
-  // Reserves slots of `lengths` for a writer's next PUT (table_mu_ held):
-  // as many as the pool gives, at most kMaxGrantSlots and 1/kGrantPoolShare
-  // of the pool (messages.h), held for kGrantUsableMs, the deadline and a
-  // second of grace (the writer starts its WRITEs within kGrantUsableMs of
-  // receiving them, and commits within its deadline).
-  Slots GrantSlots(const std::vector<uint64_t>& lengths, std::chrono::steady_clock::time_point now);
+  // Reserves slots of `lengths` for `owner`'s next PUT (table_mu_ held):
+  // as many as the pool gives without evicting a page of generation
+  // `keep_from` or later (the commit's own), at most kMaxGrantSlots and
+  // 1/kGrantPoolShare of the pool, with every grant open at most
+  // 1/kGrantsPoolShare of it (messages.h), held for kGrantUsableMs, the
+  // deadline and a second of grace (the writer starts its WRITEs within
+  // kGrantUsableMs of receiving them, and commits within its deadline).
+  Slots GrantSlots(const std::vector<uint64_t>& lengths, std::chrono::steady_clock::time_point now, uint64_t keep_from,
+                   uint64_t owner);
   // Abandons the slots of reservations whose writer's budget has passed
   // (under table_mu_).
   void AbandonExpired(std::chrono::steady_clock::time_point now);
@@ -165,20 +180,25 @@ class NodeService {
   PageTable table_;
   Reservations reservations_;  // under table_mu_
   NodeStats counters_;  // the request counters (under table_mu_); the table's own come from table_.stats()
-  // The pins each control connection took and has not ended: key -> count
-  // (under table_mu_). A pin belongs to its connection: only that
-  // connection's unpin ends it, and its close releases it.
-  std::unordered_map<uint64_t, std::unordered_map<std::string, uint32_t>> pins_by_connection_;
+  // The pins each control connection took and has not ended: key -> count,
+  // and their sum (under table_mu_). A pin belongs to its connection: only
+  // that connection's unpin ends it, and its close releases it.
+  struct ConnectionPins {
+    std::unordered_map<std::string, uint32_t> keys;
+    uint64_t total = 0;
+  };
+  std::unordered_map<uint64_t, ConnectionPins> pins_by_connection_;
 
   std::unique_ptr<ControlServer> server_;
 
   std::mutex writers_mu_;
   std::unordered_map<std::string, SegmentHandle> writers_;  // opened by a put thread
+  // Writers whose open failed: until when they are not tried again, and why.
+  static constexpr size_t kMaxUnreachableWriters = 4096;
+  std::unordered_map<std::string, std::pair<std::chrono::steady_clock::time_point, Status>> unreachable_writers_;
 
-  std::mutex jobs_mu_;
-  std::condition_variable jobs_cv_;
-  std::deque<PutJob> jobs_;
-  bool stopping_ = false;
+  // One put thread at least is always free of handshakes with new writers.
+  PutQueue<PutJob> puts_;
   std::vector<std::thread> workers_;
   BatchRunner runner_;
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <unordered_set>
 
 #include "common/text.h"
 
@@ -63,25 +64,24 @@ void PageTable::ReleaseExpired(TimePoint now) {
   }
 }
 
-// Frees, oldest first, the slots that evicting would give back at once,
-// until a free extent of `bytes` exists; the pages walked are then evicted
-// (those in their read window to quarantine). When the walk ends without
-// room, the freed slots are claimed back: nothing was evicted.
-bool PageTable::EvictFor(uint64_t bytes, TimePoint now) {
+// Frees, oldest first, the slots of the pages Reserve may evict, until a
+// free extent of `bytes` exists; those pages are then evicted. When the walk
+// ends without room, their slots are claimed back: nothing was evicted.
+bool PageTable::EvictFor(uint64_t bytes, TimePoint now, uint64_t keep_from) {
   if (allocator_.free_bytes() + (used_bytes_ - pinned_bytes_) < bytes) return false;
-  size_t victims = 0;
-  for (auto it = unpinned_.rbegin(); it != unpinned_.rend() && allocator_.largest_free() < bytes; ++it, ++victims)
-    if (ReusableAt(*it) <= now) allocator_.Free(it->entry.offset);
+  std::vector<Pages::iterator> victims;
+  for (auto it = unpinned_.rbegin(); it != unpinned_.rend() && allocator_.largest_free() < bytes; ++it) {
+    if (ReusableAt(*it) > now || it->entry.generation >= keep_from) continue;
+    allocator_.Free(it->entry.offset);
+    victims.push_back(std::prev(it.base()));
+  }
   if (allocator_.largest_free() < bytes) {
-    for (const Page& p : unpinned_)
-      if (ReusableAt(p) <= now) allocator_.Claim(p.entry.offset, SlotBytes(p));
+    for (Pages::iterator p : victims) allocator_.Claim(p->entry.offset, SlotBytes(*p));
     return false;
   }
-  for (; victims > 0; --victims) {
-    const Page& oldest = unpinned_.back();
-    Retire(oldest);
-    if (ReusableAt(oldest) > now) ReleaseSlot(oldest, now);  // else freed by the walk
-    Forget(std::prev(unpinned_.end()));
+  for (Pages::iterator p : victims) {
+    Retire(*p);
+    Forget(p);
     ++evictions_;
   }
   return true;
@@ -104,14 +104,14 @@ Status PageTable::NoRoom(uint64_t length, TimePoint now) const {
       reserved_bytes_, quarantined, allocator_.free_bytes(), allocator_.largest_free()));
 }
 
-Status PageTable::Reserve(uint64_t length, TimePoint now, uint64_t* offset) {
+Status PageTable::Reserve(uint64_t length, TimePoint now, uint64_t* offset, uint64_t keep_from) {
   if (length == 0 || length > allocator_.pool_bytes())
     return Status::InvalidArgument(text::Format("a page of {} bytes cannot be stored in a pool of {} bytes", length,
                                                 allocator_.pool_bytes()));
   const uint64_t bytes = allocator_.ExtentBytes(length);
   ReleaseExpired(now);
   auto at = allocator_.Allocate(bytes);
-  if (!at && EvictFor(bytes, now)) at = allocator_.Allocate(bytes);
+  if (!at && EvictFor(bytes, now, keep_from)) at = allocator_.Allocate(bytes);
   if (!at) {
     ++refusals_;
     return NoRoom(length, now);
@@ -221,6 +221,25 @@ bool PageTable::Pin(std::string_view key) {
     pinned_bytes_ += SlotBytes(*page);
   }
   return true;
+}
+
+Status PageTable::PinAll(const std::vector<std::string_view>& keys, uint64_t max_pinned_bytes,
+                         std::vector<bool>* pinned) {
+  std::unordered_set<const Page*> newly;
+  uint64_t added = 0;
+  for (std::string_view key : keys) {
+    auto page = Find(key);
+    if (page == unpinned_.end() || page->pins > 0 || !newly.insert(&*page).second) continue;
+    added += SlotBytes(*page);
+  }
+  if (added > 0 && pinned_bytes_ + added > max_pinned_bytes)
+    return Status::Busy(text::Format(
+        "pinning {} more page(s) of {} bytes would pin {} of the pool's {} bytes, past the {} bytes pins may hold "
+        "(KVF_STORE_MAX_PINNED_SHARE); unpin pages first",
+        newly.size(), added, pinned_bytes_ + added, allocator_.pool_bytes(), max_pinned_bytes));
+  pinned->assign(keys.size(), false);
+  for (size_t i = 0; i < keys.size(); ++i) (*pinned)[i] = Pin(keys[i]);
+  return Status::OK();
 }
 
 bool PageTable::Unpin(std::string_view key) {

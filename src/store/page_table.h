@@ -75,20 +75,26 @@ class PageTable {
 
   // A slot of at least `length` bytes for a PUT to fill, then Commit or
   // Abandon. First returns the quarantined slots whose wait is over to the
-  // allocator, then allocates (best fit). When nothing fits, evicts the
-  // least recently used unpinned pages, oldest first, as far as the first
-  // page whose slot makes room; evicted pages still in their read window go
-  // to quarantine, the others free their slot at once.
-  //  - Busy when even evicting every unpinned page would not make room now:
+  // allocator, then allocates (best fit). When nothing fits, evicts
+  // unpinned pages, least recently used first, until their freed slots make
+  // room: only pages whose slots are free at once (not read within their
+  // read window: evicting those would lose them and give no room now) and
+  // whose generation is below `keep_from` (a caller's own newest pages,
+  // see next_generation()). Evicted pages free their slots at once.
+  //  - Busy when even evicting every such page would not make room now:
   //    the rest of the pool is pinned, reserved, quarantined, held by pages
-  //    read within the read window, or free only in pieces too small. Then
-  //    no page is evicted and nothing changes but stats().refusals (and the
-  //    expired quarantine returned first). The message says how much of
-  //    each, when the first quarantined slot comes back, and what to do.
+  //    read within the read window or kept, or free only in pieces too
+  //    small. Then no page is evicted and nothing changes but
+  //    stats().refusals (and the expired quarantine returned first). The
+  //    message says how much of each, when the first quarantined slot comes
+  //    back, and what to do.
   //  - InvalidArgument when `length` is 0 or larger than the pool.
   // A refusal costs a walk over every unpinned page (unless the free and
   // unpinned bytes together are too few, which is seen at once).
-  Status Reserve(uint64_t length, TimePoint now, uint64_t* offset);
+  Status Reserve(uint64_t length, TimePoint now, uint64_t* offset, uint64_t keep_from = UINT64_MAX);
+  // The generation the next Commit gives its page: pages committed from
+  // now on have this generation or a higher one.
+  uint64_t next_generation() const { return next_generation_; }
 
   // Gives back the reserved slot at `offset` of a PUT that failed. A late
   // transfer may still write it, so it is quarantined until the longer of
@@ -135,6 +141,11 @@ class PageTable {
   // pinned: false. A page whose last pin goes becomes most recently used.
   bool Pin(std::string_view key);
   bool Unpin(std::string_view key);
+  // Pins every key of `keys` that has a page ((*pinned)[i]: whether key i
+  // had one), or none: Busy, with nothing changed, when the slots of the
+  // pages it would newly pin (each counted once) would take the pinned
+  // bytes past `max_pinned_bytes`, so pins never hold the whole pool.
+  Status PinAll(const std::vector<std::string_view>& keys, uint64_t max_pinned_bytes, std::vector<bool>* pinned);
 
   PageTableStats stats() const;
 
@@ -174,7 +185,7 @@ class PageTable {
   void ReleaseExpired(TimePoint now);
   // Evicts as Reserve says until a free extent of `bytes` exists (true), or
   // changes nothing (false).
-  bool EvictFor(uint64_t bytes, TimePoint now);
+  bool EvictFor(uint64_t bytes, TimePoint now, uint64_t keep_from);
   Status NoRoom(uint64_t length, TimePoint now) const;
 
   PoolAllocator allocator_;

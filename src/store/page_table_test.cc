@@ -138,20 +138,67 @@ TEST(PageTableTest, EvictsTheLeastRecentlyUsedFirst) {
   EXPECT_EQ(t.stats().evictions, 3u);
 }
 
-// Eviction takes the oldest pages up to the first that makes room; an older
-// page read within its window goes too, into quarantine.
-TEST(PageTableTest, EvictedPagesInTheirReadWindowWaitInQuarantine) {
+// Eviction takes the oldest pages whose slots come free at once: an older
+// page read within its window is passed over and stays (evicting it would
+// lose it and give no room before its window ends).
+TEST(PageTableTest, EvictionPassesOverPagesInTheirReadWindow) {
   PageTable t = FourPages();
   PageEntry e;
   ASSERT_TRUE(t.Lookup("a", t0, &e));
   for (const char* k : {"b", "c", "d"}) ASSERT_TRUE(t.Contains(k, t0 + 1ms));
   EXPECT_EQ(Reserve(t, 64 * KiB, t0 + 2ms), 64 * KiB);  // b's slot: a's is not reusable yet
   PageTableStats s = t.stats();
-  EXPECT_EQ(s.evictions, 2u);
-  EXPECT_EQ(s.quarantined_bytes, 64 * KiB);
-  EXPECT_EQ(s.pages, 2u);
+  EXPECT_EQ(s.evictions, 1u);
+  EXPECT_EQ(s.quarantined_bytes, 0u);
+  EXPECT_EQ(s.pages, 3u);
   ExpectBalanced(s);
-  EXPECT_EQ(Reserve(t, 64 * KiB, t0 + 100ms), 0u);  // a's, back from quarantine
+  EXPECT_TRUE(t.Lookup("a", t0 + 3ms, &e)) << "a page read within its window was evicted for no room";
+  EXPECT_EQ(Reserve(t, 64 * KiB, t0 + 200ms), 128 * KiB) << "c, the oldest page now";
+}
+
+// Every older page was read within its window and the newest were just
+// committed: a caller that keeps the pages from a generation on (a node
+// granting slots right after a commit) is refused rather than evict them,
+// and nothing changes; without the floor the newest page is evicted, one
+// page for one slot.
+TEST(PageTableTest, AReserveNeverEvictsThePagesItKeeps) {
+  PageTable t(8 * 64 * KiB, 100ms);
+  for (int i = 0; i < 6; ++i) Put(t, "old" + std::to_string(i), 64 * KiB, t0);
+  PageEntry e;
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(t.Lookup("old" + std::to_string(i), t0 + 1ms, &e));
+  const uint64_t first_new = t.next_generation();
+  for (const char* k : {"new0", "new1"}) Put(t, k, 64 * KiB, t0 + 2ms);
+  const PageTableStats before = t.stats();
+  uint64_t at = 7;
+  EXPECT_EQ(t.Reserve(64 * KiB, t0 + 3ms, &at, first_new).code(), Status::Code::kBusy);
+  EXPECT_EQ(at, 7u);
+  PageTableStats after = t.stats();
+  EXPECT_EQ(after.refusals, 1u);
+  after.refusals = 0;
+  EXPECT_EQ(after, before);
+  EXPECT_EQ(Reserve(t, 64 * KiB, t0 + 3ms), 6 * 64 * KiB) << "new0's slot, the only one free at once";
+  EXPECT_EQ(t.stats().evictions, 1u);
+  for (int i = 0; i < 6; ++i) EXPECT_TRUE(t.Contains("old" + std::to_string(i), t0 + 4ms)) << i;
+  EXPECT_TRUE(t.Contains("new1", t0 + 4ms));
+}
+
+// Pins hold at most the bytes the caller allows: a batch that would pass
+// them pins nothing, a key named twice or pinned already counts no more.
+TEST(PageTableTest, PinAllPinsEveryPageOrNoneWithinItsBytes) {
+  PageTable t = FourPages();
+  std::vector<bool> pinned;
+  ASSERT_TRUE(t.PinAll({"a", "a", "x"}, 128 * KiB, &pinned).ok());
+  EXPECT_EQ(pinned, (std::vector<bool>{true, true, false}));
+  const PageTableStats before = t.stats();
+  const Status s = t.PinAll({"a", "b", "c"}, 128 * KiB, &pinned);
+  EXPECT_EQ(s.code(), Status::Code::kBusy) << s.ToString();
+  EXPECT_NE(s.message().find("KVF_STORE_MAX_PINNED_SHARE"), std::string::npos) << s.message();
+  EXPECT_EQ(t.stats(), before);
+  EXPECT_FALSE(t.Unpin("b")) << "a refused batch pinned nothing";
+  ASSERT_TRUE(t.PinAll({"a", "b", "b"}, 128 * KiB, &pinned).ok()) << "a is pinned already: only b's slot is added";
+  EXPECT_EQ(t.stats().pinned_pages, 2u);
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(t.Unpin("a"));
+  EXPECT_FALSE(t.Unpin("a"));
 }
 
 TEST(PageTableTest, PinnedPagesAreNeverEvicted) {
@@ -322,11 +369,12 @@ class Model {
     if (reusable_at > now) quarantine.emplace(reusable_at, std::make_pair(p.entry.offset, Slot(p.entry.length)));
   }
   void ReleaseExpired(TimePoint now) { quarantine.erase(quarantine.begin(), quarantine.upper_bound(now)); }
-  // The `n` least recently used unpinned pages go.
+  // The `n` least recently used unpinned pages whose slots are free at
+  // once (not read within their window) go.
   void Evict(size_t n, TimePoint now) {
     std::vector<std::pair<uint64_t, std::string>> by_age;
     for (const auto& [key, p] : pages)
-      if (p.pins == 0) by_age.emplace_back(p.last_use, key);
+      if (p.pins == 0 && p.last_lookup + kWindow <= now) by_age.emplace_back(p.last_use, key);
     std::sort(by_age.begin(), by_age.end());
     ASSERT_LE(n, by_age.size());
     for (size_t i = 0; i < n; ++i) {

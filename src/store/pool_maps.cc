@@ -75,6 +75,16 @@ void PoolMaps::Attach(const std::string& name, const NodeInfo& info, SegmentHand
   close(fd);
   if (!same) return refuse(path + " is not the file its hello names (its process restarted?)");
   if (base == MAP_FAILED) return refuse(std::string("mmap: ") + std::strerror(why));
+  // The region versions and the table of keys are the node's alone to
+  // write: read-only here, so a stray write of this process can neither
+  // hang the node (a table with no empty entry) nor make an older page
+  // pass for the current one (versions written back).
+  const uint64_t node_only = SharedPool::VersionsOffset(info.pool_bytes);
+  if (mprotect(static_cast<uint8_t*>(base) + node_only, share.bytes - node_only, PROT_READ) != 0) {
+    const std::string error = std::strerror(errno);
+    munmap(base, share.bytes);
+    return refuse("mprotect of its versions and keys: " + error);
+  }
   map->base_ = static_cast<uint8_t*>(base);
   map->bytes_ = share.bytes;
   map->epoch_ = info.epoch;
@@ -103,8 +113,9 @@ void PoolMaps::Attach(const std::string& name, const NodeInfo& info, SegmentHand
 #ifdef MADV_POPULATE_WRITE
   std::thread([m = mapped] {
     constexpr size_t kChunk = 64 << 20;
-    for (size_t at = 0; at < m->bytes_ && m.use_count() > 1; at += kChunk)
-      (void)madvise(m->base_ + at, std::min(kChunk, m->bytes_ - at), MADV_POPULATE_WRITE);
+    const size_t writable = SharedPool::VersionsOffset(m->pool_bytes_);  // the rest is read-only
+    for (size_t at = 0; at < writable && m.use_count() > 1; at += kChunk)
+      (void)madvise(m->base_ + at, std::min(kChunk, writable - at), MADV_POPULATE_WRITE);
   }).detach();
 #endif
 }

@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -90,6 +92,36 @@ TEST(PoolMapsTest, APoolSharedOnThisHostIsMappedAndItsAddressesTranslated) {
   ASSERT_NE(maps.Find(5), nullptr);
   reinterpret_cast<uint64_t*>(p.versions)[RegionVersions::kRegions] = 0;
   EXPECT_EQ(maps.Find(5), nullptr) << "a node that stopped serving its pool";
+}
+
+// The node's region versions and table of keys, after the pool in its
+// file, are mapped read-only in a client: a write there kills the writer
+// (here a child), not the node's table or its promise of no older page.
+TEST(PoolMapsTest, TheNodesVersionsAndKeysAreReadOnlyInAClient) {
+  Pool p;
+  PoolMaps maps(true);
+  maps.Attach("n1", InfoOf(p.share), 5);
+  auto map = maps.Find(5);
+  ASSERT_NE(map, nullptr);
+  uint8_t* versions = map->Local(0x20000000, 8);
+  ASSERT_NE(versions, nullptr);
+  uint8_t* keys = versions + SharedPool::kVersionsBytes;
+  // How a child that writes one byte at `at` ends: the signal, or 0.
+  auto write_in_child = [](uint8_t* at) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      std::signal(SIGSEGV, SIG_DFL);  // not the crash handler's report
+      *static_cast<volatile uint8_t*>(at) = 1;
+      std::_Exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+  };
+  EXPECT_EQ(write_in_child(versions), SIGSEGV) << "the versions are writable";
+  EXPECT_EQ(write_in_child(keys + 64), SIGSEGV) << "the table of keys is writable";
+  EXPECT_EQ(write_in_child(map->Local(0x10000000, 1)), 0) << "the pool is not writable";
+  EXPECT_EQ(map->keys()->Find("held"), SharedKeys::Answer::kPresent);
 }
 
 TEST(PoolMapsTest, AFileWithNoKeysTableIsMappedWithoutOne) {

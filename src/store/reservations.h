@@ -25,6 +25,7 @@ class Reservations {
   struct Entry {
     TimePoint expires;
     std::vector<Slot> slots;  // in the order of the request's items
+    uint64_t owner = 0;       // the control connection that reserved them: only it commits them
     bool granted = false;     // slots handed out ahead of a PUT, keys unknown yet
   };
 
@@ -33,21 +34,30 @@ class Reservations {
   // never 0.
   explicit Reservations(uint64_t first_ticket) : next_(first_ticket) {}
 
-  // Keeps `slots` until `expires`; their ticket.
-  uint64_t Open(std::vector<Slot> slots, TimePoint expires, bool granted = false);
-  // Takes the entry of `ticket` (true), or false when there is none: never
-  // opened, taken already, or expired and taken by TakeExpired.
-  bool Take(uint64_t ticket, Entry* out);
+  // Keeps `slots` for `owner` until `expires`; their ticket.
+  uint64_t Open(std::vector<Slot> slots, TimePoint expires, uint64_t owner, bool granted = false);
+  // Takes the entry of `ticket` (true) when `owner` opened it; else false
+  // and nothing changes: no such ticket (never opened, taken already, or
+  // expired and taken by TakeExpired), or another owner's, which stays.
+  bool Take(uint64_t ticket, uint64_t owner, Entry* out);
   // Takes every entry whose `expires` is not after `now`, soonest first.
   std::vector<Entry> TakeExpired(TimePoint now);
+  // Takes every entry of `owner` (its connection closed).
+  std::vector<Entry> TakeOwnedBy(uint64_t owner);
   size_t size() const { return open_.size(); }
+  // The bytes of the reserved slots of the granted entries open now.
+  uint64_t granted_bytes() const { return granted_bytes_; }
 
  private:
   struct Held {
     Entry entry;
     std::multimap<TimePoint, uint64_t>::iterator expiry;
   };
+  // Takes the entry `it` names out of every index.
+  Entry Remove(std::unordered_map<uint64_t, Held>::iterator it);
+
   uint64_t next_;
+  uint64_t granted_bytes_ = 0;
   std::unordered_map<uint64_t, Held> open_;
   std::multimap<TimePoint, uint64_t> by_expiry_;  // expires -> ticket
 };

@@ -125,10 +125,13 @@ bool SharedKeys::Insert(std::string_view key) {
   const bool room = (header_->count + 1) * 4 <= capacity() * 3;
   BeginChange();
   // Another key's hash (2^-128), or no room: not entered, counted.
-  const bool enter = room && Locate(h) == capacity();
+  // The probe is bounded by the capacity, whatever the entries hold: the
+  // node never loops on a table that something else wrote over.
+  uint64_t i = h.high & mask_, n = 0;
+  if (room && Locate(h) == capacity())
+    for (; n <= mask_ && Load(i, 0) != 0; ++n) i = (i + 1) & mask_;
+  const bool enter = room && n <= mask_ && Load(i, 0) == 0;
   if (enter) {
-    uint64_t i = h.high & mask_;
-    while (Load(i, 0) != 0) i = (i + 1) & mask_;
     Store(i, 1, h.high);
     Store(i, 0, h.low);
     StoreWord(header_->count, header_->count + 1, std::memory_order_relaxed);
@@ -150,7 +153,7 @@ void SharedKeys::Erase(std::string_view key) {
   }
   // Entries after the hole whose probe starts at or before it move back
   // into it, until an empty entry: every entry stays reachable from its start.
-  for (uint64_t j = (hole + 1) & mask_;; j = (j + 1) & mask_) {
+  for (uint64_t j = (hole + 1) & mask_, n = 0; n < mask_; j = (j + 1) & mask_, ++n) {
     const uint64_t low = Load(j, 0);
     if (low == 0) break;
     const uint64_t high = Load(j, 1), start = high & mask_;

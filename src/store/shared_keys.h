@@ -11,6 +11,11 @@
 // sequence is odd meanwhile): a reader that saw it change reads again, and
 // after a few tries answers kUnknown (the caller asks the node instead).
 //
+// Every probe of the table, the node's and a reader's, ends within its
+// capacity, so entries that something else wrote over can cost wrong
+// answers, never a node that loops forever. Readers map the table
+// read-only (PoolMaps).
+//
 // It is kept at most 3/4 full. A key that would overfill it, or whose hash
 // another key holds already (2^-128), is not entered: the header counts
 // such keys (`missing`), and while any are held a key not found in the

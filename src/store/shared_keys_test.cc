@@ -107,6 +107,28 @@ TEST(SharedKeysTest, KeysBeyondThreeQuartersAreMissingAndMakeAbsenceUnknownUntil
 }
 
 // A reader maps the node's file: the same bytes at another address.
+// Entries written over by something else (0x01 bytes everywhere but the
+// header: no entry is empty) cost answers, never a probe that does not
+// end: a key is not entered but counted missing, an erase and a reader's
+// find return, and once cleared the table works again.
+TEST(SharedKeysTest, ProbesEndOnATableWrittenOverWithNoEmptyEntry) {
+  Memory m(1 << 20);
+  SharedKeys t = SharedKeys::Format(m.data(), m.bytes);
+  ASSERT_TRUE(t.Insert("a"));
+  constexpr size_t kHeader = 64;
+  std::memset(static_cast<uint8_t*>(m.data()) + kHeader, 0x01, t.capacity() * 16);
+  EXPECT_FALSE(t.Insert("b")) << "entered into a table with no empty entry";
+  EXPECT_EQ(t.missing(), 1u);
+  EXPECT_EQ(t.Find("b"), Answer::kUnknown);
+  t.Erase("b");
+  t.Erase("a");
+  EXPECT_EQ(t.missing(), 0u);
+  t.Clear();
+  EXPECT_TRUE(t.Insert("c"));
+  EXPECT_EQ(t.Find("c"), Answer::kPresent);
+  EXPECT_EQ(t.Find("a"), Answer::kAbsent);
+}
+
 TEST(SharedKeysTest, AReaderAttachesAnotherMappingOfTheTableAndRefusesWhatIsNone) {
   const uint64_t bytes = SharedKeys::BytesFor(1 << 20);
   void* a = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);

@@ -402,6 +402,15 @@ static void check_bad_calls(kvf_engine* engine, kvf_store* client, const struct 
   CHECK(rc == KVF_EINVAL && strstr(kvf_last_error(), "store is NULL") != NULL, "NULL store: %d", rc);
   rc = kvf_store_batch_put(client, p->keys, p->counts, 0, NULL, 0, NULL);
   CHECK(rc == KVF_OK, "an empty batch: %d", rc);
+  rc = kvf_store_batch_remove(client, p->keys, SIZE_MAX, results);
+  CHECK(rc == KVF_EINVAL && strstr(kvf_last_error(), "count") != NULL, "remove of SIZE_MAX keys: %d (%s)", rc,
+        kvf_last_error());
+  rc = kvf_store_batch_exists(client, p->keys, (size_t)-1, NULL, &leading);
+  CHECK(rc == KVF_EINVAL && leading == 99, "exists of SIZE_MAX keys: %d", rc);
+  rc = kvf_store_batch_get(client, p->keys, p->counts, p->n, p->dst, SIZE_MAX, results, lengths);
+  CHECK(rc == KVF_EINVAL && strstr(kvf_last_error(), "buffer_total") != NULL, "SIZE_MAX buffers: %d (%s)", rc,
+        kvf_last_error());
+  for (size_t i = 0; i < MAX_PAGES; ++i) CHECK(results[i] == 77, "result %zu written", i);
 
   kvf_store* s = (kvf_store*)(uintptr_t)1;  /* set to NULL by a failed create */
   const char* unknown[] = {"KVF_NO_SUCH=1", NULL};
