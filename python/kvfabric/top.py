@@ -17,6 +17,7 @@ import urllib.request
 from collections import defaultdict, deque
 from typing import Optional
 
+from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import DataTable, Footer, Header, Label, Sparkline, Static
@@ -62,7 +63,9 @@ class EngineView(Static):
         self.history: dict[int, deque] = defaultdict(lambda: deque([0.0] * HISTORY, maxlen=HISTORY))
 
     def compose(self) -> ComposeResult:
-        yield Label("engine %s  (endpoint %s)" % (self.engine, self.endpoint), classes="title")
+        # Names and every figure as plain text, never markup: "[::1]:7400" or
+        # "[/]" in a name must show as written.
+        yield Label(Text("engine %s  (endpoint %s)" % (self.engine, self.endpoint)), classes="title")
         rails = DataTable(classes="rails", cursor_type="none", zebra_stripes=True)
         rails.add_columns("rail", "state", "write", "read", "queued", "credits in use", "stalls", "errors", "peers")
         yield rails
@@ -81,7 +84,7 @@ class EngineView(Static):
             c = by_index.get(r["index"], {})
             w, rd = c.get("write_rate", 0.0), c.get("read_rate", 0.0)
             self.history[r["index"]].append(w + rd)
-            rails.add_row("%d %s %s" % (r["index"], r["provider"], r["domain"]),
+            rails.add_row(Text("%d %s %s" % (r["index"], r["provider"], r["domain"])),
                           "in service" if r["in_service"] else "OUT", _rate(w), _rate(rd), str(r["queued"]),
                           "%d/%d" % (r["in_flight"], r["credits"]), str(r["stalls"]), str(r["errors"]),
                           str(r["peer_slots"]))
@@ -99,7 +102,7 @@ class EngineView(Static):
         by_peer = {p["peer"]: p for p in (change or {}).get("peers", [])}
         for p in sorted(now["peers"], key=lambda x: x["peer"]):
             c = by_peer.get(p["peer"], {})
-            peers.add_row(p["peer"], _rate(c.get("write_rate", 0.0)), _rate(c.get("read_rate", 0.0)),
+            peers.add_row(Text(p["peer"]), _rate(c.get("write_rate", 0.0)), _rate(c.get("read_rate", 0.0)),
                           "%.0f" % c.get("request_rate", 0.0), str(p["failures"]))
         parts = []
         for op, v in sorted((change or {}).get("latency", {}).items()):
@@ -112,7 +115,7 @@ class EngineView(Static):
         parts.append("reroutes failed %d stalled %d" % (now["reroutes"]["failed"], now["reroutes"]["stalled"]))
         if not now["counting"] or not now["peers"] and not any(r["writes"] + r["reads"] for r in now["rails"]):
             parts.append("no requests counted yet")
-        self.query_one(".summary", Label).update("   ".join(parts))
+        self.query_one(".summary", Label).update(Text("   ".join(parts)))
 
 
 class Top(App):
@@ -136,7 +139,7 @@ class Top(App):
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=True)
-        yield Static("connecting to " + ", ".join(self.endpoints), id="status")
+        yield Static(Text("connecting to " + ", ".join(self.endpoints)), id="status")
         yield VerticalScroll(id="engines")
         yield Footer()
 
@@ -163,10 +166,10 @@ class Top(App):
                 change = rates(before[1], now, at - before[0]) if before else None
                 view.show(now, change)
                 self.last[name] = (at, now)
-        self.query_one("#status", Static).update(
+        self.query_one("#status", Static).update(Text(
             "unreachable: " + "; ".join(errors) if errors else
             "%d endpoint(s), %d engine(s); refreshing every %g s" % (len(self.endpoints), len(self.last),
-                                                                     self.interval))
+                                                                     self.interval)))
 
 
 def run(endpoints: list[str], interval: float = 1.0) -> int:

@@ -150,7 +150,8 @@ def test_failures_are_false_or_a_shorter_prefix_never_an_exception(nodes, backen
 
 
 def test_a_full_pool_evicts_and_refuses_as_false_when_it_cannot(backends):
-    one = Nodes("tcp", 1)  # one node, a 32 MiB pool
+    # One node, a 32 MiB pool, whose operator lets pins hold all of it.
+    one = Nodes("tcp", 1, settings={"KVF_STORE_MAX_PINNED_SHARE": "100"})
     try:
         writer, pool = new(backends, spec("tcp", one, "mla", pool={"tokens": 64 * 24, "layers": 61, "page_size": 64}))
         page = pool.page_nbytes()  # 61 x 576 x 64 bytes: 2.1 MiB

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Optional
 
 import numpy as np
 import pytest
@@ -19,15 +20,18 @@ MISS = -kvfabric.NotFoundError.code
 
 
 class Nodes:
-    def __init__(self, protocol: str, count: int):
+    def __init__(self, protocol: str, count: int, settings: Optional[dict] = None):
+        """`settings`: KVF_* variables of the nodes' environment."""
         self.names = [f"127.0.0.1:{free_port()}" for _ in range(count)]
         self.members = ",".join(self.names)
         self.protocol = protocol
+        self.env = dict(os.environ, **(settings or {}))
         self.procs = [self._start(name) for name in self.names]
 
     def _start(self, name: str) -> subprocess.Popen:
         p = subprocess.Popen([sys.executable, os.path.join(HERE, "store_node.py"), self.protocol, name,
-                              self.members], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=HERE)
+                              self.members], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=HERE,
+                             env=self.env)
         line = p.stdout.readline()
         assert line, f"store node {name} did not start (exit {p.wait()})"
         assert json.loads(line)["name"] == name

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 
 import pytest
 
@@ -64,3 +65,54 @@ def test_top_shows_the_rails_live_and_quits_on_q(tmp_path):
             stop.set()
             writer.join()
             subprocess.run([tmux, "-S", sock, "kill-server"], stderr=subprocess.DEVNULL)
+
+
+def test_names_show_as_written_never_as_markup(tmp_path):
+    """An engine named by an IPv6 address and a peer whose name holds "[/]"
+    (markup's closing tag) show as written, and top keeps running."""
+    import http.server
+
+    with kvfabric.Engine(protocol="tcp", settings={"KVF_METRICS_LISTEN": "127.0.0.1:0"}) as a, \
+            kvfabric.Engine(protocol="tcp") as b:
+        src, dst = bytearray(1 << 16), bytearray(1 << 16)
+        a.register(src)
+        b.register(dst)
+        a.write(a.open(b.name), src, buffer_address(dst)[0], 1 << 16)
+        with urllib.request.urlopen("http://%s/metrics" % a.stats()["metrics_address"]) as r:
+            scrape = r.read().decode()
+    scrape = scrape.replace('engine="%s"' % a.name, 'engine="[::1]:7400"').replace(
+        'peer="%s"' % b.name, 'peer="[/]peer[b]"')
+    assert "[::1]:7400" in scrape and "[/]peer[b]" in scrape
+
+    class Scrape(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = scrape.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Scrape)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    sock, done = str(tmp_path / "tmux.sock"), tmp_path / "exit"
+    cmd = "%s -m kvfabric top 127.0.0.1:%d; echo $? > %s" % (sys.executable, server.server_address[1], done)
+    try:
+        subprocess.run([tmux, "-S", sock, "new-session", "-d", "-x", "160", "-y", "48", cmd],
+                       env=dict(os.environ, TERM="xterm-256color"), check=True)
+        screen, deadline = "", time.monotonic() + 30
+        while time.monotonic() < deadline:
+            screen = subprocess.run([tmux, "-S", sock, "capture-pane", "-p"], stdout=subprocess.PIPE,
+                                    text=True).stdout
+            if "engine [::1]:7400" in screen and "[/]peer[b]" in screen:
+                break
+            time.sleep(0.3)
+        assert "engine [::1]:7400" in screen and "[/]peer[b]" in screen, screen
+        time.sleep(1.5)  # a few refreshes more
+        assert not done.exists(), "kvfabric top ended:\n" + screen
+    finally:
+        subprocess.run([tmux, "-S", sock, "kill-server"], stderr=subprocess.DEVNULL)
+        server.shutdown()

@@ -34,7 +34,10 @@ void BatchRunner::Start(const std::vector<TransferRequest>& requests,
   outcomes->assign(groups.size(), Status::OK());
   if (requests.empty()) return;
   CopyMapped(requests, groups, copyable, flight, on_copied, tail);
-  const std::vector<bool>& copied = flight->copied;
+  // Groups not sent: those copied, and those for a same-host pool whose
+  // node stopped serving it, failed at once.
+  std::vector<bool> copied = flight->copied;
+  HoldBackGone(requests, groups, copyable, &copied, outcomes);
   // The others, as one engine batch: group g's requests at sent[g].first.
   std::vector<TransferRequest> rest;
   const std::vector<TransferRequest>* batch = &requests;
@@ -190,6 +193,21 @@ void BatchRunner::CopyMapped(const std::vector<TransferRequest>& requests,
     flight->first_copy[g] = kCopiedHere;
     if (k + 1 == split && flight->copies.job) flight->copies.job->Open();
     if (on_copied) on_copied(g);
+  }
+}
+
+void BatchRunner::HoldBackGone(const std::vector<TransferRequest>& requests,
+                               const std::vector<std::pair<size_t, size_t>>& groups,
+                               const std::vector<uint64_t>& copyable, std::vector<bool>* held,
+                               std::vector<Status>* outcomes) const {
+  if (maps_ == nullptr) return;
+  for (size_t g = 0; g < std::min(groups.size(), copyable.size()); ++g) {
+    if (copyable[g] == kNoCopy || groups[g].first == groups[g].second || (!held->empty() && (*held)[g])) continue;
+    if (!maps_->Gone(requests[groups[g].first].target, copyable[g])) continue;
+    if (held->empty()) held->assign(groups.size(), false);
+    (*held)[g] = true;
+    (*outcomes)[g] = Status::Unavailable(
+        "store: the node's pool on this host is no longer served (its process ended, or the node stopped)");
   }
 }
 

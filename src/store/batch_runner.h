@@ -74,7 +74,8 @@ class BatchRunner {
   // Copier's thread when CopyOnThread says so, where it ends as its pieces
   // are copied; else here, each group followed at once by `copied(g)` (its
   // bytes still in cache), with the Copier taking part (HereShare). Copies
-  // never fail.
+  // never fail. Such a group whose pool's node has stopped serving it
+  // (PoolMaps::Gone) is not submitted either: it fails at once, Unavailable.
   // The last `tail` groups in the order of the requests (a GET's region
   // versions, one group per home) are copied after every other group, or,
   // when one of them cannot be copied (its READ goes through the fabric at
@@ -152,6 +153,12 @@ class BatchRunner {
  private:
   void FreeOrKeep(BatchId batch);
   void FreeEnded();
+  // Marks in *held (empty: none yet) the groups, not held already, whose
+  // copyable epoch names a same-host pool PoolMaps saw its node stop
+  // serving, and fails them in *outcomes (Unavailable).
+  void HoldBackGone(const std::vector<TransferRequest>& requests,
+                    const std::vector<std::pair<size_t, size_t>>& groups, const std::vector<uint64_t>& copyable,
+                    std::vector<bool>* held, std::vector<Status>* outcomes) const;
   // Copies the groups that reach mapped pools, or starts their copies (see
   // Start), and sets flight->copied, first_copy and copies.
   void CopyMapped(const std::vector<TransferRequest>& requests, const std::vector<std::pair<size_t, size_t>>& groups,

@@ -1,5 +1,6 @@
 #include "store/member_view.h"
 
+#include <condition_variable>
 #include <set>
 #include <utility>
 
@@ -84,7 +85,12 @@ void MemberView::Refresh() {
       if (k.view == nullptr && now >= k.down_until) to_greet.push_back(name);
     }
   }
-  for (const std::string& name : to_greet) {
+  // Every hello at once, under one deadline: members that never answer
+  // cost that deadline once, not each in turn.
+  const net::Deadline deadline = net::DeadlineIn(settings_.store_deadline_ms);
+  const std::vector<std::pair<Status, std::string>> hellos = HelloAll(to_greet, deadline);
+  for (size_t i = 0; i < to_greet.size(); ++i) {
+    const std::string& name = to_greet[i];
     const auto lock = GreetLock(name);
     std::lock_guard<std::mutex> greeting(*lock);
     {
@@ -93,21 +99,47 @@ void MemberView::Refresh() {
       if (it == known_.end() || it->second.view != nullptr) continue;  // gone, or renewed meanwhile
     }
     std::shared_ptr<const NodeView> view;
-    Status s = Greet(name, net::DeadlineIn(settings_.store_deadline_ms), &view);
+    Status s = hellos[i].first;
+    if (s.ok()) s = Adopt(name, hellos[i].second, &view);
     std::lock_guard<std::mutex> g(mu_);
     auto it = known_.find(name);
     if (it == known_.end()) continue;
     if (s.ok()) {
       it->second.view = std::move(view);
-      KVF_LOG_DEBUG("store member {} joined placement (segment {}, pool {} bytes)", name,
-                    it->second.view->info.segment, it->second.view->info.pool_bytes);
+      KVF_LOG_INFO("store member {} joined placement (segment {}, pool {} bytes)", name,
+                   it->second.view->info.segment, it->second.view->info.pool_bytes);
     } else {
       it->second.down_until = Clock::now() + std::chrono::milliseconds(settings_.store_down_retry_ms);
-      KVF_LOG_DEBUG("store member {} not reachable: {}", name, s.ToString());
+      KVF_LOG_WARN("store member {} is left out of placement: {} (tried again in {} ms)", name, s.ToString(),
+                   settings_.store_down_retry_ms);
     }
   }
   std::lock_guard<std::mutex> g(mu_);
   Publish();
+}
+
+std::vector<std::pair<Status, std::string>> MemberView::HelloAll(const std::vector<std::string>& names,
+                                                                 net::Deadline deadline) {
+  struct Answers {
+    std::mutex mu;
+    std::condition_variable cv;
+    size_t left = 0;
+    std::vector<std::pair<Status, std::string>> got;
+  };
+  auto answers = std::make_shared<Answers>();
+  answers->left = names.size();
+  answers->got.resize(names.size());
+  std::vector<ControlClient::Request> calls;
+  for (size_t i = 0; i < names.size(); ++i)
+    calls.push_back({names[i], EncodeBare(Op::kHello), [answers, i](Status s, std::string reply) {
+                       std::lock_guard<std::mutex> g(answers->mu);
+                       answers->got[i] = {std::move(s), std::move(reply)};
+                       if (--answers->left == 0) answers->cv.notify_all();
+                     }});
+  if (!calls.empty()) client_->CallAll(std::move(calls), deadline);
+  std::unique_lock<std::mutex> g(answers->mu);
+  answers->cv.wait(g, [&] { return answers->left == 0; });  // the client ends every call by its deadline
+  return std::move(answers->got);
 }
 
 std::shared_ptr<std::mutex> MemberView::GreetLock(const std::string& name) {
@@ -120,6 +152,10 @@ std::shared_ptr<std::mutex> MemberView::GreetLock(const std::string& name) {
 Status MemberView::Greet(const std::string& name, net::Deadline deadline, std::shared_ptr<const NodeView>* out) {
   std::string reply;
   KVF_RETURN_IF_ERROR(client_->CallSync(name, EncodeBare(Op::kHello), deadline, &reply));
+  return Adopt(name, reply, out);
+}
+
+Status MemberView::Adopt(const std::string& name, const std::string& reply, std::shared_ptr<const NodeView>* out) {
   auto view = std::make_shared<NodeView>();
   view->name = name;
   KVF_RETURN_IF_ERROR(DecodeNodeInfo(reply, &view->info));

@@ -81,6 +81,13 @@ class MemberView {
   // lock held (GreetLock): one greeting of a member at a time, so a
   // restarted member's old segment is closed once.
   Status Greet(const std::string& name, net::Deadline deadline, std::shared_ptr<const NodeView>* out);
+  // Greet's second half, with the hello's `reply`: decodes it and opens
+  // the member's segment.
+  Status Adopt(const std::string& name, const std::string& reply, std::shared_ptr<const NodeView>* out);
+  // The hellos of `names`, asked all at once and answered by `deadline`:
+  // per name, the call's status and the reply.
+  std::vector<std::pair<Status, std::string>> HelloAll(const std::vector<std::string>& names,
+                                                        net::Deadline deadline);
   // The lock that orders the greetings of `name`.
   std::shared_ptr<std::mutex> GreetLock(const std::string& name);
   void Publish();  // rebuilds the snapshot from known_ (under mu_)

@@ -132,12 +132,19 @@ std::shared_ptr<const PoolMap> PoolMaps::Find(SegmentHandle segment) {
   if (map->Serving()) return map;
   std::lock_guard<std::mutex> g(mu_);
   if (auto it = maps_.find(segment); it != maps_.end() && it->second == map) maps_.erase(it);
+  gone_.insert({segment, map->epoch()});
   return nullptr;
+}
+
+bool PoolMaps::Gone(SegmentHandle segment, uint64_t epoch) const {
+  std::lock_guard<std::mutex> g(mu_);
+  return !gone_.empty() && gone_.count({segment, epoch}) != 0;
 }
 
 void PoolMaps::Keep(const std::vector<SegmentHandle>& live) {
   std::lock_guard<std::mutex> g(mu_);
   std::erase_if(maps_, [&](const auto& m) { return std::find(live.begin(), live.end(), m.first) == live.end(); });
+  std::erase_if(gone_, [&](const auto& m) { return std::find(live.begin(), live.end(), m.first) == live.end(); });
 }
 
 size_t PoolMaps::mapped() const {

@@ -72,8 +72,12 @@ class PoolMaps {
   // as `segment` here) if it can (see above); cheap when it is mapped.
   void Attach(const std::string& name, const NodeInfo& info, SegmentHandle segment);
   // The mapping reached through `segment`, or nullptr when there is none or
-  // its node no longer serves it (then forgotten).
+  // its node no longer serves it (then forgotten, and Gone from then on).
   std::shared_ptr<const PoolMap> Find(SegmentHandle segment);
+  // Whether Find saw the node that served `segment` in `epoch` stop serving
+  // its pool (its process ended, or it stopped): its pages are gone, and a
+  // READ through the fabric would only wait (a dead shm peer never answers).
+  bool Gone(SegmentHandle segment, uint64_t epoch) const;
   // Forgets the mappings of segments not in `live` (their nodes left).
   void Keep(const std::vector<SegmentHandle>& live);
   size_t mapped() const;
@@ -83,6 +87,7 @@ class PoolMaps {
   mutable std::mutex mu_;
   std::unordered_map<SegmentHandle, std::shared_ptr<const PoolMap>> maps_;
   std::set<std::pair<std::string, uint64_t>> refused_;  // (name, epoch)
+  std::set<std::pair<SegmentHandle, uint64_t>> gone_;   // (segment, epoch) no longer served
 };
 
 }  // namespace kvfabric::store

@@ -1,7 +1,8 @@
-// kvfabric-metadata-server under hostile or broken clients (issue 12, item
-// 13): bodies are bounded whatever their encoding, the store as a whole is
-// bounded, slow clients cannot hold its workers, and with --require_auth
-// writes need the token's MAC. Each test starts its own server process and
+// kvfabric-metadata-server under hostile or broken clients: bodies are
+// bounded whatever their encoding, the store as a whole is bounded, slow
+// clients cannot hold its workers, and with --require_auth writes need the
+// token's MAC; a write that cannot be stored is refused before its body is
+// read, and a port in use is refused. Each test starts its own server process and
 // talks to it over real sockets, raw where httplib's client would be too
 // polite.
 #include <arpa/inet.h>
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "metadata/auth.h"
+#include "tests/support/process.h"
 #include "tests/support/servers.h"
 
 namespace kvfabric::test {
@@ -357,6 +359,48 @@ TEST(MetadataServerTest, RequireAuthRefusesWritesWithoutTheTokensMac) {
   r = c.Get("/metadata?prefix=");  // listings are open
   ASSERT_EQ(HttpStatus(r), 200);
   EXPECT_EQ(r->body, R"({"k":"v1"})");
+}
+
+// A PUT's headers that say it cannot be stored (no MAC where one is
+// required, or a length past the room left) are answered at once, before
+// its body is sent: the server never holds a body it will refuse.
+TEST(MetadataServerTest, WritesThatCannotBeStoredAreRefusedBeforeTheirBodies) {
+  auto head = [](int port, const std::string& key, size_t length) {
+    const int fd = Connect(port);
+    EXPECT_GE(fd, 0);
+    EXPECT_TRUE(SendAll(fd, "PUT /metadata?key=" + key + " HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                                std::to_string(length) + "\r\n\r\n"));
+    const std::string answer = ReadAll(fd, 2000);  // the body is never sent
+    close(fd);
+    return answer;
+  };
+  {
+    auto server = Start({"--require_auth"}, "s3cret");
+    ASSERT_NE(server, nullptr);
+    const std::string answer = head(server->port, "k", 1 << 20);
+    EXPECT_EQ(StatusOf(answer), 401) << answer;
+  }
+  auto server = Start({"--max_value", "1048576", "--max_total_bytes", "3145728"});
+  ASSERT_NE(server, nullptr);
+  httplib::Client c("127.0.0.1", server->port);
+  const std::string v = Pattern(900 << 10, 'e');
+  for (const char* k : {"k1", "k2", "k3"})
+    ASSERT_EQ(HttpStatus(c.Put(std::string("/metadata?key=") + k, v, "application/json")), 200) << k;
+  const std::string answer = head(server->port, "k4", v.size());
+  EXPECT_EQ(StatusOf(answer), 507) << answer;
+  EXPECT_NE(answer.find("--max_total_bytes"), std::string::npos) << answer;
+  EXPECT_EQ(HttpStatus(c.Put("/metadata?key=k1", v, "application/json")), 200) << "a replacement still fits";
+}
+
+TEST(MetadataServerTest, ASecondServerOnTheSamePortDoesNotStart) {
+  auto first = Start({});
+  ASSERT_NE(first, nullptr);
+  Child second;
+  ASSERT_TRUE(second.Start({KVF_METADATA_SERVER_PATH, "--port", std::to_string(first->port)}));
+  const std::string line = second.FirstLine(3000);
+  EXPECT_EQ(line.find("listening"), std::string::npos) << line;
+  for (int i = 0; i < 300 && second.Running(); ++i) std::this_thread::sleep_for(milliseconds(10));
+  EXPECT_FALSE(second.Running());
 }
 
 TEST(MetadataServerTest, RequireAuthWithoutATokenDoesNotStart) {

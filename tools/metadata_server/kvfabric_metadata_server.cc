@@ -20,6 +20,7 @@
 // segment descriptors here. It binds 127.0.0.1 unless told otherwise;
 // --host ::1 (or [::1]) binds an IPv6 address, served as http://[::1]:PORT.
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <CLI/CLI.hpp>
 #include <charconv>
@@ -173,6 +174,12 @@ int main(int argc, char** argv) {
   // body is read; httplib 0.11 ignores this bound for chunked bodies, which
   // the PUT handler counts itself.
   server.set_payload_max_length(table_limits.max_value);
+  // httplib sets SO_REUSEPORT, with which a second server binds the same
+  // port and requests land on either at random: a port in use is refused.
+  server.set_socket_options([](int sock) {
+    const int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
 
   auto key_of = [](const httplib::Request& req, httplib::Response& res, std::string* key) {
     if (!req.has_param("key") || req.get_param_value("key").empty()) {
@@ -196,6 +203,14 @@ int main(int argc, char** argv) {
     std::string key, body;
     int64_t ttl_s = 0;
     if (!key_of(req, res, &key) || !TtlOf(req, res, &ttl_s)) return;
+    // Refused before the body is read, where the headers say enough: a
+    // write without a MAC, and a declared length that cannot be stored.
+    if (!token.empty() && !req.has_header(std::string(kvfabric::metadata::auth::kStoreAuthHeader)))
+      return (void)Authorized(token, path, key, {}, ttl_s, req, res);
+    if (req.has_header("Content-Length")) {
+      const Status room = table.Admits(key, static_cast<size_t>(req.get_header_value<uint64_t>("Content-Length")));
+      if (room.code() == Status::Code::kBusy) return Answer(res, 507, room.message() + "; nothing was stored");
+    }
     bool too_large = false;
     const bool complete = read([&](const char* data, size_t n) {
       too_large = body.size() + n > table_limits.max_value;

@@ -4,23 +4,37 @@
 
 namespace kvfabric::metadata_server {
 
-Status ValueTable::Put(const std::string& key, std::string value, std::chrono::seconds ttl) {
-  if (value.size() > limits_.max_value)
-    return Status::InvalidArgument(fmt::format("a value of {} bytes exceeds --max_value ({} bytes)", value.size(),
-                                               limits_.max_value));
+Status ValueTable::Admits(const std::string& key, size_t bytes) {
   std::lock_guard<std::mutex> g(mu_);
   Expire();
+  size_t after = 0;
+  return RoomLocked(key, bytes, &after);
+}
+
+Status ValueTable::RoomLocked(const std::string& key, size_t bytes, size_t* after) const {
+  if (bytes > limits_.max_value)
+    return Status::InvalidArgument(fmt::format("a value of {} bytes exceeds --max_value ({} bytes)", bytes,
+                                               limits_.max_value));
   auto it = values_.find(key);
   if (it == values_.end() && values_.size() >= limits_.max_keys)
     return Status::Busy(fmt::format("store full: {} keys held, the limit is --max_keys {}", values_.size(),
                                     limits_.max_keys));
   const size_t freed = it == values_.end() ? 0 : key.size() + it->second.value.size();
-  const size_t after = total_ - freed + key.size() + value.size();
-  if (after > limits_.max_total_bytes)
+  *after = total_ - freed + key.size() + bytes;
+  if (*after > limits_.max_total_bytes)
     return Status::Busy(fmt::format(
         "store full: {} bytes held, this value would make {}, the limit is --max_total_bytes {}; delete keys "
         "or restart the server with a larger limit",
-        total_, after, limits_.max_total_bytes));
+        total_, *after, limits_.max_total_bytes));
+  return Status::OK();
+}
+
+Status ValueTable::Put(const std::string& key, std::string value, std::chrono::seconds ttl) {
+  std::lock_guard<std::mutex> g(mu_);
+  Expire();
+  size_t after = 0;
+  KVF_RETURN_IF_ERROR(RoomLocked(key, value.size(), &after));
+  auto it = values_.find(key);
   if (it == values_.end()) it = values_.emplace(key, Entry{}).first;
   Entry& e = it->second;
   if (e.expires != Clock::time_point::max()) expiries_.erase({e.expires, key});

@@ -41,6 +41,9 @@ class ValueTable {
   // expired entries are gone first). The messages name the server flag to
   // raise. Unchanged on error.
   Status Put(const std::string& key, std::string value, std::chrono::seconds ttl = std::chrono::seconds(0));
+  // What Put of a value of `bytes` under `key` would answer now, without
+  // storing anything: the server asks before it reads a body.
+  Status Admits(const std::string& key, size_t bytes);
   // False when `key` is absent (or expired).
   bool Get(const std::string& key, std::string* value);
   // False when `key` was absent (or expired).
@@ -60,6 +63,9 @@ class ValueTable {
 
   // Removes the entries whose time has come. Called with mu_ held.
   void Expire();
+  // Whether a value of `bytes` fits under `key` (Put's refusals), and the
+  // bytes the table would then hold. Called with mu_ held.
+  Status RoomLocked(const std::string& key, size_t bytes, size_t* after) const;
   // Removes `it`, counting its bytes out. Called with mu_ held.
   void Erase(std::map<std::string, Entry>::iterator it);
 

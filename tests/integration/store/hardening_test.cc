@@ -59,6 +59,25 @@ class StoreHardeningTest : public StoreTest {
   static std::vector<std::string_view> Views(const std::vector<std::string>& keys) {
     return {keys.begin(), keys.end()};
   }
+  // "127.0.0.1:port" of a socket that takes connections and never answers
+  // (closed with the test).
+  std::string Blackhole() {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(sa);
+    EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&sa), len), 0);
+    EXPECT_EQ(listen(fd, 64), 0);
+    EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len), 0);
+    holes_.push_back(fd);
+    return "127.0.0.1:" + std::to_string(ntohs(sa.sin_port));
+  }
+  void TearDown() override {
+    StoreTest::TearDown();
+    for (int fd : holes_) close(fd);
+  }
+  std::vector<int> holes_;
 };
 
 // A full pool whose older pages were all read within their window: a PUT
@@ -222,16 +241,7 @@ TEST_P(StoreHardeningTest, PutsNamingAWriterThatNeverAnswersNeitherPileUpNorHold
   };
   ASSERT_NO_FATAL_FAILURE(expect_put(put(engine_->name(), "known-", 1)));  // the node opens this engine
 
-  // A writer's address that takes connections and never answers.
-  const int hole = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(sa);
-  ASSERT_EQ(bind(hole, reinterpret_cast<sockaddr*>(&sa), len), 0);
-  ASSERT_EQ(listen(hole, 64), 0);
-  ASSERT_EQ(getsockname(hole, reinterpret_cast<sockaddr*>(&sa), &len), 0);
-  const std::string nowhere = "127.0.0.1:" + std::to_string(ntohs(sa.sin_port));
+  const std::string nowhere = Blackhole();  // a writer's address that never answers
   const std::string one = put(nowhere, "nowhere-00-", 400);
   ASSERT_GT(one.size(), 12u << 10);
   ASSERT_LT(one.size(), 20u << 10);
@@ -258,8 +268,24 @@ TEST_P(StoreHardeningTest, PutsNamingAWriterThatNeverAnswersNeitherPileUpNorHold
   const Status later = CallNode(node, put(nowhere, "later-", 1), &reply);
   EXPECT_LT(Clock::now() - t0, std::chrono::milliseconds(500)) << "a writer that failed its open was tried again";
   EXPECT_NE(later.message().find("KVF_STORE_DOWN_RETRY_MS"), std::string::npos) << later.ToString();
-  close(hole);
   EXPECT_EQ(StatsOf(node).pages, 2u);
+}
+
+// Member records naming addresses that take connections and never answer
+// (forged, or nodes that hang) cost a new client one store deadline in all,
+// not one each: its members are greeted at once. The real member serves.
+TEST_P(StoreHardeningTest, MembersThatNeverAnswerCostOneDeadlineNotOneEach) {
+  if (GetParam() != "tcp") GTEST_SKIP() << "the client's side alone: one transport shows it";
+  StartNodes(1);
+  for (int i = 0; i < 4; ++i) member_names_.push_back(Blackhole());
+  const auto t0 = Clock::now();
+  ASSERT_NO_FATAL_FAILURE(StartClient());
+  const auto took = Clock::now() - t0;
+  EXPECT_LT(took, std::chrono::milliseconds(3500)) << "four silent members, a deadline of 2 s";
+  EXPECT_EQ(store_->Members(), std::vector<std::string>{nodes_[0].name});
+  const std::vector<std::string> keys = Keys("served-", 8);
+  EXPECT_EQ(CountOk(PutPages(keys)), keys.size());
+  EXPECT_EQ(ExactPages(keys), keys.size());
 }
 
 // A node asked for a pool larger than the memory it can have refuses to
