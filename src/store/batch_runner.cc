@@ -206,7 +206,9 @@ void BatchRunner::HoldBackGone(const std::vector<TransferRequest>& requests,
     if (!maps_->Gone(requests[groups[g].first].target, copyable[g])) continue;
     if (held->empty()) held->assign(groups.size(), false);
     (*held)[g] = true;
-    (*outcomes)[g] = Status::Unavailable(
+    // NetworkError, as a READ of the node's engine would fail: the member
+    // is marked down and greeted again (it may have restarted).
+    (*outcomes)[g] = Status::NetworkError(
         "store: the node's pool on this host is no longer served (its process ended, or the node stopped)");
   }
 }

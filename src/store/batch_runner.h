@@ -75,7 +75,8 @@ class BatchRunner {
   // are copied; else here, each group followed at once by `copied(g)` (its
   // bytes still in cache), with the Copier taking part (HereShare). Copies
   // never fail. Such a group whose pool's node has stopped serving it
-  // (PoolMaps::Gone) is not submitted either: it fails at once, Unavailable.
+  // (PoolMaps::Gone) is not submitted either: it fails at once, with
+  // NetworkError, as a READ of a node that died would.
   // The last `tail` groups in the order of the requests (a GET's region
   // versions, one group per home) are copied after every other group, or,
   // when one of them cannot be copied (its READ goes through the fabric at
@@ -155,7 +156,7 @@ class BatchRunner {
   void FreeEnded();
   // Marks in *held (empty: none yet) the groups, not held already, whose
   // copyable epoch names a same-host pool PoolMaps saw its node stop
-  // serving, and fails them in *outcomes (Unavailable).
+  // serving, and fails them in *outcomes (NetworkError).
   void HoldBackGone(const std::vector<TransferRequest>& requests,
                     const std::vector<std::pair<size_t, size_t>>& groups, const std::vector<uint64_t>& copyable,
                     std::vector<bool>* held, std::vector<Status>* outcomes) const;

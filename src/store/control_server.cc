@@ -443,15 +443,8 @@ void ControlServer::Loop::OnReadable(Connection* c) {
     return;
   }
   if (c->state == Connection::State::kReady) {
-    bool backlogged;
-    {
-      std::lock_guard<std::mutex> g(mu);
-      backlogged = BackloggedLocked(*c);
-    }
-    if (backlogged) {
-      std::lock_guard<std::mutex> g(mu);
-      return PauseLocked(c);
-    }
+    std::lock_guard<std::mutex> g(mu);
+    if (BackloggedLocked(*c)) return PauseLocked(c);  // replies sent later left it backlogged
   }
   if (c->state == Connection::State::kDraining) {  // refused: read and drop until the client closes
     if (!control::Discard(c->fd)) Close(c);

@@ -104,14 +104,20 @@ void MemberView::Refresh() {
     std::lock_guard<std::mutex> g(mu_);
     auto it = known_.find(name);
     if (it == known_.end()) continue;
+    Known& k = it->second;
     if (s.ok()) {
-      it->second.view = std::move(view);
-      KVF_LOG_INFO("store member {} joined placement (segment {}, pool {} bytes)", name,
-                   it->second.view->info.segment, it->second.view->info.pool_bytes);
+      k.view = std::move(view);
+      k.warned = false;
+      KVF_LOG_INFO("store member {} joined placement (segment {}, pool {} bytes)", name, k.view->info.segment,
+                   k.view->info.pool_bytes);
     } else {
-      it->second.down_until = Clock::now() + std::chrono::milliseconds(settings_.store_down_retry_ms);
-      KVF_LOG_WARN("store member {} is left out of placement: {} (tried again in {} ms)", name, s.ToString(),
-                   settings_.store_down_retry_ms);
+      k.down_until = Clock::now() + std::chrono::milliseconds(settings_.store_down_retry_ms);
+      // Once per outage at warning; each retry that fails again at debug.
+      if (!std::exchange(k.warned, true))
+        KVF_LOG_WARN("store member {} is left out of placement: {} (tried again every {} ms)", name, s.ToString(),
+                     settings_.store_down_retry_ms);
+      else
+        KVF_LOG_DEBUG("store member {} still not reachable: {}", name, s.ToString());
     }
   }
   std::lock_guard<std::mutex> g(mu_);

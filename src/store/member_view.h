@@ -73,6 +73,7 @@ class MemberView {
     std::shared_ptr<const NodeView> view;  // null until a hello succeeded, and while down
     std::chrono::steady_clock::time_point down_until{};
     std::shared_ptr<const NodeView> last;  // the last view it had (a restart shows as a new epoch)
+    bool warned = false;                   // its greeting failed and was logged at warning since it last joined
   };
   void Refresh();
   // Asks `name` for its hello (by `deadline`) and opens its segment,

@@ -45,6 +45,10 @@ NodeService::NodeService(Engine* engine, const Settings& settings, uint64_t* ver
       table_(static_cast<uint64_t>(settings.store_pool_bytes), std::chrono::milliseconds(settings.store_read_window_ms),
              kPoolAlignment, &versions_, keys_.valid() ? &keys_ : nullptr),
       reservations_(crypto::RandomU64()),
+      pins_({static_cast<uint64_t>(settings.store_max_pins),
+             static_cast<uint64_t>(settings.store_pool_bytes) / 100 *
+                 static_cast<uint64_t>(settings.store_max_pinned_share)}),
+      writers_(engine, std::chrono::milliseconds(settings.store_down_retry_ms)),
       puts_(static_cast<size_t>(settings.store_put_queue_bytes),
             static_cast<size_t>(std::max<int64_t>(1, settings.store_put_threads - 1))),
       runner_(engine) {}
@@ -216,13 +220,13 @@ void NodeService::Handle(uint64_t connection, std::string payload, ControlServer
                    {});
     PutJob job;
     if (Status s = DecodePut(payload, &job.request); !s.ok()) return reply(s, {});
-    if (Status s = WriterUnreachable(job.request.writer); !s.ok()) return reply(s, {});
+    if (Status s = writers_.Unreachable(job.request.writer); !s.ok()) return reply(s, {});
     job.reply = std::move(reply);
     job.deadline = net::DeadlineIn(std::min<int64_t>(job.request.budget_ms, settings_.store_deadline_ms));
     // The bytes start moving now when the writer is known; a put thread
     // opens a new writer's segment first (a handshake: never on this thread).
     SegmentHandle writer;
-    const bool known = KnownWriter(job.request.writer, &writer);
+    const bool known = writers_.Known(job.request.writer, &writer);
     if (known) StartPut(&job, Status::OK(), writer);
     return Queue(std::move(job), payload.size(), !known);
   }
@@ -416,14 +420,18 @@ std::string NodeService::Answer(uint64_t connection, Op op, std::string_view pay
   if (op == Op::kStats) return EncodeNodeStats(Stats());
   if (op == Op::kRemoveAll) {
     std::lock_guard<std::mutex> g(table_mu_);
-    pins_by_connection_.clear();  // the pins went with the pages
+    pins_.Clear();  // the pins went with the pages
     return EncodeCount(table_.RemoveAll(now));
   }
   std::vector<std::string_view> keys;
   *status = DecodeKeys(payload, &keys);
   if (!status->ok()) return {};
   std::lock_guard<std::mutex> g(table_mu_);
-  if (op == Op::kPin) return PinAllLocked(connection, keys, status);
+  if (op == Op::kPin) {
+    std::vector<bool> pinned;
+    *status = pins_.PinAll(connection, keys, &table_, &pinned);
+    return status->ok() ? EncodeBits(pinned) : std::string();
+  }
   if (op == Op::kLookup) {
     std::vector<Location> out(keys.size());
     counters_.lookups += keys.size();
@@ -442,9 +450,11 @@ std::string NodeService::Answer(uint64_t connection, Op op, std::string_view pay
       case Op::kExists: bits[i] = table_.Contains(keys[i], now); break;
       case Op::kRemove:
         bits[i] = table_.Remove(keys[i], now);
-        if (bits[i]) ForgetPinsLocked(keys[i]);  // the key's pins went with its page
+        if (bits[i]) pins_.Forget(keys[i]);  // the key's pins went with its page
         break;
-      case Op::kUnpin: bits[i] = UnpinLocked(connection, keys[i]); break;
+      // Only a pin this connection took: after a reconnect, or from another
+      // client, an unpin must not end someone else's pin.
+      case Op::kUnpin: bits[i] = pins_.Unpin(connection, keys[i], &table_); break;
       case Op::kTouch: bits[i] = table_.Contains(keys[i], now); break;
       default: break;
     }
@@ -470,42 +480,12 @@ void NodeService::PutLoop() {
         continue;
       }
       SegmentHandle writer = -1;
-      const Status open = OpenWriter(job.request.writer, &writer);
+      const Status open = writers_.Open(job.request.writer, &writer);
       if (opening) puts_.DoneOpening();
       StartPut(&job, open, writer);
     }
     job.reply(Status::OK(), EncodeStatuses(FinishPut(&job)));
   }
-}
-
-Status NodeService::OpenWriter(const std::string& name, SegmentHandle* out) {
-  if (Status s = WriterUnreachable(name); !s.ok()) return s;  // another thread tried it meanwhile
-  const Status open = engine_->OpenSegment(name, out);
-  const auto now = Clock::now();
-  std::lock_guard<std::mutex> g(writers_mu_);
-  if (open.ok()) {
-    writers_[name] = *out;
-    return open;
-  }
-  std::erase_if(unreachable_writers_, [&](const auto& w) { return w.second.first <= now; });
-  if (unreachable_writers_.size() < kMaxUnreachableWriters)
-    unreachable_writers_[name] = {now + std::chrono::milliseconds(settings_.store_down_retry_ms), open};
-  return open;
-}
-
-Status NodeService::WriterUnreachable(const std::string& name) {
-  std::lock_guard<std::mutex> g(writers_mu_);
-  auto it = unreachable_writers_.find(name);
-  if (it == unreachable_writers_.end()) return Status::OK();
-  const auto left = it->second.first - Clock::now();
-  if (left <= left.zero()) {
-    unreachable_writers_.erase(it);
-    return Status::OK();
-  }
-  return it->second.second.Annotate(text::Format(
-      "store node {}: the writer's segment was not reached on the last try; not tried again for {} ms "
-      "(KVF_STORE_DOWN_RETRY_MS)",
-      address_, std::chrono::ceil<std::chrono::milliseconds>(left).count()));
 }
 
 Status NodeService::CheckPageLength(const std::string& key, uint64_t length) const {
@@ -536,14 +516,6 @@ void NodeService::DropPut(PutJob* job) {
   if (job->started) runner_.Finish(&job->flight, Clock::now(), &job->outcomes);
   // A commit's slots stay reserved: the pool is about to go with them.
   job->reply(Status::Closed("store node " + address_ + " stopped"), {});
-}
-
-bool NodeService::KnownWriter(const std::string& name, SegmentHandle* out) {
-  std::lock_guard<std::mutex> g(writers_mu_);
-  auto it = writers_.find(name);
-  if (it == writers_.end()) return false;
-  *out = it->second;
-  return true;
 }
 
 void NodeService::StartPut(PutJob* job, const Status& open, SegmentHandle writer) {
@@ -604,62 +576,12 @@ std::vector<Status> NodeService::FinishPut(PutJob* job) {
   return std::move(job->results);
 }
 
-std::string NodeService::PinAllLocked(uint64_t connection, const std::vector<std::string_view>& keys,
-                                      Status* status) {
-  ConnectionPins& mine = pins_by_connection_[connection];
-  if (mine.total + keys.size() > static_cast<uint64_t>(settings_.store_max_pins)) {
-    *status = Status::Busy(text::Format(
-        "store: pinning {} more page(s) would pass the {} pins one client connection may hold "
-        "(KVF_STORE_MAX_PINS; this one holds {}); unpin pages first",
-        keys.size(), settings_.store_max_pins, mine.total));
-  } else {
-    const uint64_t most = info_.pool_bytes / 100 * static_cast<uint64_t>(settings_.store_max_pinned_share);
-    std::vector<bool> bits;
-    *status = table_.PinAll(keys, most, &bits).Annotate("store");
-    for (size_t i = 0; status->ok() && i < keys.size(); ++i) {
-      if (!bits[i]) continue;
-      ++mine.keys[std::string(keys[i])];
-      ++mine.total;
-    }
-    if (status->ok()) {
-      if (mine.total == 0) pins_by_connection_.erase(connection);
-      return EncodeBits(bits);
-    }
-  }
-  if (mine.total == 0) pins_by_connection_.erase(connection);
-  return {};
-}
-
-void NodeService::ForgetPinsLocked(std::string_view key) {
-  const std::string k(key);
-  for (auto c = pins_by_connection_.begin(); c != pins_by_connection_.end();) {
-    if (auto it = c->second.keys.find(k); it != c->second.keys.end()) {
-      c->second.total -= it->second;
-      c->second.keys.erase(it);
-    }
-    c = c->second.keys.empty() ? pins_by_connection_.erase(c) : std::next(c);
-  }
-}
-
-bool NodeService::UnpinLocked(uint64_t connection, std::string_view key) {
-  // Only a pin this connection took: after a reconnect, or from another
-  // client, an unpin must not end someone else's pin.
-  auto c = pins_by_connection_.find(connection);
-  if (c == pins_by_connection_.end()) return false;
-  auto k = c->second.keys.find(std::string(key));
-  if (k == c->second.keys.end()) return false;
-  --c->second.total;
-  if (--k->second == 0) c->second.keys.erase(k);
-  if (c->second.keys.empty()) pins_by_connection_.erase(c);
-  return table_.Unpin(key);
-}
-
 size_t NodeService::DropPagesHomedElsewhere(const std::function<bool(std::string_view key)>& elsewhere) {
   size_t n = 0;
   {
     std::lock_guard<std::mutex> g(table_mu_);
     const std::vector<std::string> gone = table_.RemoveWhere(elsewhere, Clock::now());
-    for (const std::string& key : gone) ForgetPinsLocked(key);
+    for (const std::string& key : gone) pins_.Forget(key);
     n = gone.size();
   }
   if (n > 0)
@@ -682,12 +604,8 @@ void NodeService::ConnectionClosed(uint64_t connection) {
         table_.Abandon(slot.offset, now, PushHold());
         ++abandoned;
       }
-    if (auto c = pins_by_connection_.find(connection); c != pins_by_connection_.end()) {
-      for (const auto& [key, n] : c->second.keys)
-        for (uint32_t i = 0; i < n; ++i) released += table_.Unpin(key) ? 1 : 0;
-      pins_by_connection_.erase(c);
-      counters_.pins_released += released;
-    }
+    released = pins_.Release(connection, &table_);
+    counters_.pins_released += released;
   }
   if (released > 0)
     KVF_LOG_INFO("store node {}: released {} pin(s) of a client whose control connection closed (it exited, "

@@ -40,10 +40,12 @@
 #include "store/control_server.h"
 #include "store/messages.h"
 #include "store/page_table.h"
+#include "store/pin_ledger.h"
 #include "store/put_queue.h"
 #include "store/region_versions.h"
 #include "store/reservations.h"
 #include "store/shared_pool.h"
+#include "store/writer_segments.h"
 
 namespace kvfabric::store {
 
@@ -105,25 +107,10 @@ class NodeService {
   // `keys`: the table in the shared pool's file (not valid when the pool is private).
   NodeService(Engine* engine, const Settings& settings, uint64_t* version_words, SharedKeys keys);
   std::string Answer(uint64_t connection, Op op, std::string_view payload, Status* status);
-  // Pins of `keys` by `connection` (table_mu_ held): the bits of the keys
-  // pinned, or none and Busy in *status when the connection would hold
-  // more than KVF_STORE_MAX_PINS pins or pins more than
-  // KVF_STORE_MAX_PINNED_SHARE of the pool.
-  std::string PinAllLocked(uint64_t connection, const std::vector<std::string_view>& keys, Status* status);
-  // An unpin of `key` by `connection` (table_mu_ held): whether it ended one.
-  bool UnpinLocked(uint64_t connection, std::string_view key);
-  // The key's page went, and its pins with it: no connection holds them any more.
-  void ForgetPinsLocked(std::string_view key);
   void PutLoop();
   // Queues `job`, of `bytes` on the wire, for a put thread (or replies
   // Closed when stopping); `needs_open`: its writer's segment is not open.
   void Queue(PutJob job, size_t bytes, bool needs_open);
-  // Opens writer `name`'s segment and remembers it; a failure is
-  // remembered for KVF_STORE_DOWN_RETRY_MS (WriterUnreachable).
-  Status OpenWriter(const std::string& name, SegmentHandle* out);
-  // Why writer `name` is not tried now (its last open failed within
-  // KVF_STORE_DOWN_RETRY_MS), or OK.
-  Status WriterUnreachable(const std::string& name);
   // kReserve: the slots, under a ticket that only `connection` commits.
   std::string ReserveSlots(uint64_t connection, std::string_view payload, Status* status);
   // kCommit: takes `connection`'s reservation and queues its commit, or replies.
@@ -155,8 +142,6 @@ class NodeService {
   std::vector<Status> FinishPut(PutJob* job);
   // Replies Closed to a put the node will not finish (it stops).
   void DropPut(PutJob* job);
-  // The writer's segment if this node opened it before (no handshake).
-  bool KnownWriter(const std::string& name, SegmentHandle* out);
   // Whether a page of `length` bytes may be stored (1 to max_page_bytes):
   // OK, or InvalidArgument naming `key` and why.
   Status CheckPageLength(const std::string& key, uint64_t length) const;
@@ -180,24 +165,13 @@ class NodeService {
   PageTable table_;
   Reservations reservations_;  // under table_mu_
   NodeStats counters_;  // the request counters (under table_mu_); the table's own come from table_.stats()
-  // The pins each control connection took and has not ended: key -> count,
-  // and their sum (under table_mu_). A pin belongs to its connection: only
-  // that connection's unpin ends it, and its close releases it.
-  struct ConnectionPins {
-    std::unordered_map<std::string, uint32_t> keys;
-    uint64_t total = 0;
-  };
-  std::unordered_map<uint64_t, ConnectionPins> pins_by_connection_;
+  PinLedger pins_;  // the pins each control connection holds (under table_mu_)
 
   std::unique_ptr<ControlServer> server_;
 
-  std::mutex writers_mu_;
-  std::unordered_map<std::string, SegmentHandle> writers_;  // opened by a put thread
-  // Writers whose open failed: until when they are not tried again, and why.
-  static constexpr size_t kMaxUnreachableWriters = 4096;
-  std::unordered_map<std::string, std::pair<std::chrono::steady_clock::time_point, Status>> unreachable_writers_;
+  WriterSegments writers_;  // opened by the put threads
 
-  // One put thread at least is always free of handshakes with new writers.
+  // With two put threads or more, one is always free of handshakes with new writers.
   PutQueue<PutJob> puts_;
   std::vector<std::thread> workers_;
   BatchRunner runner_;
