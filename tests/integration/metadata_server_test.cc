@@ -42,8 +42,19 @@ std::unique_ptr<Server> Start(const std::vector<std::string>& flags, const std::
 // The status of an httplib answer; -1 when none came.
 int HttpStatus(const httplib::Result& r) { return r ? r->status : -1; }
 
-int Connect(int port) {
+// A connection to the server from `from` (an address of the loopback
+// range: another client address).
+int Connect(int port, const char* from = nullptr) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (from != nullptr) {
+    sockaddr_in b{};
+    b.sin_family = AF_INET;
+    inet_pton(AF_INET, from, &b.sin_addr);
+    if (bind(fd, reinterpret_cast<sockaddr*>(&b), sizeof(b)) != 0) {
+      close(fd);
+      return -1;
+    }
+  }
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<uint16_t>(port));
@@ -177,9 +188,9 @@ TEST(MetadataServerTest, TotalBytesAreBounded) {
 // forever: each keeps a read in progress that never ends on its own.
 class SlowClients {
  public:
-  SlowClients(int port, int n) {
+  SlowClients(int port, int n, const char* from = nullptr) {
     for (int i = 0; i < n; ++i) {
-      const int fd = Connect(port);
+      const int fd = Connect(port, from);
       if (fd >= 0 && SendAll(fd, "GET /metadata?key=slow HTTP/1.1\r\n")) fds_.push_back(fd);
     }
     dripper_ = std::thread([this] {
@@ -254,6 +265,22 @@ TEST(MetadataServerTest, SlowClientsAreCutAtTheRequestDeadline) {
   EXPECT_GE(ms, 0) << "no answer to a GET while 6 slow clients held 2 workers";
   EXPECT_LT(ms, 4000);  // 3 rounds of 1 s deadlines at most, with 2 workers
   EXPECT_EQ(slow.ClosedWithin(4000), 6);
+}
+
+// Slow clients from one address, more than the workers, that start over
+// as each is cut: they hold at most --max_per_client workers, and other
+// clients are served meanwhile.
+TEST(MetadataServerTest, OneClientAddressHoldsAtMostItsShareOfTheWorkers) {
+  auto server = Start({"--threads", "4", "--max_per_client", "2", "--request_timeout_ms", "3000"});
+  ASSERT_NE(server, nullptr);
+  SlowClients slow(server->port, 8, "127.0.0.2");
+  ASSERT_EQ(slow.size(), 8u);
+  std::this_thread::sleep_for(milliseconds(300));
+  const int64_t ms = GetMs(server->port);
+  EXPECT_GE(ms, 0) << "no answer to a GET while slow clients of another address were connected";
+  EXPECT_LT(ms, 1000);
+  // Six refused at once, two cut at their deadline.
+  EXPECT_EQ(slow.ClosedWithin(6000), 8);
 }
 
 std::string Auth(const std::string& token, const std::string& method, const std::string& key,

@@ -125,7 +125,39 @@ DeadlineServer::DeadlineServer(const Limits& limits) : limits_(limits) {
   new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
 }
 
+bool DeadlineServer::Enter(const std::string& ip) {
+  std::lock_guard<std::mutex> g(mu_);
+  size_t& n = serving_[ip];
+  if (n >= limits_.max_per_client) return false;
+  ++n;
+  return true;
+}
+
+void DeadlineServer::Leave(const std::string& ip) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = serving_.find(ip);
+  if (it != serving_.end() && --it->second == 0) serving_.erase(it);
+}
+
 bool DeadlineServer::process_and_close_socket(socket_t sock) {
+  std::string ip;
+  int port = 0;
+  AddressOf(sock, true, ip, port);
+  if (!Enter(ip)) {
+    const std::string why = "too many connections from " + ip + " at once (--max_per_client " +
+                            std::to_string(limits_.max_per_client) + ")\n";
+    const std::string answer = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: " +
+                               std::to_string(why.size()) + "\r\nConnection: close\r\n\r\n" + why;
+    (void)send(sock, answer.data(), answer.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    LingeringClose(sock, Clock::now() + std::chrono::milliseconds(100), 64 << 10);
+    return false;
+  }
+  const bool ok = Serve(sock);
+  Leave(ip);
+  return ok;
+}
+
+bool DeadlineServer::Serve(socket_t sock) {
   const auto deadline = Clock::now() + std::chrono::milliseconds(limits_.request_timeout_ms);
   DeadlineStream stream(sock, deadline, limits_.max_request_bytes);
   bool connection_closed = false;

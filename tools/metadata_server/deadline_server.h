@@ -1,14 +1,19 @@
-// DeadlineServer: cpp-httplib's server with a whole-request deadline and a
-// byte budget per connection. httplib 0.11 bounds each read (5 s), not a
-// request, and serves from 8 threads: a client sending one header byte
-// every few seconds holds a thread for ever, and ten such sockets stopped
-// kvfabric-metadata-server (issue 12, item 13).
+// DeadlineServer: cpp-httplib's server with a whole-request deadline, a
+// byte budget per connection and a bound on the workers one client address
+// holds. httplib 0.11 bounds each read (5 s), not a request, and serves
+// from 8 threads: a client sending one header byte every few seconds held a
+// thread for ever, and ten such sockets stopped the server; clients that
+// start slow requests again as each is cut would still hold every worker
+// in turn, but for the per-client bound.
 #pragma once
 
 #include <httplib.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
 
 namespace kvfabric::metadata_server {
 
@@ -24,6 +29,9 @@ class DeadlineServer : public httplib::Server {
     size_t max_request_bytes = 16 << 20;
     // Connections served at once; more wait, unread, until a worker is free.
     size_t threads = 64;
+    // Connections of one client address served at once; past it, a
+    // connection is answered 503 and closed as soon as a worker takes it.
+    size_t max_per_client = 32;
   };
 
   explicit DeadlineServer(const Limits& limits);
@@ -34,8 +42,16 @@ class DeadlineServer : public httplib::Server {
   // DeadlineStream, then a lingering close: the peer gets the answer even
   // when it was refused before its body was read.
   bool process_and_close_socket(socket_t sock) override;
+  // Counts a connection of client `ip` in (true), or refuses it: the
+  // client holds max_per_client workers already.
+  bool Enter(const std::string& ip);
+  void Leave(const std::string& ip);
+  // Reads and answers the connection's one request, then closes it.
+  bool Serve(socket_t sock);
 
   const Limits limits_;
+  std::mutex mu_;
+  std::unordered_map<std::string, size_t> serving_;  // client address -> connections being served
 };
 
 }  // namespace kvfabric::metadata_server

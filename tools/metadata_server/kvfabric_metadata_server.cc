@@ -15,7 +15,8 @@
 // method, so the ttl cannot be altered without the token): 401 without it,
 // 403 when it is wrong or stale. GETs, listings included, stay open. Each
 // connection serves one request, which must arrive and be answered within
-// --request_timeout_ms (deadline_server.h).
+// --request_timeout_ms, and one client address holds at most
+// --max_per_client workers at once (deadline_server.h).
 // Engines started with metadata "http://HOST:PORT<path>" publish their
 // segment descriptors here. It binds 127.0.0.1 unless told otherwise;
 // --host ::1 (or [::1]) binds an IPv6 address, served as http://[::1]:PORT.
@@ -144,6 +145,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--threads", server_limits.threads,
                  "connections served at once; more wait until a worker is free")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  app.add_option("--max_per_client", server_limits.max_per_client,
+                 "connections of one client address served at once; more are answered 503 (clients that keep "
+                 "starting slow requests cannot hold every worker)")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
   app.add_flag("--require_auth", require_auth,
