@@ -15,6 +15,7 @@ std::string_view Label(Purpose p) {
     case Purpose::kDescriptor: return "kvfabric/v1/descriptor-mac";
     case Purpose::kKeySeal: return "kvfabric/v1/memory-key-seal";
     case Purpose::kStoreWrite: return "kvfabric/v1/store-write";
+    case Purpose::kMemberRecord: return "kvfabric/v1/member-record";
   }
   return "kvfabric/v1/unknown";
 }
@@ -31,6 +32,12 @@ std::string Proof(std::string_view token, std::string_view direction, std::strin
 }  // namespace
 
 std::string DeriveKey(std::string_view token, Purpose purpose) { return crypto::HmacSha256(token, Label(purpose)); }
+
+std::string MemberRecordMac(std::string_view token, std::string_view name, std::string_view segment,
+                            uint64_t pool_bytes) {
+  const std::string msg = text::Format("{}\n{}\n{}", name, segment, pool_bytes);
+  return hex::Encode(crypto::HmacSha256(DeriveKey(token, Purpose::kMemberRecord), msg));
+}
 
 std::string NewNonce() {
   std::string n(kNonceSize, '\0');

@@ -9,6 +9,7 @@
 //   key seal    memory keys inside a descriptor, masked so a reader of the
 //               metadata store without the token cannot use them
 //   store write a MAC over a write to kvfabric-metadata-server
+//   member      a MAC over a store node's member record (etcd, http)
 #pragma once
 
 #include <cstdint>
@@ -21,10 +22,17 @@ namespace kvfabric::metadata::auth {
 
 constexpr size_t kNonceSize = 32;
 
-enum class Purpose { kHandshake, kDescriptor, kKeySeal, kStoreWrite };
+enum class Purpose { kHandshake, kDescriptor, kKeySeal, kStoreWrite, kMemberRecord };
 
 // HMAC-SHA256(token, label of `purpose`): a 32-byte key for that purpose only.
 std::string DeriveKey(std::string_view token, Purpose purpose);
+
+// The seal of a store node's member record: 64 hex digits of
+// HMAC-SHA256(DeriveKey(token, kMemberRecord), name \n segment \n pool_bytes
+// in decimal). A node name holds no newline (it is host:port), so no two
+// records share an input.
+std::string MemberRecordMac(std::string_view token, std::string_view name, std::string_view segment,
+                            uint64_t pool_bytes);
 
 // A fresh random nonce of kNonceSize bytes.
 std::string NewNonce();

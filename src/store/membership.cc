@@ -10,8 +10,10 @@
 #include <thread>
 #include <utility>
 
+#include "common/crypto.h"
 #include "common/log.h"
 #include "common/text.h"
+#include "metadata/auth.h"
 #include "metadata/store.h"
 #include "net/address.h"
 
@@ -37,12 +39,16 @@ Status CheckSelf(const MemberRecord& self) {
   return CanonicalName(self.name, &canonical).Annotate("join the store: the node's name (its control address)");
 }
 
-std::string ToJson(const MemberRecord& m) {
-  return json{{"name", m.name}, {"segment", m.segment}, {"pool_bytes", m.pool_bytes}}.dump();
+// With a token, the record is sealed (auth::MemberRecordMac).
+std::string ToJson(const MemberRecord& m, const std::string& token) {
+  json j{{"name", m.name}, {"segment", m.segment}, {"pool_bytes", m.pool_bytes}};
+  if (!token.empty()) j["mac"] = metadata::auth::MemberRecordMac(token, m.name, m.segment, m.pool_bytes);
+  return j.dump();
 }
 
-// The record stored under `name`'s key; InvalidArgument saying what is wrong.
-Status FromJson(const std::string& text, const std::string& name, MemberRecord* out) {
+// The record stored under `name`'s key; InvalidArgument saying what is
+// wrong, or, with a token, PermissionDenied for a record not sealed with it.
+Status FromJson(const std::string& text, const std::string& name, const std::string& token, MemberRecord* out) {
   const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return Status::InvalidArgument("not a JSON object");
   if (!j.contains("name") || !j["name"].is_string()) return Status::InvalidArgument("no \"name\" string");
@@ -54,6 +60,13 @@ Status FromJson(const std::string& text, const std::string& name, MemberRecord* 
   if (m.name != name) return Status::InvalidArgument("its name is '" + m.name + "', its key says '" + name + "'");
   m.segment = j.value("segment", std::string());
   m.pool_bytes = j.value("pool_bytes", uint64_t{0});
+  if (!token.empty()) {
+    const std::string mac = j.contains("mac") && j["mac"].is_string() ? j["mac"].get<std::string>() : "";
+    if (!crypto::SameBytes(mac, metadata::auth::MemberRecordMac(token, m.name, m.segment, m.pool_bytes)))
+      return Status::PermissionDenied(std::string(mac.empty() ? "not sealed with" : "its seal is not of") +
+                                      " this process's KVF_AUTH_TOKEN (a node without the token, or a forged "
+                                      "record)");
+  }
   *out = std::move(m);
   return Status::OK();
 }
@@ -64,7 +77,8 @@ class BackendMembership final : public Membership {
  public:
   BackendMembership(std::unique_ptr<metadata::MetadataStore> backend, const Settings& s)
       : backend_(std::move(backend)), prefix_(MembersPrefix(s)),
-        describe_(backend_->uri() + " cluster " + s.store_cluster), ttl_s_(s.store_member_ttl_s) {}
+        describe_(backend_->uri() + " cluster " + s.store_cluster), ttl_s_(s.store_member_ttl_s),
+        token_(s.auth_token) {}
 
   ~BackendMembership() override {
     Status s = Leave();
@@ -80,7 +94,7 @@ class BackendMembership final : public Membership {
     if (renewer_.joinable())
       return Status::InvalidArgument("join the store " + describe_ + " as " + self.name + ": already joined as " +
                                      self_.name + "; Leave first");
-    const std::string key = prefix_ + self.name, value = ToJson(self);
+    const std::string key = prefix_ + self.name, value = ToJson(self, token_);
     KVF_RETURN_IF_ERROR(backend_->PutExpiring(key, value, ttl_s_).Annotate("join the store " + describe_));
     self_ = self;
     key_ = key;
@@ -110,14 +124,14 @@ class BackendMembership final : public Membership {
     std::lock_guard<std::mutex> g(mu_);
     for (const auto& [key, value] : entries) {
       MemberRecord m;
-      Status s = FromJson(value, key.substr(prefix_.size()), &m);
+      Status s = FromJson(value, key.substr(prefix_.size()), token_, &m);
       if (s.ok()) {
         out->push_back(std::move(m));  // in key order, so in name order
         continue;
       }
       std::string id = key + "\n" + value;
       if (!reported_.count(id))
-        KVF_LOG_WARN("store membership: the record under {} in {} is malformed ({}); that node is left out of the "
+        KVF_LOG_WARN("store membership: the record under {} in {} is refused ({}); that node is left out of the "
                      "store until it writes a valid one",
                      key, backend_->uri(), s.message());
       bad.insert(std::move(id));
@@ -156,6 +170,7 @@ class BackendMembership final : public Membership {
   const std::unique_ptr<metadata::MetadataStore> backend_;
   const std::string prefix_, describe_;
   const int64_t ttl_s_;
+  const std::string token_;  // KVF_AUTH_TOKEN: records written sealed, and read only when sealed with it
   std::mutex join_mu_;  // Join and Leave, one at a time
   MemberRecord self_;   // while joined; also read by the renewer
   std::string key_, value_;

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "metadata/auth.h"
 #include "metadata/store.h"
 #include "tests/support/process.h"
 #include "tests/support/servers.h"
@@ -117,6 +118,47 @@ TEST_P(MembershipTest, NodesListEachOtherAndLeaveAtOnce) {
   // Renewals keep a record past its ttl.
   std::this_thread::sleep_for(milliseconds(kTtlS * 1000 + 500));
   EXPECT_EQ(NamesOf(*a), (Names{"127.0.0.1:101"}));
+}
+
+// With a token, member records are sealed with it, and only records sealed
+// with it are listed: an unsealed record (a node without the token, or a
+// forgery by anyone who can write the backend), one sealed with another
+// token, and one whose fields were changed are left out. A process without
+// the token reads sealed records as any others.
+TEST_P(MembershipTest, WithATokenOnlyRecordsSealedWithItAreListed) {
+  settings_.auth_token = "s3cret";
+  auto a = Open();
+  ASSERT_TRUE(a);
+  ASSERT_TRUE(a->Join({"127.0.0.1:201", "segment-a", 1 << 20}).ok());
+  std::unique_ptr<metadata::MetadataStore> raw;
+  ASSERT_TRUE(metadata::OpenMetadataStore(uri_, settings_, &raw).ok());
+  const std::string prefix = store::MembersPrefix(settings_);
+  auto record = [](const std::string& name, const std::string& mac) {
+    return R"({"name":")" + name + R"(","segment":"forged","pool_bytes":1048576)" +
+           (mac.empty() ? "" : R"(,"mac":")" + mac + "\"") + "}";
+  };
+  using metadata::auth::MemberRecordMac;
+  ASSERT_TRUE(raw->PutExpiring(prefix + "10.0.0.9:1", record("10.0.0.9:1", ""), kTtlS).ok());
+  ASSERT_TRUE(raw->PutExpiring(prefix + "10.0.0.9:2",
+                               record("10.0.0.9:2", MemberRecordMac("other", "10.0.0.9:2", "forged", 1 << 20)),
+                               kTtlS)
+                  .ok());
+  ASSERT_TRUE(raw->PutExpiring(prefix + "10.0.0.9:3",
+                               record("10.0.0.9:3", MemberRecordMac("s3cret", "10.0.0.9:3", "forged", 1 << 30)),
+                               kTtlS)
+                  .ok());  // sealed for another pool size
+  ASSERT_TRUE(raw->PutExpiring(prefix + "10.0.0.9:4",
+                               record("10.0.0.9:4", MemberRecordMac("s3cret", "10.0.0.9:4", "forged", 1 << 20)),
+                               kTtlS)
+                  .ok());  // sealed with the token: a member
+  EXPECT_EQ(NamesOf(*a), (Names{"10.0.0.9:4", "127.0.0.1:201"}));
+
+  Settings plain = settings_;
+  plain.auth_token.clear();
+  std::unique_ptr<Membership> b;
+  ASSERT_TRUE(store::OpenMembership(uri_, plain, &b).ok());
+  EXPECT_EQ(NamesOf(*b), (Names{"10.0.0.9:1", "10.0.0.9:2", "10.0.0.9:3", "10.0.0.9:4", "127.0.0.1:201"}));
+  for (int i = 1; i <= 4; ++i) ASSERT_TRUE(raw->Delete(prefix + "10.0.0.9:" + std::to_string(i)).ok());
 }
 
 // kvfabric-test-member, joined as `name`.
