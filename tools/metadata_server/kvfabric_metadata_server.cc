@@ -149,7 +149,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max_per_client", server_limits.max_per_client,
                  "connections of one client address served at once; more are answered 503 (clients that keep "
-                 "starting slow requests cannot hold every worker)")
+                 "starting slow requests cannot hold every worker); where every client reaches the server "
+                 "through one address (NAT), raise it to --threads")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
   app.add_flag("--require_auth", require_auth,
