@@ -228,6 +228,19 @@ class StoreTest : public ::testing::TestWithParam<std::string> {
     return st;
   }
 
+  // GETs the page of `key` into the destination region's first 4096 bytes
+  // (zeroed first): the key's status, or Internal when its bytes are not
+  // the source region's first 4096.
+  Status GetOnePage(const std::string& key) {
+    std::vector<Status> st;
+    std::vector<uint64_t> len;
+    std::memset(dst_->bytes, 0, 4096);
+    KVF_RETURN_IF_ERROR(store_->BatchGet({key}, {{{dst_->bytes, 4096}}}, &st, &len));
+    KVF_RETURN_IF_ERROR(st[0]);
+    if (std::memcmp(dst_->bytes, src_->bytes, 4096) != 0) return Status::Internal("the page's bytes are not the source's");
+    return Status::OK();
+  }
+
   // `na` keys named PREFIX<n> whose home is the first node and `nb` whose
   // home is another (two nodes).
   void KeysByHome(const std::string& prefix, size_t na, size_t nb, std::vector<std::string>* on_a,
