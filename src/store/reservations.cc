@@ -39,7 +39,8 @@ bool Reservations::Take(uint64_t ticket, uint64_t owner, Entry* out) {
 
 std::vector<Reservations::Entry> Reservations::TakeExpired(TimePoint now) {
   std::vector<Entry> out;
-  while (!by_expiry_.empty() && by_expiry_.begin()->first <= now) out.push_back(Remove(open_.find(by_expiry_.begin()->second)));
+  while (!by_expiry_.empty() && by_expiry_.begin()->first <= now)
+    out.push_back(Remove(open_.find(by_expiry_.begin()->second)));
   return out;
 }
 

@@ -303,13 +303,7 @@ TEST(StoreNodeMemoryTest, APoolLargerThanTheMemoryAvailableIsRefusedAtStart) {
   EXPECT_EQ(store, nullptr);
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, StoreHardeningTest,
-                         ::testing::Values("tcp", "shm", "tcp-pull", "tcp-private", "shm-private"),
-                         [](const auto& info) {
-                           std::string name = info.param;
-                           std::replace(name.begin(), name.end(), '-', '_');
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(Transports, StoreHardeningTest, kTransports, TransportName);
 
 }  // namespace
 }  // namespace kvfabric

@@ -237,7 +237,8 @@ class StoreTest : public ::testing::TestWithParam<std::string> {
     std::memset(dst_->bytes, 0, 4096);
     KVF_RETURN_IF_ERROR(store_->BatchGet({key}, {{{dst_->bytes, 4096}}}, &st, &len));
     KVF_RETURN_IF_ERROR(st[0]);
-    if (std::memcmp(dst_->bytes, src_->bytes, 4096) != 0) return Status::Internal("the page's bytes are not the source's");
+    if (std::memcmp(dst_->bytes, src_->bytes, 4096) != 0)
+      return Status::Internal("the page's bytes are not the source's");
     return Status::OK();
   }
 
@@ -326,6 +327,15 @@ class StoreTest : public ::testing::TestWithParam<std::string> {
   std::unique_ptr<Region> src_, dst_;
   std::unique_ptr<store::ControlClient> raw_control_;  // CallNode's
 };
+
+// The transports every store test runs over (StoreTest's parameter), and
+// their names in test names.
+inline const auto kTransports = ::testing::Values("tcp", "shm", "tcp-pull", "tcp-private", "shm-private");
+inline std::string TransportName(const ::testing::TestParamInfo<std::string>& info) {
+  std::string name = info.param;
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
+}
 
 inline size_t CountOk(const std::vector<Status>& st) {
   size_t n = 0;

@@ -775,13 +775,7 @@ TEST_P(StoreTest, AKilledNodesMappedPoolIsNotReadFrom) {
   EXPECT_GT(on_dead, 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, StoreTest,
-                         ::testing::Values("tcp", "shm", "tcp-pull", "tcp-private", "shm-private"),
-                         [](const auto& info) {
-                           std::string name = info.param;
-                           std::replace(name.begin(), name.end(), '-', '_');
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(Transports, StoreTest, kTransports, TransportName);
 
 // Members from a real etcd and kvfabric-metadata-server: a killed node
 // leaves when its lease (TTL) runs out, with no call failing first.
