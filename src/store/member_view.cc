@@ -1,5 +1,6 @@
 #include "store/member_view.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <set>
 #include <utility>
@@ -10,6 +11,18 @@ namespace kvfabric::store {
 namespace {
 using Clock = std::chrono::steady_clock;
 }  // namespace
+
+std::vector<bool> MemberSnapshot::Recent(TimePoint now, std::chrono::milliseconds window) const {
+  std::vector<bool> out(since.size());
+  for (size_t i = 0; i < since.size(); ++i) out[i] = now - since[i] < window;
+  return out;
+}
+
+size_t MemberSnapshot::PreviousHome(std::string_view key, size_t home) const {
+  std::vector<bool> later(since.size());
+  for (size_t i = 0; i < since.size(); ++i) later[i] = since[i] >= since[home];
+  return placement.HomeWithout(key, later);
+}
 
 MemberView::MemberView(Engine* engine, ControlClient* client, Membership* membership, const Settings& settings)
     : engine_(engine),
@@ -28,13 +41,6 @@ void MemberView::Start() {
       g.unlock();
       Refresh();
       g.lock();
-      if (join_due_ && joined_) {
-        join_due_ = false;
-        const std::shared_ptr<const MemberSnapshot> now = current_;
-        g.unlock();
-        joined_(*now);
-        g.lock();
-      }
     }
   });
 }
@@ -165,6 +171,7 @@ Status MemberView::Adopt(const std::string& name, const std::string& reply, std:
   auto view = std::make_shared<NodeView>();
   view->name = name;
   KVF_RETURN_IF_ERROR(DecodeNodeInfo(reply, &view->info));
+  view->born = Clock::now() - std::chrono::milliseconds(std::min<uint64_t>(view->info.age_ms, 1ull << 40));
   std::shared_ptr<const NodeView> last;
   {
     std::lock_guard<std::mutex> g(mu_);
@@ -213,15 +220,16 @@ Status MemberView::Renew(const std::string& name, uint64_t epoch, net::Deadline 
 void MemberView::Publish() {
   auto snap = std::make_shared<MemberSnapshot>();
   std::vector<Member> members;
-  for (const auto& [name, k] : known_) {
+  std::set<std::string> placed;
+  const auto now = Clock::now();
+  for (auto& [name, k] : known_) {
     if (k.view == nullptr || k.view->info.pool_bytes == 0) continue;
+    if (placed_once_ && !placed_.contains(name)) k.entered = now;
     members.push_back(Member{name, k.view->info.pool_bytes});
     snap->nodes.push_back(k.view);
+    snap->since.push_back(std::max(k.view->born, k.entered));
+    placed.insert(name);
   }
-  std::set<std::string> placed;
-  for (const Member& m : members) placed.insert(m.name);
-  for (const std::string& name : placed)
-    if (placed_once_ && !placed_.contains(name)) join_due_ = true;
   placed_ = std::move(placed);
   placed_once_ = true;
   snap->placement = Placement(std::move(members));

@@ -31,24 +31,35 @@ struct NodeView {
   std::string name;         // control address
   NodeInfo info;            // from its hello
   SegmentHandle segment = -1;  // its engine segment, opened in this process's engine
+  std::chrono::steady_clock::time_point born{};  // when it started serving (its hello's age_ms, on this clock)
 };
 
 struct MemberSnapshot {
+  using TimePoint = std::chrono::steady_clock::time_point;
   Placement placement{{}};
   std::vector<std::shared_ptr<const NodeView>> nodes;  // nodes[i] is placement.members()[i]
+  // since[i]: when nodes[i] entered the store as this process sees it: the
+  // later of its start and the moment this view took it into placement
+  // after it was out (it joined, restarted or came back; the first
+  // placement does not count: its members were there before this process).
+  std::vector<TimePoint> since;
+
+  // Per member, whether it entered within `window` before `now`: keys
+  // that home on it may still lie on their previous home (PreviousHome),
+  // put by processes that had not seen it yet, until that home hands them
+  // over (Handoff).
+  std::vector<bool> Recent(TimePoint now, std::chrono::milliseconds window) const;
+  // The home `key`, whose home is member `home`, had before `home`
+  // entered: its home among the members that entered before it (since
+  // earlier than since[home]); nodes.size() when there is none (they all
+  // entered with it, or after).
+  size_t PreviousHome(std::string_view key, size_t home) const;
 };
 
 class MemberView {
  public:
   MemberView(Engine* engine, ControlClient* client, Membership* membership, const Settings& settings);
   ~MemberView();  // Stop()
-
-  // Called on the refresh thread after placement gained a member it did
-  // not have at the last call (one that joined, or came back after being
-  // down), with the snapshot that has it; not for the first placement. Set
-  // before Start.
-  using Joined = std::function<void(const MemberSnapshot& now)>;
-  void OnJoined(Joined joined) { joined_ = std::move(joined); }
 
   // Reads the members once (blocking, bounded by the store deadline per
   // member), then keeps refreshing every KVF_STORE_MEMBERSHIP_REFRESH_MS.
@@ -74,6 +85,7 @@ class MemberView {
     std::chrono::steady_clock::time_point down_until{};
     std::shared_ptr<const NodeView> last;  // the last view it had (a restart shows as a new epoch)
     bool warned = false;                   // its greeting failed and was logged at warning since it last joined
+    std::chrono::steady_clock::time_point entered{};  // placement took it after it was out (not the first placement)
   };
   void Refresh();
   // Asks `name` for its hello (by `deadline`) and opens its segment,
@@ -102,10 +114,8 @@ class MemberView {
   std::map<std::string, std::shared_ptr<std::mutex>> greet_locks_;  // under mu_; each taken before mu_
   std::map<std::string, Known> known_;
   std::shared_ptr<const MemberSnapshot> current_;
-  Joined joined_;
   std::set<std::string> placed_;  // the members of the last placement (under mu_)
   bool placed_once_ = false;      // placement was published at least once (under mu_)
-  bool join_due_ = false;         // a member joined placement since joined_ was last called (under mu_)
   std::condition_variable cv_;
   bool stopping_ = false;
   std::thread thread_;

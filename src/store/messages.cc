@@ -149,6 +149,7 @@ std::string EncodePut(const PutRequest& put) {
   w.U8(static_cast<uint8_t>(Op::kPut));
   w.Bytes(put.writer);
   w.U32(put.budget_ms);
+  w.U8(put.if_absent ? 1 : 0);
   w.U32(static_cast<uint32_t>(put.items.size()));
   for (const PutItem& item : put.items) {
     w.Bytes(item.key);
@@ -166,10 +167,13 @@ Status DecodePut(std::string_view payload, PutRequest* out) {
   uint8_t op = 0;
   std::string_view writer;
   uint32_t n = 0;
+  uint8_t if_absent = 0;
   r.U8(&op);
   r.Bytes(&writer);
   r.U32(&out->budget_ms);
-  if (!r.Count(8, &n)) return Malformed("put");
+  r.U8(&if_absent);
+  if (if_absent > 1 || !r.Count(8, &n)) return Malformed("put");
+  out->if_absent = if_absent == 1;
   out->writer = writer;
   out->items.resize(n);
   for (PutItem& item : out->items) {
@@ -194,7 +198,7 @@ std::string EncodeNodeInfo(const NodeInfo& info) {
                      info.versions_addr, info.region_bytes})
     w.U64(v);
   w.Bytes(info.share.host);
-  for (uint64_t v : {info.share.pid, info.share.fd, info.share.inode, info.share.bytes}) w.U64(v);
+  for (uint64_t v : {info.share.pid, info.share.fd, info.share.inode, info.share.bytes, info.age_ms}) w.U64(v);
   return w.Take();
 }
 
@@ -207,7 +211,7 @@ Status DecodeNodeInfo(std::string_view payload, NodeInfo* out) {
     r.U64(v);
   std::string_view host;
   r.Bytes(&host);
-  for (uint64_t* v : {&out->share.pid, &out->share.fd, &out->share.inode, &out->share.bytes}) r.U64(v);
+  for (uint64_t* v : {&out->share.pid, &out->share.fd, &out->share.inode, &out->share.bytes, &out->age_ms}) r.U64(v);
   out->segment = segment;
   out->share.host = host;
   return r.done() ? Status::OK() : Malformed("hello reply");

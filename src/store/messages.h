@@ -65,6 +65,10 @@ struct NodeInfo {
   uint64_t versions_addr = 0;
   uint64_t region_bytes = 0;
   PoolShare share;
+  // How long the node had served when it answered: a member that entered
+  // the store less than KVF_STORE_HANDOFF_MS ago may not hold yet the keys
+  // that now home on it (MemberSnapshot::Recent).
+  uint64_t age_ms = 0;
 };
 
 // Where a key's page is: found, its bytes at [addr, addr + length) in the
@@ -98,6 +102,9 @@ struct PutRequest {
   std::string writer;
   uint32_t budget_ms = 0;  // the writer waits this long for the reply: the node gives up its READs sooner
   std::vector<PutItem> items;
+  // A hand-over (Handoff): a key that has a page when its READ ends keeps
+  // it, and the item is OK without being stored.
+  bool if_absent = false;
 };
 
 // A PUT by WRITE (KVF_STORE_PUT_MODE=push), first step: the node reserves

@@ -33,6 +33,10 @@ TEST(MessagesTest, PutRoundTrip) {
   ASSERT_EQ(back.items[0].sources.size(), 2u);
   EXPECT_EQ(back.items[0].sources[1].addr, 8192u);
   EXPECT_EQ(back.items[0].sources[1].length, 200u);
+  EXPECT_FALSE(back.if_absent);
+  put.if_absent = true;
+  ASSERT_TRUE(DecodePut(EncodePut(put), &back).ok());
+  EXPECT_TRUE(back.if_absent);
 }
 
 // The operation a request names (0 when it names none).
@@ -137,7 +141,7 @@ TEST(MessagesTest, RepliesRoundTrip) {
   EXPECT_EQ(st_back[2].code(), Status::Code::kInvalidArgument);
 
   NodeInfo info{"h:1", 4096, 1 << 20, 65536, 15000, 77, 8192, 4096,
-                {"boot/pid:[4026531836]/net:[4026531840]", 1234, 7, 99, (1 << 20) + 4096}};
+                {"boot/pid:[4026531836]/net:[4026531840]", 1234, 7, 99, (1 << 20) + 4096}, 31337};
   NodeInfo info_back;
   ASSERT_TRUE(DecodeNodeInfo(EncodeNodeInfo(info), &info_back).ok());
   EXPECT_EQ(info_back.segment, "h:1");
@@ -145,6 +149,7 @@ TEST(MessagesTest, RepliesRoundTrip) {
   EXPECT_EQ(info_back.versions_addr, 8192u);
   EXPECT_EQ(info_back.region_bytes, 4096u);
   EXPECT_EQ(info_back.share, info.share);
+  EXPECT_EQ(info_back.age_ms, 31337u);
 
   NodeStats stats;
   stats.evictions = 5;

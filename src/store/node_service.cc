@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <utility>
 
 #include "common/crypto.h"
@@ -415,7 +416,11 @@ Slots NodeService::GrantSlots(const std::vector<uint64_t>& lengths, Clock::time_
 
 std::string NodeService::Answer(uint64_t connection, Op op, std::string_view payload, Status* status) {
   const auto now = Clock::now();
-  if (op == Op::kHello) return EncodeNodeInfo(info_);
+  if (op == Op::kHello) {
+    NodeInfo info = info_;
+    info.age_ms = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(now - started_).count());
+    return EncodeNodeInfo(info);
+  }
   if (op == Op::kReserve) return ReserveSlots(connection, payload, status);
   if (op == Op::kStats) return EncodeNodeStats(Stats());
   if (op == Op::kRemoveAll) {
@@ -565,7 +570,8 @@ std::vector<Status> NodeService::FinishPut(PutJob* job) {
   for (size_t i = 0; i < n; ++i) {
     if (!job->reserved[i]) continue;
     if (job->outcomes[i].ok()) {
-      table_.Commit(put.items[i].key, job->offsets[i], job->lengths[i], sums[i], now);
+      if (put.if_absent && table_.Contains(put.items[i].key, now)) table_.Unreserve(job->offsets[i], now);
+      else table_.Commit(put.items[i].key, job->offsets[i], job->lengths[i], sums[i], now);
     } else {
       table_.Abandon(job->offsets[i], now);
       job->results[i] =
@@ -576,17 +582,24 @@ std::vector<Status> NodeService::FinishPut(PutJob* job) {
   return std::move(job->results);
 }
 
-size_t NodeService::DropPagesHomedElsewhere(const std::function<bool(std::string_view key)>& elsewhere) {
-  size_t n = 0;
-  {
-    std::lock_guard<std::mutex> g(table_mu_);
-    const std::vector<std::string> gone = table_.RemoveWhere(elsewhere, Clock::now());
-    for (const std::string& key : gone) pins_.Forget(key);
-    n = gone.size();
+std::vector<NodeService::CopiedPage> NodeService::CopyPagesHomedElsewhere(
+    const std::function<bool(std::string_view key)>& elsewhere, uint8_t* into, uint64_t capacity) {
+  std::vector<CopiedPage> out;
+  std::lock_guard<std::mutex> g(table_mu_);
+  uint64_t at = 0;
+  for (auto& [key, entry] : table_.Select(elsewhere, capacity)) {
+    std::memcpy(into + at, pool_ + entry.offset, entry.length);
+    out.push_back({std::move(key), entry.generation, at, entry.length});
+    at += entry.length;
   }
-  if (n > 0)
-    KVF_LOG_INFO("store node {}: dropped {} page(s) whose keys home on a member that came back (put here while it "
-                 "was out of placement)", address_, n);
+  return out;
+}
+
+size_t NodeService::RemoveCopied(const std::vector<CopiedPage>& pages) {
+  const auto now = Clock::now();
+  size_t n = 0;
+  std::lock_guard<std::mutex> g(table_mu_);
+  for (const CopiedPage& p : pages) n += table_.RemoveIf(p.key, p.generation, now) ? 1 : 0;
   return n;
 }
 

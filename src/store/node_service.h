@@ -71,10 +71,21 @@ class NodeService {
   // A control connection closed: the pins it took and did not end are
   // released (its process died, or closed its store).
   void ConnectionClosed(uint64_t connection);
-  // Removes the unpinned pages whose keys `elsewhere` says now home on
-  // another member (copies put here while their home was out of
-  // placement); returns how many. Pinned ones stay (a caller uses them).
-  size_t DropPagesHomedElsewhere(const std::function<bool(std::string_view key)>& elsewhere);
+  // A page copied out to be handed over to its key's home (Handoff): its
+  // bytes at [at, at + length) of the caller's memory.
+  struct CopiedPage {
+    std::string key;
+    uint64_t generation = 0;  // the page copied: RemoveCopied removes no newer one
+    uint64_t at = 0, length = 0;
+  };
+  // Copies into `into` (`capacity` bytes) unpinned pages whose keys
+  // `elsewhere` says home on another member now, as many as fit, and
+  // returns them. Pinned pages stay (a caller is using them).
+  std::vector<CopiedPage> CopyPagesHomedElsewhere(const std::function<bool(std::string_view key)>& elsewhere,
+                                                  uint8_t* into, uint64_t capacity);
+  // Removes each of `pages` that is still the page copied (not overwritten
+  // nor pinned since); returns how many.
+  size_t RemoveCopied(const std::vector<CopiedPage>& pages);
 
   // Test hook: the pool's bytes (to corrupt a page on purpose).
   uint8_t* pool_for_testing() { return pool_; }
@@ -150,6 +161,7 @@ class NodeService {
 
   Engine* const engine_;
   const Settings settings_;
+  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   uint8_t* pool_ = nullptr;
   size_t pool_bytes_ = 0;
   NodeInfo info_;

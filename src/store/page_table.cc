@@ -204,13 +204,23 @@ size_t PageTable::RemoveAll(TimePoint now) {
   return n;
 }
 
-std::vector<std::string> PageTable::RemoveWhere(const std::function<bool(std::string_view key)>& drop,
-                                                TimePoint now) {
-  std::vector<std::string> keys;
-  for (const Page& p : unpinned_)
-    if (drop(p.key)) keys.push_back(p.key);
-  for (const std::string& k : keys) Remove(k, now);
-  return keys;
+std::vector<std::pair<std::string, PageEntry>> PageTable::Select(
+    const std::function<bool(std::string_view key)>& pick, uint64_t max_bytes) const {
+  std::vector<std::pair<std::string, PageEntry>> out;
+  uint64_t bytes = 0;
+  for (const Page& p : unpinned_) {
+    if (p.entry.length > max_bytes - bytes || !pick(p.key)) continue;
+    out.emplace_back(p.key, p.entry);
+    bytes += p.entry.length;
+    if (bytes == max_bytes) break;
+  }
+  return out;
+}
+
+bool PageTable::RemoveIf(std::string_view key, uint64_t generation, TimePoint now) {
+  auto page = Find(key);
+  if (page == unpinned_.end() || page->entry.generation != generation || page->pins > 0) return false;
+  return Remove(key, now);
 }
 
 bool PageTable::Pin(std::string_view key) {

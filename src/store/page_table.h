@@ -131,9 +131,16 @@ class PageTable {
   // Removes every page, as Remove does; returns how many. Reserved slots of
   // puts in progress stay reserved.
   size_t RemoveAll(TimePoint now);
-  // Removes, as Remove does, every unpinned page whose key `drop` says
-  // (pinned pages stay: a caller is using them); returns their keys.
-  std::vector<std::string> RemoveWhere(const std::function<bool(std::string_view key)>& drop, TimePoint now);
+  // The unpinned pages whose key `pick` says, with their entries, taken
+  // in no set order until the next would pass `max_bytes` of page bytes
+  // (a page over it alone is passed over). Changes nothing: no page
+  // becomes more recently used.
+  std::vector<std::pair<std::string, PageEntry>> Select(const std::function<bool(std::string_view key)>& pick,
+                                                        uint64_t max_bytes) const;
+  // Removes, as Remove does, the page of `key` if it is the one of
+  // `generation` and unpinned (true); a page overwritten or pinned since
+  // stays.
+  bool RemoveIf(std::string_view key, uint64_t generation, TimePoint now);
 
   // A pinned page is never evicted; Remove and an overwrite still apply.
   // Pins are counted (n Pins need n Unpins) and belong to the key. Pin of a

@@ -610,16 +610,38 @@ TEST(RegionVersionsTest, APageLeavingItsKeyBumpsItsRegionAndNothingElseDoes) {
 }
 
 
-TEST(PageTableTest, RemoveWhereTakesTheUnpinnedPagesItIsToldAndLeavesPinnedOnes) {
+// Pages handed over to another member: selected without touching them, up
+// to a byte budget, pinned ones left; removed only while still the page
+// that was selected.
+TEST(PageTableTest, SelectPicksUnpinnedPagesAndRemoveIfTakesOnlyTheSamePage) {
   PageTable t(MiB, 100ms);
   const TimePoint now = std::chrono::steady_clock::now();
-  for (const char* k : {"a1", "a2", "b1", "b2"}) Put(t, k, 4096, now);
+  for (const char* k : {"a1", "a2", "a3", "b1"}) Put(t, k, 4096, now);
+  Put(t, "a4", 3 * 4096, now);
   ASSERT_TRUE(t.Pin("a2"));
-  const auto gone = t.RemoveWhere([](std::string_view k) { return k[0] == 'a'; }, now);
-  EXPECT_EQ(gone, std::vector<std::string>{"a1"});
-  EXPECT_FALSE(t.Contains("a1", now));
-  EXPECT_TRUE(t.Contains("a2", now)) << "pinned: a caller is using it";
-  EXPECT_TRUE(t.Contains("b1", now) && t.Contains("b2", now));
+  const auto stats = t.stats();
+  auto is_a = [](std::string_view k) { return k[0] == 'a'; };
+  auto picked = t.Select(is_a, 2 * 4096);
+  ASSERT_EQ(picked.size(), 2u) << "two 4 KiB pages fit; the 12 KiB one is passed over";
+  std::vector<std::string> keys;
+  for (const auto& [k, e] : picked) keys.push_back(k);
+  std::sort(keys.begin(), keys.end());
+  EXPECT_EQ(keys, (std::vector<std::string>{"a1", "a3"})) << "a2 is pinned";
+  EXPECT_EQ(t.stats(), stats) << "selecting changes nothing";
+  EXPECT_EQ(t.Select(is_a, MiB).size(), 3u);
+  EXPECT_TRUE(t.Select(is_a, 4095).empty());
+
+  const auto& [k1, e1] = picked[0];
+  const uint64_t old_generation = picked[1].second.generation;
+  Put(t, picked[1].first, 4096, now);  // overwritten since it was selected
+  EXPECT_FALSE(t.RemoveIf(picked[1].first, old_generation, now)) << "a newer page of the key stays";
+  EXPECT_TRUE(t.Contains(picked[1].first, now));
+  EXPECT_TRUE(t.RemoveIf(k1, e1.generation, now));
+  EXPECT_FALSE(t.Contains(k1, now));
+  PageEntry pinned;
+  ASSERT_TRUE(t.Lookup("a2", now, &pinned));
+  EXPECT_FALSE(t.RemoveIf("a2", pinned.generation, now)) << "pinned: a caller is using it";
+  EXPECT_FALSE(t.RemoveIf("missing", 1, now));
   EXPECT_EQ(t.stats().removals, 1u);
 }
 

@@ -66,13 +66,15 @@ std::vector<size_t> Placement::Place(std::string_view key, size_t replicas) cons
   return out;
 }
 
-size_t Placement::Home(std::string_view key) const {
+size_t Placement::Home(std::string_view key) const { return HomeWithout(key, {}); }
+
+size_t Placement::HomeWithout(std::string_view key, const std::vector<bool>& left_out) const {
   // Place(key, 1) without its allocations: this runs once per key of a batch.
   const uint64_t key_hash = XXH3_64bits(key.data(), key.size());
   size_t best = members_.size();
   double best_score = 0;
   for (size_t i = 0; i < members_.size(); ++i) {
-    if (members_[i].pool_bytes == 0) continue;
+    if (members_[i].pool_bytes == 0 || (i < left_out.size() && left_out[i])) continue;
     const double score = Score(key_hash, i);
     if (best == members_.size() || Ranks(score, i, best_score, best)) {
       best = i;

@@ -38,6 +38,13 @@ class Placement {
   std::vector<size_t> Place(std::string_view key, size_t replicas) const;
   // Place(key, 1)[0]; members().size() when no member contributes memory.
   size_t Home(std::string_view key) const;
+  // The home `key` has among the members that `left_out` does not name
+  // (left_out[i]: member i is left out; a shorter vector leaves the rest
+  // in): what Home(key) answered before those members joined.
+  // members().size() when every member with a pool is left out.
+  // Contract: equal to Home(key) of a Placement built from the members
+  // not left out, in any order; HomeWithout(key, {}) == Home(key).
+  size_t HomeWithout(std::string_view key, const std::vector<bool>& left_out) const;
 
   const std::vector<Member>& members() const { return members_; }
 

@@ -1,5 +1,7 @@
 #include "store/placement.h"
 
+#include "store/member_view.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -104,6 +106,55 @@ TEST(PlacementTest, MembershipChangesMoveOnlyTheirShare) {
   // About 1/9 of the keys each way.
   EXPECT_NEAR(moved_to_new, keys / 9.0, 0.1 * keys / 9.0);
   EXPECT_NEAR(moved_off_leaver, keys / 9.0, 0.1 * keys / 9.0);
+}
+
+// A key's home without some members is its home in a placement of the
+// others: what it was before they joined, whatever their pools.
+TEST(PlacementTest, HomeWithoutSomeMembersIsTheirPlacementsHome) {
+  const std::vector<Member> all = {{"a:1", 1 * kGiB}, {"b:1", 2 * kGiB}, {"c:1", 2 * kGiB}, {"client:1", 0},
+                                   {"d:1", 4 * kGiB}};
+  const Placement p(all);
+  for (const std::vector<bool>& out : {std::vector<bool>{false, true}, std::vector<bool>{true, false, true},
+                                       std::vector<bool>{false, false, false, false, true}}) {
+    std::vector<Member> kept;
+    for (size_t i = 0; i < all.size(); ++i)
+      if (i >= out.size() || !out[i]) kept.push_back(all[i]);
+    std::reverse(kept.begin(), kept.end());
+    const Placement before(kept);
+    for (int i = 0; i < 20000; ++i) {
+      const size_t home = p.HomeWithout(Key(i), out);
+      ASSERT_LT(home, all.size());
+      EXPECT_FALSE(home < out.size() && out[home]);
+      EXPECT_EQ(all[home].name, kept[before.Home(Key(i))].name) << Key(i);
+    }
+  }
+  for (int i = 0; i < 1000; ++i) EXPECT_EQ(p.HomeWithout(Key(i), {}), p.Home(Key(i)));
+  EXPECT_EQ(p.HomeWithout(Key(1), {true, true, true, false, true}), all.size()) << "only the client is left";
+}
+
+// A member's keys came from the homes they had before it entered: among
+// the members that entered earlier, not those that came with it or after.
+TEST(PlacementTest, PreviousHomeIsTheHomeAmongMembersThatEnteredEarlier) {
+  using namespace std::chrono_literals;
+  const auto t0 = std::chrono::steady_clock::time_point{} + 1h;
+  MemberSnapshot snap;
+  snap.placement = Placement({{"a:1", kGiB}, {"b:1", kGiB}, {"c:1", kGiB}, {"d:1", kGiB}});
+  snap.nodes.resize(4);
+  snap.since = {t0, t0, t0 + 5s, t0 + 9s};  // a and b together, then c, then d
+  EXPECT_EQ(snap.Recent(t0 + 10s, 3s), (std::vector<bool>{false, false, false, true}));
+  EXPECT_EQ(snap.Recent(t0 + 10s, 6s), (std::vector<bool>{false, false, true, true}));
+  const Placement ab({{"a:1", kGiB}, {"b:1", kGiB}}), abc({{"a:1", kGiB}, {"b:1", kGiB}, {"c:1", kGiB}});
+  int seen[4] = {};
+  for (int i = 0; i < 4000; ++i) {
+    const std::string k = Key(i);
+    const size_t home = snap.placement.Home(k);
+    ++seen[home];
+    const size_t previous = snap.PreviousHome(k, home);
+    if (home == 3) EXPECT_EQ(previous, abc.Home(k)) << k;
+    else if (home == 2) EXPECT_EQ(previous, ab.Home(k)) << k;
+    else EXPECT_EQ(previous, 4u) << k << ": a and b entered together, before anyone";
+  }
+  for (int n : seen) EXPECT_GT(n, 0);
 }
 
 TEST(PlacementTest, DuplicateNamesCountOnce) {

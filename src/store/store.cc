@@ -15,6 +15,7 @@
 #include "metrics/families.h"
 #include "metrics/histogram.h"
 #include "store/control_client.h"
+#include "store/handoff.h"
 #include "store/member_view.h"
 #include "store/membership.h"
 #include "store/node_service.h"
@@ -31,6 +32,7 @@ struct Store::Impl {
   std::unique_ptr<store::Membership> membership;
   std::unique_ptr<store::MemberView> members;
   std::unique_ptr<store::StoreClient> client;
+  std::unique_ptr<store::Handoff> handoff;  // null for a client
   std::shared_mutex gate;  // calls hold it shared; Close exclusive
   bool closed = false;
   // The calls' latency, and the endpoint that serves the store's figures
@@ -65,10 +67,12 @@ struct Store::Impl {
   }
   // Idempotent; also of a half-built store.
   void Shutdown() {
+    if (handoff) handoff->Stop();
     if (client) client->GiveBackCredits();
     if (membership) (void)membership->Leave();
     if (members) members->Stop();
     if (node) node->Stop();
+    handoff.reset();
     client.reset();
     members.reset();
     control.reset();
@@ -100,6 +104,11 @@ Status Store::Create(Engine* engine, const Settings& settings, std::unique_ptr<S
     return Status::InvalidArgument("store: KVF_STORE_READ_WINDOW_MS (" + std::to_string(settings.store_read_window_ms) +
                                    ") must exceed KVF_STORE_DEADLINE_MS (" + std::to_string(settings.store_deadline_ms) +
                                    "): a slot must outlast every READ of it");
+  if (settings.store_handoff_ms <= settings.store_membership_refresh_ms)
+    return Status::InvalidArgument("store: KVF_STORE_HANDOFF_MS (" + std::to_string(settings.store_handoff_ms) +
+                                   ") must exceed KVF_STORE_MEMBERSHIP_REFRESH_MS (" +
+                                   std::to_string(settings.store_membership_refresh_ms) +
+                                   "): every process must see a new member before its pages are looked for only there");
   auto impl = std::make_unique<Impl>();
   Impl& s = *impl;
   s.engine = engine;
@@ -115,22 +124,13 @@ Status Store::Create(Engine* engine, const Settings& settings, std::unique_ptr<S
     KVF_RETURN_IF_ERROR(s.membership->Join({s.name, info.segment, info.pool_bytes}).Annotate("store: joining " + s.membership->Describe()));
   }
   s.members = std::make_unique<store::MemberView>(engine, s.control.get(), s.membership.get(), settings);
-  if (s.node) {
-    // A member that joins or comes back takes its keys again: copies of them
-    // put here while it was out of placement are dropped (clients read them
-    // from it now), instead of lingering unread, or read again the next time
-    // it drops out.
-    store::NodeService* node = s.node.get();
-    s.members->OnJoined([node, self = s.name](const store::MemberSnapshot& now) {
-      const auto& members = now.placement.members();
-      if (std::none_of(members.begin(), members.end(), [&](const store::Member& m) { return m.name == self; }))
-        return;  // this node is not in its own placement (its hello failed): it cannot judge
-      node->DropPagesHomedElsewhere(
-          [&](std::string_view key) { return members[now.placement.Home(key)].name != self; });
-    });
-  }
   s.members->Start();
   s.client = std::make_unique<store::StoreClient>(engine, settings, s.control.get(), s.members.get(), s.node.get());
+  if (s.node) {
+    // Pages put here for a member that entered the store meanwhile go to it.
+    s.handoff = std::make_unique<store::Handoff>(engine, s.node.get(), s.client.get(), s.members.get(), settings);
+    s.handoff->Start();
+  }
   out->reset(new Store(std::move(impl)));
   Store* store = out->get();
   const std::string engine_name = engine->name();

@@ -136,20 +136,27 @@ StoreClient::~StoreClient() {
 }
 
 std::vector<StoreClient::NodeCall> StoreClient::GroupByHome(const std::vector<std::string>& keys,
-                                                            std::vector<Status>* results) const {
+                                                            std::vector<Status>* results, Route route) const {
   std::vector<size_t> all(keys.size());
   for (size_t i = 0; i < all.size(); ++i) all[i] = i;
-  return GroupByHome(keys, all, results);
+  return GroupByHome(keys, all, results, route);
 }
 
 std::vector<StoreClient::NodeCall> StoreClient::GroupByHome(const std::vector<std::string>& keys,
                                                             const std::vector<size_t>& which,
-                                                            std::vector<Status>* results) const {
+                                                            std::vector<Status>* results, Route route) const {
   const auto snap = members_->Current();
   std::vector<NodeCall> calls(snap->nodes.size());
   for (size_t i : which) {
     if (!(*results)[i].ok()) continue;
-    const size_t home = snap->placement.Home(keys[i]);
+    size_t home = snap->placement.Home(keys[i]);
+    if (route == Route::kPreviousHome && home < snap->nodes.size()) {
+      home = snap->PreviousHome(keys[i], home);
+      if (home >= snap->nodes.size()) {  // the members changed since the home was asked
+        (*results)[i] = Absent(keys[i]);
+        continue;
+      }
+    }
     if (home >= snap->nodes.size()) {
       (*results)[i] = Status::Unavailable("store: no member with a pool is reachable (see KVF_STORE_MEMBERS or the metadata backend)");
       continue;
@@ -307,6 +314,7 @@ void StoreClient::Put(const std::vector<std::string>& keys, const std::vector<st
   }
   if (!direct.empty()) PutFrom(keys, buffers, memory, direct, results);
   if (!bounced.empty()) PutBounced(keys, buffers, bounced, results);
+  RemoveFromPreviousHomes(keys, *results);
   Add(counters_.put_keys, keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
     if ((*results)[i].ok()) Add(counters_.put_bytes, TotalBytes(buffers[i]));
@@ -657,13 +665,20 @@ void StoreClient::StartWrites(const std::vector<std::string>& keys, const std::v
 }
 
 void StoreClient::PullFrom(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& sources,
-                           const std::vector<size_t>& which, std::vector<Status>* results) {
+                           const std::vector<size_t>& which, std::vector<Status>* results, bool if_absent,
+                           const std::string* except) {
   std::vector<NodeCall> calls = GroupByHome(keys, which, results);
+  std::erase_if(calls, [&](const NodeCall& call) {
+    if (except == nullptr || call.node->name != *except) return false;
+    for (size_t i : call.keys) (*results)[i] = Status::Unavailable("store: key '" + keys[i] + "' homes on " + *except);
+    return true;
+  });
   const int64_t deadline_ms = settings_.store_deadline_ms;
   for (NodeCall& call : calls) {
     PutRequest put;
     put.writer = engine_->name();
     put.budget_ms = static_cast<uint32_t>(deadline_ms - std::min<int64_t>(deadline_ms / 5, 500));
+    put.if_absent = if_absent;
     for (size_t i : call.keys) {
       PutItem item{keys[i], {}};
       for (const StoreBuffer& b : sources[i]) item.sources.push_back({reinterpret_cast<uintptr_t>(b.addr), b.length});
@@ -744,14 +759,15 @@ void StoreClient::PutBounced(const std::vector<std::string>& keys,
   }
 }
 
-void StoreClient::Get(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
-                      std::vector<Status>* results, std::vector<uint64_t>* lengths) {
+void StoreClient::GetVia(Route route, const std::vector<std::string>& keys,
+                         const std::vector<std::vector<StoreBuffer>>& buffers, std::vector<Status>* results,
+                         std::vector<uint64_t>* lengths) {
   const CallScope scope(&active_calls_);
   SweepCredits();
   std::vector<Memory> memory;
   CheckBuffers(keys, buffers, results, &memory);
   lengths->assign(keys.size(), 0);
-  std::vector<NodeCall> calls = GroupByHome(keys, results);
+  std::vector<NodeCall> calls = GroupByHome(keys, results, route);
   const auto asked = Clock::now();
   const auto deadline = asked + std::chrono::milliseconds(settings_.store_deadline_ms);
   // No READ starts after its lookup's read window: the slots may be reused from then on.
@@ -868,15 +884,6 @@ void StoreClient::Get(const std::vector<std::string>& keys, const std::vector<st
       f.landed = true;
     }
   for (const auto& [home, read] : unasked) QueueTouches(home, keys, read);
-  Add(counters_.get_keys, keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if ((*results)[i].ok()) {
-      Add(counters_.get_hits, 1);
-      Add(counters_.get_bytes, (*lengths)[i]);
-    } else if ((*results)[i].code() != Status::Code::kNotFound) {
-      Add(counters_.get_failures, 1);
-    }
-  }
 }
 
 void StoreClient::Launch(std::vector<PageRead> pages, net::Deadline by,
@@ -1229,7 +1236,7 @@ void StoreClient::StartReads(const std::vector<std::string>& keys,
     }
     const Location& loc = found[j];
     if (!loc.found) {
-      r = Status::NotFound("store: no page under key '" + keys[i] + "'");
+      r = Absent(keys[i]);
       Add(counters_.misses_absent, 1);
       locations_.Erase(keys[i]);
       continue;
@@ -1302,12 +1309,12 @@ void StoreClient::FinishRead(const std::vector<std::string>& keys,
   (*lengths)[i] = read.where.length;
 }
 
-void StoreClient::Locate(const std::vector<std::string>& keys, std::vector<StorePage>* pages,
-                         std::vector<Status>* results) {
+void StoreClient::LocateVia(Route route, const std::vector<std::string>& keys, std::vector<StorePage>* pages,
+                            std::vector<Status>* results) {
   const CallScope scope(&active_calls_);
   *results = CheckKeys(keys);
   pages->assign(keys.size(), StorePage{});
-  std::vector<NodeCall> calls = GroupByHome(keys, results);
+  std::vector<NodeCall> calls = GroupByHome(keys, results, route);
   for (NodeCall& call : calls) call.request = EncodeKeys(Op::kLookup, KeysOf(keys, call.keys));
   CallNodes(&calls, net::DeadlineIn(settings_.store_deadline_ms), Wait::kPollFirst);
   for (NodeCall& call : calls) {
@@ -1319,7 +1326,7 @@ void StoreClient::Locate(const std::vector<std::string>& keys, std::vector<Store
       if (!s.ok()) {
         (*results)[i] = s;
       } else if (!found[j].found) {
-        (*results)[i] = Status::NotFound("store: no page under key '" + keys[i] + "'");
+        (*results)[i] = Absent(keys[i]);
       } else {
         (*pages)[i] = StorePage{call.node->info.segment, found[j].addr, found[j].length, call.node->info.read_window_ms};
         locations_.Put(keys[i], CachedLocation{call.node->name, call.node->info.epoch, found[j]});
@@ -1328,13 +1335,14 @@ void StoreClient::Locate(const std::vector<std::string>& keys, std::vector<Store
   }
 }
 
-void StoreClient::Exists(const std::vector<std::string>& keys, std::vector<bool>* found) {
+void StoreClient::ExistsVia(Route route, const std::vector<std::string>& keys, std::vector<bool>* found,
+                            uint64_t* local, const std::string* except) {
   const CallScope scope(&active_calls_);
   SweepCredits();
   found->assign(keys.size(), false);
   std::vector<Status> results = CheckKeys(keys);
-  std::vector<NodeCall> calls = GroupByHome(keys, &results);
-  uint64_t hits = 0, local = 0;
+  std::vector<NodeCall> calls = GroupByHome(keys, &results, route);
+  if (except != nullptr) std::erase_if(calls, [&](const NodeCall& call) { return call.node->name == *except; });
   // A home on this host whose pool is mapped answers from its table of
   // keys (SharedKeys): no message. Its hits are touched later, in one
   // message with others (QueueTouches), as the home's own answer would
@@ -1349,10 +1357,9 @@ void StoreClient::Exists(const std::vector<std::string>& keys, std::vector<bool>
       if (a == SharedKeys::Answer::kUnknown) return false;
       (*found)[i] = a == SharedKeys::Answer::kPresent;
       if ((*found)[i]) touched.push_back(i);
-      ++local;
+      ++*local;
       return true;
     });
-    hits += touched.size();
     if (!touched.empty()) QueueTouches(call.node->name, keys, touched);
   }
   std::erase_if(calls, [](const NodeCall& call) { return call.keys.empty(); });
@@ -1361,22 +1368,16 @@ void StoreClient::Exists(const std::vector<std::string>& keys, std::vector<bool>
   for (NodeCall& call : calls) {
     std::vector<bool> bits;
     if (!call.status.ok() || !DecodeBits(call.reply, call.keys.size(), &bits).ok()) continue;
-    for (size_t j = 0; j < call.keys.size(); ++j) {
-      (*found)[call.keys[j]] = bits[j];
-      hits += bits[j] ? 1 : 0;
-    }
+    for (size_t j = 0; j < call.keys.size(); ++j) (*found)[call.keys[j]] = bits[j];
   }
-  Add(counters_.exists_keys, keys.size());
-  Add(counters_.exists_hits, hits);
-  Add(counters_.exists_local, local);
 }
 
-void StoreClient::KeyOp(Op op, const std::vector<std::string>& keys, std::vector<Status>* results) {
+void StoreClient::KeyOpVia(Route route, Op op, const std::vector<std::string>& keys, std::vector<Status>* results) {
   const CallScope scope(&active_calls_);
   *results = CheckKeys(keys);
   if (op == Op::kRemove)
     for (const std::string& k : keys) locations_.Erase(k);
-  std::vector<NodeCall> calls = op == Op::kUnpin ? UnpinCalls(keys, results) : GroupByHome(keys, results);
+  std::vector<NodeCall> calls = op == Op::kUnpin ? UnpinCalls(keys, results, route) : GroupByHome(keys, results, route);
   for (NodeCall& call : calls) call.request = EncodeKeys(op, KeysOf(keys, call.keys));
   CallNodes(&calls, net::DeadlineIn(settings_.store_deadline_ms), Wait::kPollFirst);
   const char* what = op == Op::kUnpin ? "no pinned page" : "no page";
@@ -1422,7 +1423,7 @@ void StoreClient::ForgetPin(const std::string& key, const NodeCall& call) {
 }
 
 std::vector<StoreClient::NodeCall> StoreClient::UnpinCalls(const std::vector<std::string>& keys,
-                                                           std::vector<Status>* results) {
+                                                           std::vector<Status>* results, Route route) {
   const auto snap = members_->Current();
   std::vector<NodeCall> calls;
   std::vector<size_t> by_home;  // the keys with no pin of this process: to their homes
@@ -1456,7 +1457,7 @@ std::vector<StoreClient::NodeCall> StoreClient::UnpinCalls(const std::vector<std
       call->keys.push_back(i);
     }
   }
-  std::vector<NodeCall> homes = GroupByHome(keys, by_home, results);
+  std::vector<NodeCall> homes = GroupByHome(keys, by_home, results, route);
   for (NodeCall& home : homes) {
     auto call = std::find_if(calls.begin(), calls.end(), [&](const NodeCall& c) { return c.node->name == home.node->name; });
     if (call == calls.end()) calls.push_back(std::move(home));

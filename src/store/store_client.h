@@ -38,13 +38,31 @@ class StoreClient {
 
   void Put(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
            std::vector<Status>* results);
+  // Get, Locate, Exists and KeyOp look for a key on its home; one that
+  // misses there while its home is new to the store (MemberSnapshot::
+  // Recent) is looked for again on its previous home (previous_homes.cc).
   void Get(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
            std::vector<Status>* results, std::vector<uint64_t>* lengths);
   // Store::BatchLocate: a lookup per home; the pages' places.
   void Locate(const std::vector<std::string>& keys, std::vector<StorePage>* pages, std::vector<Status>* results);
   void Exists(const std::vector<std::string>& keys, std::vector<bool>* found);
   // kRemove, kPin or kUnpin: per key OK, or NotFound when the node said no.
+  // A remove of a key whose home is new also goes to its previous home (a
+  // copy left there would be handed over to the new one).
   void KeyOp(Op op, const std::vector<std::string>& keys, std::vector<Status>* results);
+  // The miss of a key its home holds no page of, and whether `s` is one
+  // (not a miss for a checksum or a late lookup: that page was there).
+  static Status Absent(const std::string& key);
+  static bool IsAbsent(const Status& s);
+  // A hand-over's PUT: each page is stored on its home unless the key has
+  // one there when its bytes have arrived (then OK all the same); always
+  // by READ (PutRequest::if_absent). Keys whose home is the member
+  // `except` fail with Unavailable, unsent.
+  void PutIfAbsent(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
+                   const std::string& except, std::vector<Status>* results);
+  // Exists, asked of the homes only: what a home holds, for a hand-over.
+  // Keys whose home is the member `except` answer false, unasked.
+  void ExistsAtHomes(const std::vector<std::string>& keys, const std::string& except, std::vector<bool>* found);
   Status RemoveAll(uint64_t* removed);
   // The client's counters, into `out`.
   void AddStats(StoreStats* out) const;
@@ -62,6 +80,29 @@ class StoreClient {
   };
 
  private:
+  // Where a call sends a key: its home, or the home it had before its
+  // home entered the store.
+  enum class Route : uint8_t { kHome, kPreviousHome };
+  // The keys among `which` whose home entered the store within
+  // KVF_STORE_HANDOFF_MS and that have a previous home: a miss on the
+  // home may still lie there.
+  std::vector<size_t> HomedOnNewMembers(const std::vector<std::string>& keys, const std::vector<size_t>& which) const;
+  // Removes the keys put (results OK) whose home is new from their previous
+  // home: an older page left there would be read, or handed over, once the
+  // new page is evicted.
+  void RemoveFromPreviousHomes(const std::vector<std::string>& keys, const std::vector<Status>& results);
+  // The calls' bodies, to the homes `route` names; GetVia and ExistsVia
+  // count nothing (their callers count each key once).
+  void GetVia(Route route, const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
+              std::vector<Status>* results, std::vector<uint64_t>* lengths);
+  void LocateVia(Route route, const std::vector<std::string>& keys, std::vector<StorePage>* pages,
+                 std::vector<Status>* results);
+  // `local`: keys answered from a mapped pool's table of keys; keys whose
+  // home is the member `except` (when not null) answer false, unasked.
+  void ExistsVia(Route route, const std::vector<std::string>& keys, std::vector<bool>* found, uint64_t* local,
+                 const std::string* except = nullptr);
+  void KeyOpVia(Route route, Op op, const std::vector<std::string>& keys, std::vector<Status>* results);
+
   // Where a key's buffers are, as far as the store cares.
   enum class Memory : uint8_t {
     kHost,          // host memory: peers reach it, GETs verify it
@@ -71,10 +112,13 @@ class StoreClient {
   // The keys of the batch grouped by home. A key whose results[i] is not
   // OK already is left out; a key with no home (no member has a pool) gets
   // Unavailable in `results` and is left out too.
-  std::vector<NodeCall> GroupByHome(const std::vector<std::string>& keys, std::vector<Status>* results) const;
-  // The same for the keys `which` only (those whose results are OK).
+  std::vector<NodeCall> GroupByHome(const std::vector<std::string>& keys, std::vector<Status>* results,
+                                    Route route = Route::kHome) const;
+  // The same for the keys `which` only (those whose results are OK). With
+  // kPreviousHome, each key goes to the home it had before its home
+  // entered (MemberSnapshot::PreviousHome).
   std::vector<NodeCall> GroupByHome(const std::vector<std::string>& keys, const std::vector<size_t>& which,
-                                    std::vector<Status>* results) const;
+                                    std::vector<Status>* results, Route route = Route::kHome) const;
   // The replies of one fan-out, in the order they arrive (store_client.cc).
   struct Fanout;
   // How a caller waits for replies: polling first (KVF_STORE_SPIN_US), for
@@ -337,8 +381,11 @@ class StoreClient {
   // home grants at once (kMaxGrantSlots, 1/kGrantPoolShare of its pool).
   std::vector<uint64_t> GrantFor(const NodeCall& call, const std::vector<std::vector<StoreBuffer>>& sources) const;
   // One PUT exchange per home, which READs the pages from `sources`.
+  // `if_absent`: PutRequest::if_absent; keys whose home is the member
+  // `except` (when not null) fail with Unavailable, unsent.
   void PullFrom(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& sources,
-                const std::vector<size_t>& which, std::vector<Status>* results);
+                const std::vector<size_t>& which, std::vector<Status>* results, bool if_absent = false,
+                const std::string* except = nullptr);
   // The keys `which` (GPU memory peers cannot reach) copied into the bounce
   // buffer and put from there, as many at a time as it holds.
   void PutBounced(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
@@ -397,7 +444,7 @@ class StoreClient {
                   const std::vector<Status>& results);
   // Where the unpin of each key goes: the member its pin went to, else its
   // home.
-  std::vector<NodeCall> UnpinCalls(const std::vector<std::string>& keys, std::vector<Status>* results);
+  std::vector<NodeCall> UnpinCalls(const std::vector<std::string>& keys, std::vector<Status>* results, Route route);
   // Forgets one pin of key i at the member of `call` (it was released, or
   // the member says there is none).
   void ForgetPin(const std::string& key, const NodeCall& call);

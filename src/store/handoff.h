@@ -1,0 +1,73 @@
+// Handoff: a node hands over to their homes the pages it holds of keys
+// that home on another member now. A process that had not yet seen a new
+// member (it joined, restarted, or came back after being unreachable) put
+// that member's keys here, on their previous home; readers look for them
+// here meanwhile (previous_homes.cc), and this moves them where every
+// reader looks once the window is over.
+//
+// While a member of the snapshot is recent (MemberSnapshot::Recent, within
+// KVF_STORE_HANDOFF_MS), and once more after, every
+// KVF_STORE_MEMBERSHIP_REFRESH_MS: the pages are copied out of the pool
+// (unpinned ones: a pinned page stays until a pass after its unpin), a
+// page the new home has already is dropped here (its copy came from a
+// process that routes there: the same bytes for a KV cache, see
+// docs/store.md), the others are PUT to their homes and dropped here once
+// acknowledged, unless overwritten or pinned meanwhile. A page its home
+// refuses is kept for the next pass; the pass after the window drops it
+// (no reader looks for it here any more) and says so at warning.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "kvfabric/engine.h"
+#include "kvfabric/settings.h"
+#include "store/member_view.h"
+#include "store/node_service.h"
+#include "store/store_client.h"
+
+namespace kvfabric::store {
+
+class Handoff {
+ public:
+  // All four outlive it.
+  Handoff(Engine* engine, NodeService* node, StoreClient* client, MemberView* members, const Settings& settings);
+  ~Handoff();  // Stop()
+  void Start();
+  // Ends the thread (a pass under way finishes its batch first). Idempotent.
+  void Stop();
+
+  // What one pass did.
+  struct Moved {
+    size_t handed = 0;   // PUT to their homes and dropped here
+    size_t present = 0;  // their homes had them already: dropped here
+    size_t kept = 0;     // their homes refused them: kept for the next pass
+    size_t dropped = 0;  // refused on the pass after the window: dropped
+  };
+  // One pass over the pool now; `last`: the window is over (refused pages
+  // are dropped). Nothing when this node is not in its own placement (its
+  // view cannot tell which keys are its).
+  Moved Pass(bool last);
+
+ private:
+  void Run();
+  Status EnsureScratch();
+  void FreeScratch();
+
+  Engine* const engine_;
+  NodeService* const node_;
+  StoreClient* const client_;
+  MemberView* const members_;
+  const Settings settings_;
+  std::unique_ptr<uint8_t[]> scratch_;  // registered host memory the pages are copied to; null between windows
+  uint64_t scratch_bytes_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace kvfabric::store
