@@ -166,6 +166,15 @@ class StoreTest : public ::testing::TestWithParam<std::string> {
     dst_ = std::make_unique<Region>(engine_.get(), 48 << 20);
   }
 
+  // A client whose hand-over window (KVF_STORE_HANDOFF_MS) is shorter than
+  // the nodes' age when it returns: its calls go to the homes alone (a
+  // PUT to a member that entered within the window also removes the key
+  // from its previous home: one more message), so tests can count them.
+  void StartClientOutsideHandoffWindow() {
+    StartClient("p2p", {"store_handoff_ms=1001"});
+    std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  }
+
   // `count` pages of mixed sizes (1 B to 512 KiB, one to three buffers each)
   // laid out in the source region with pattern `seed`.
   std::vector<Page> MakePages(size_t count, uint32_t seed, const std::string& prefix = "key-") {

@@ -10,7 +10,7 @@ using namespace store_test;  // NOLINT: the fixture's names
 
 TEST_P(StoreTest, PagesOfMixedSizesAndBuffersComeBackByteExact) {
   StartNodes(3);
-  StartClient();
+  StartClientOutsideHandoffWindow();
   ASSERT_EQ(store_->Members().size(), 3u);
   const auto pages = MakePages(240, 11);
   const auto put = Put(pages);
@@ -522,7 +522,7 @@ TEST_P(StoreTest, GrantedSlotsAsAnyWriterCouldDriveThem) {
 TEST_P(StoreTest, PutsIntoGrantedSlotsCostOneRoundTripAndGiveBackWhatTheyDoNotUse) {
   if (PutMode() != "push") GTEST_SKIP() << "the client puts by READ here";
   StartNodes(2);
-  StartClient();
+  StartClientOutsideHandoffWindow();
   // Pages of mixed sizes, fewer bytes than a home grants per commit (a
   // sixteenth of its pool), wherever placement puts them.
   auto pages = MakePages(60, 41);
