@@ -41,8 +41,7 @@ void Handoff::Run() {
   std::unique_lock<std::mutex> g(mu_);
   while (!cv_.wait_for(g, std::chrono::milliseconds(settings_.store_membership_refresh_ms), [&] { return stopping_; })) {
     g.unlock();
-    const std::vector<bool> recent = members_->Current()->Recent(Clock::now(), window);
-    const bool now_in = std::find(recent.begin(), recent.end(), true) != recent.end();
+    const bool now_in = members_->Current()->AnyRecent(Clock::now(), window);
     if (now_in || in_window) {
       const Moved m = Pass(!now_in);
       if (m.handed + m.present + m.dropped > 0)

@@ -18,6 +18,10 @@ std::vector<bool> MemberSnapshot::Recent(TimePoint now, std::chrono::millisecond
   return out;
 }
 
+bool MemberSnapshot::AnyRecent(TimePoint now, std::chrono::milliseconds window) const {
+  return std::any_of(since.begin(), since.end(), [&](TimePoint t) { return now - t < window; });
+}
+
 size_t MemberSnapshot::PreviousHome(std::string_view key, size_t home) const {
   std::vector<bool> later(since.size());
   for (size_t i = 0; i < since.size(); ++i) later[i] = since[i] >= since[home];

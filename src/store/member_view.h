@@ -49,6 +49,8 @@ struct MemberSnapshot {
   // put by processes that had not seen it yet, until that home hands them
   // over (Handoff).
   std::vector<bool> Recent(TimePoint now, std::chrono::milliseconds window) const;
+  // Whether any member is: Recent without its vector, for every call.
+  bool AnyRecent(TimePoint now, std::chrono::milliseconds window) const;
   // The home `key`, whose home is member `home`, had before `home`
   // entered: its home among the members that entered before it (since
   // earlier than since[home]); nodes.size() when there is none (they all

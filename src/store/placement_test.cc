@@ -143,6 +143,8 @@ TEST(PlacementTest, PreviousHomeIsTheHomeAmongMembersThatEnteredEarlier) {
   snap.since = {t0, t0, t0 + 5s, t0 + 9s};  // a and b together, then c, then d
   EXPECT_EQ(snap.Recent(t0 + 10s, 3s), (std::vector<bool>{false, false, false, true}));
   EXPECT_EQ(snap.Recent(t0 + 10s, 6s), (std::vector<bool>{false, false, true, true}));
+  EXPECT_TRUE(snap.AnyRecent(t0 + 10s, 3s));
+  EXPECT_FALSE(snap.AnyRecent(t0 + 10s, 1s)) << "d entered 1 s ago: not within 1 s";
   const Placement ab({{"a:1", kGiB}, {"b:1", kGiB}}), abc({{"a:1", kGiB}, {"b:1", kGiB}, {"c:1", kGiB}});
   int seen[4] = {};
   for (int i = 0; i < 4000; ++i) {

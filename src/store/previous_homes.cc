@@ -1,9 +1,9 @@
 // StoreClient's calls that read or change a key where it lives: on its home,
 // and, for a key that misses there while its home is new to the store, on
-// the home it had before (a PUT there removes the key from that home). A process that had not yet seen the new member
+// the home it had before. Processes that had not yet seen the new member
 // put such keys there; the node holding them hands them over within
 // KVF_STORE_HANDOFF_MS (Handoff), and until then they are found where they
-// are.
+// are. A PUT to a new home removes the key from the previous one.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -23,8 +23,6 @@ std::vector<T> Pick(const std::vector<T>& all, const std::vector<size_t>& which)
 }
 
 constexpr std::string_view kAbsent = "store: no page under key '";
-
-void Add(std::atomic<uint64_t>& c, uint64_t n) { c.fetch_add(n, std::memory_order_relaxed); }
 
 }  // namespace
 
@@ -49,9 +47,10 @@ std::vector<size_t> StoreClient::HomedOnNewMembers(const std::vector<std::string
   std::vector<size_t> out;
   if (which.empty()) return out;
   const auto snap = members_->Current();
-  const std::vector<bool> recent = snap->Recent(std::chrono::steady_clock::now(),
-                                                std::chrono::milliseconds(settings_.store_handoff_ms));
-  if (std::find(recent.begin(), recent.end(), true) == recent.end()) return out;
+  const auto now = std::chrono::steady_clock::now();
+  const std::chrono::milliseconds window(settings_.store_handoff_ms);
+  if (!snap->AnyRecent(now, window)) return out;
+  const std::vector<bool> recent = snap->Recent(now, window);
   for (size_t i : which) {
     const size_t home = snap->placement.Home(keys[i]);
     if (home >= recent.size() || !recent[home]) continue;
@@ -67,8 +66,6 @@ void StoreClient::Get(const std::vector<std::string>& keys, const std::vector<st
     std::vector<Status> found;
     std::vector<uint64_t> length;
     GetVia(Route::kPreviousHome, Pick(keys, again), Pick(buffers, again), &found, &length);
-    // Each key's miss on its home was counted; the previous home's answer counts instead.
-    counters_.misses_absent.fetch_sub(again.size(), std::memory_order_relaxed);
     for (size_t j = 0; j < again.size(); ++j) {
       if (found[j].code() == Status::Code::kNotFound) continue;  // the home's answer stands
       (*results)[again[j]] = found[j];
@@ -80,6 +77,8 @@ void StoreClient::Get(const std::vector<std::string>& keys, const std::vector<st
     if ((*results)[i].ok()) {
       Add(counters_.get_hits, 1);
       Add(counters_.get_bytes, (*lengths)[i]);
+    } else if (IsAbsent((*results)[i])) {
+      Add(counters_.misses_absent, 1);
     } else if ((*results)[i].code() != Status::Code::kNotFound) {
       Add(counters_.get_failures, 1);
     }
@@ -125,6 +124,9 @@ void StoreClient::ExistsAtHomes(const std::vector<std::string>& keys, const std:
 }
 
 void StoreClient::RemoveFromPreviousHomes(const std::vector<std::string>& keys, const std::vector<Status>& results) {
+  if (!members_->Current()->AnyRecent(std::chrono::steady_clock::now(),
+                                      std::chrono::milliseconds(settings_.store_handoff_ms)))
+    return;  // every PUT passes here: no work unless a member is new
   std::vector<size_t> put;
   for (size_t i = 0; i < keys.size(); ++i)
     if (results[i].ok()) put.push_back(i);

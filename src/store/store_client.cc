@@ -23,8 +23,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-void Add(std::atomic<uint64_t>& c, uint64_t n) { c.fetch_add(n, std::memory_order_relaxed); }
-
 // How a GET waits for its pages to land: it yields the core for `spin`
 // after the last page that landed (a lone page lands within it, and the
 // next of a batch sooner), then sleeps in short steps.
@@ -176,6 +174,17 @@ std::vector<StoreClient::NodeCall> StoreClient::GroupByHome(const std::vector<st
     used.push_back(std::move(calls[n]));
   }
   return used;
+}
+
+std::vector<size_t> StoreClient::TakeCallTo(std::vector<NodeCall>* calls, const std::string* member) {
+  std::vector<size_t> keys;
+  if (member == nullptr) return keys;
+  std::erase_if(*calls, [&](NodeCall& call) {
+    if (call.node->name != *member) return false;
+    keys = std::move(call.keys);
+    return true;
+  });
+  return keys;
 }
 
 std::shared_ptr<StoreClient::Fanout> StoreClient::Send(std::vector<NodeCall>* calls, net::Deadline deadline) {
@@ -668,11 +677,8 @@ void StoreClient::PullFrom(const std::vector<std::string>& keys, const std::vect
                            const std::vector<size_t>& which, std::vector<Status>* results, bool if_absent,
                            const std::string* except) {
   std::vector<NodeCall> calls = GroupByHome(keys, which, results);
-  std::erase_if(calls, [&](const NodeCall& call) {
-    if (except == nullptr || call.node->name != *except) return false;
-    for (size_t i : call.keys) (*results)[i] = Status::Unavailable("store: key '" + keys[i] + "' homes on " + *except);
-    return true;
-  });
+  for (size_t i : TakeCallTo(&calls, except))
+    (*results)[i] = Status::Unavailable("store: key '" + keys[i] + "' homes on " + *except);
   const int64_t deadline_ms = settings_.store_deadline_ms;
   for (NodeCall& call : calls) {
     PutRequest put;
@@ -1236,8 +1242,7 @@ void StoreClient::StartReads(const std::vector<std::string>& keys,
     }
     const Location& loc = found[j];
     if (!loc.found) {
-      r = Absent(keys[i]);
-      Add(counters_.misses_absent, 1);
+      r = Absent(keys[i]);  // counted by Get, once per key
       locations_.Erase(keys[i]);
       continue;
     }
@@ -1342,7 +1347,7 @@ void StoreClient::ExistsVia(Route route, const std::vector<std::string>& keys, s
   found->assign(keys.size(), false);
   std::vector<Status> results = CheckKeys(keys);
   std::vector<NodeCall> calls = GroupByHome(keys, &results, route);
-  if (except != nullptr) std::erase_if(calls, [&](const NodeCall& call) { return call.node->name == *except; });
+  (void)TakeCallTo(&calls, except);  // those keys stay false
   // A home on this host whose pool is mapped answers from its table of
   // keys (SharedKeys): no message. Its hits are touched later, in one
   // message with others (QueueTouches), as the home's own answer would

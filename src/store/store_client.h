@@ -119,6 +119,8 @@ class StoreClient {
   // entered (MemberSnapshot::PreviousHome).
   std::vector<NodeCall> GroupByHome(const std::vector<std::string>& keys, const std::vector<size_t>& which,
                                     std::vector<Status>* results, Route route = Route::kHome) const;
+  // Takes the call to `member` (none when null) out of `calls`; the keys it had.
+  static std::vector<size_t> TakeCallTo(std::vector<NodeCall>* calls, const std::string* member);
   // The replies of one fan-out, in the order they arrive (store_client.cc).
   struct Fanout;
   // How a caller waits for replies: polling first (KVF_STORE_SPIN_US), for
@@ -468,6 +470,7 @@ class StoreClient {
     std::atomic<uint64_t> control_calls{0}, control_failures{0}, copied_pages{0};
   };
   mutable Counters counters_;
+  static void Add(std::atomic<uint64_t>& c, uint64_t n) { c.fetch_add(n, std::memory_order_relaxed); }
 
   // Calls of this client under way (CallScope counts them).
   std::atomic<int> active_calls_{0};

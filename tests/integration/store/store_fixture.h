@@ -201,13 +201,19 @@ class StoreTest : public ::testing::TestWithParam<std::string> {
     return pages;
   }
 
+  // The pages' keys, and their buffers laid out in `region`.
+  static void KeysAndBuffers(const Region& region, const std::vector<Page>& pages, std::vector<std::string>* keys,
+                             std::vector<std::vector<StoreBuffer>>* bufs) {
+    for (const Page& p : pages) {
+      keys->push_back(p.key);
+      bufs->push_back(Buffers(region, p));
+    }
+  }
+
   std::vector<Status> Put(const std::vector<Page>& pages) {
     std::vector<std::string> keys;
     std::vector<std::vector<StoreBuffer>> bufs;
-    for (const Page& p : pages) {
-      keys.push_back(p.key);
-      bufs.push_back(Buffers(*src_, p));
-    }
+    KeysAndBuffers(*src_, pages, &keys, &bufs);
     std::vector<Status> st;
     EXPECT_TRUE(store_->BatchPut(keys, bufs, &st).ok());
     return st;
@@ -219,10 +225,7 @@ class StoreTest : public ::testing::TestWithParam<std::string> {
     std::memset(dst_->bytes, 0, dst_->size);
     std::vector<std::string> keys;
     std::vector<std::vector<StoreBuffer>> bufs;
-    for (const Page& p : pages) {
-      keys.push_back(p.key);
-      bufs.push_back(Buffers(*dst_, p));
-    }
+    KeysAndBuffers(*dst_, pages, &keys, &bufs);
     std::vector<Status> st;
     std::vector<uint64_t> lengths;
     EXPECT_TRUE(store_->BatchGet(keys, bufs, &st, &lengths).ok());
