@@ -40,21 +40,39 @@ std::vector<size_t> Missed(const std::vector<Status>& results) {
     if (StoreClient::IsAbsent(results[i])) out.push_back(i);
   return out;
 }
+
+// Looks for the keys `moved` (absent on their new home) on their previous
+// home, then for those absent there too on the home once more: a
+// hand-over drops the previous home's copy only once the home has
+// committed it, so a page being handed over is never missed on both when
+// they are asked in this order. `ask(previous, which)` asks the keys
+// `which` (indices into the batch), on their previous home or their home,
+// takes its answers and returns the keys still absent.
+template <typename Ask>
+void FollowHandOver(const std::vector<size_t>& moved, Ask ask) {
+  if (moved.empty()) return;
+  if (const std::vector<size_t> absent = ask(true, moved); !absent.empty()) (void)ask(false, absent);
+}
 }  // namespace
 
 std::vector<size_t> StoreClient::HomedOnNewMembers(const std::vector<std::string>& keys,
                                                    const std::vector<size_t>& which) const {
+  return HomedOnNewMembers(keys, which, *members_->Current());
+}
+
+std::vector<size_t> StoreClient::HomedOnNewMembers(const std::vector<std::string>& keys,
+                                                   const std::vector<size_t>& which,
+                                                   const MemberSnapshot& snap) const {
   std::vector<size_t> out;
   if (which.empty()) return out;
-  const auto snap = members_->Current();
   const auto now = std::chrono::steady_clock::now();
   const std::chrono::milliseconds window(settings_.store_handoff_ms);
-  if (!snap->AnyRecent(now, window)) return out;
-  const std::vector<bool> recent = snap->Recent(now, window);
+  if (!snap.AnyRecent(now, window)) return out;
+  const std::vector<bool> recent = snap.Recent(now, window);
   for (size_t i : which) {
-    const size_t home = snap->placement.Home(keys[i]);
+    const size_t home = snap.placement.Home(keys[i]);
     if (home >= recent.size() || !recent[home]) continue;
-    if (snap->PreviousHome(keys[i], home) < snap->nodes.size()) out.push_back(i);
+    if (snap.PreviousHome(keys[i], home) < snap.nodes.size()) out.push_back(i);
   }
   return out;
 }
@@ -62,16 +80,19 @@ std::vector<size_t> StoreClient::HomedOnNewMembers(const std::vector<std::string
 void StoreClient::Get(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
                       std::vector<Status>* results, std::vector<uint64_t>* lengths) {
   GetVia(Route::kHome, keys, buffers, results, lengths);
-  if (const std::vector<size_t> again = HomedOnNewMembers(keys, Missed(*results)); !again.empty()) {
+  FollowHandOver(HomedOnNewMembers(keys, Missed(*results)), [&](bool previous, const std::vector<size_t>& which) {
     std::vector<Status> found;
     std::vector<uint64_t> length;
-    GetVia(Route::kPreviousHome, Pick(keys, again), Pick(buffers, again), &found, &length);
-    for (size_t j = 0; j < again.size(); ++j) {
-      if (found[j].code() == Status::Code::kNotFound) continue;  // the home's answer stands
-      (*results)[again[j]] = found[j];
-      (*lengths)[again[j]] = length[j];
+    GetVia(previous ? Route::kPreviousHome : Route::kHome, Pick(keys, which), Pick(buffers, which), &found, &length);
+    std::vector<size_t> absent;
+    for (size_t j = 0; j < which.size(); ++j) {
+      if (IsAbsent(found[j])) absent.push_back(which[j]);
+      if (found[j].code() == Status::Code::kNotFound) continue;  // the home's first answer stands
+      (*results)[which[j]] = found[j];
+      (*lengths)[which[j]] = length[j];
     }
-  }
+    return absent;
+  });
   Add(counters_.get_keys, keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
     if ((*results)[i].ok()) {
@@ -88,16 +109,19 @@ void StoreClient::Get(const std::vector<std::string>& keys, const std::vector<st
 void StoreClient::Locate(const std::vector<std::string>& keys, std::vector<StorePage>* pages,
                          std::vector<Status>* results) {
   LocateVia(Route::kHome, keys, pages, results);
-  if (const std::vector<size_t> again = HomedOnNewMembers(keys, Missed(*results)); !again.empty()) {
+  FollowHandOver(HomedOnNewMembers(keys, Missed(*results)), [&](bool previous, const std::vector<size_t>& which) {
     std::vector<StorePage> found;
     std::vector<Status> status;
-    LocateVia(Route::kPreviousHome, Pick(keys, again), &found, &status);
-    for (size_t j = 0; j < again.size(); ++j) {
+    LocateVia(previous ? Route::kPreviousHome : Route::kHome, Pick(keys, which), &found, &status);
+    std::vector<size_t> absent;
+    for (size_t j = 0; j < which.size(); ++j) {
+      if (IsAbsent(status[j])) absent.push_back(which[j]);
       if (!status[j].ok()) continue;
-      (*results)[again[j]] = status[j];
-      (*pages)[again[j]] = found[j];
+      (*results)[which[j]] = status[j];
+      (*pages)[which[j]] = found[j];
     }
-  }
+    return absent;
+  });
 }
 
 void StoreClient::Exists(const std::vector<std::string>& keys, std::vector<bool>* found) {
@@ -106,12 +130,16 @@ void StoreClient::Exists(const std::vector<std::string>& keys, std::vector<bool>
   std::vector<size_t> absent;
   for (size_t i = 0; i < keys.size(); ++i)
     if (!(*found)[i]) absent.push_back(i);
-  if (const std::vector<size_t> again = HomedOnNewMembers(keys, absent); !again.empty()) {
+  FollowHandOver(HomedOnNewMembers(keys, absent), [&](bool previous, const std::vector<size_t>& which) {
     std::vector<bool> there;
-    ExistsVia(Route::kPreviousHome, Pick(keys, again), &there, &local);
-    for (size_t j = 0; j < again.size(); ++j)
-      if (there[j]) (*found)[again[j]] = true;
-  }
+    ExistsVia(previous ? Route::kPreviousHome : Route::kHome, Pick(keys, which), &there, &local);
+    std::vector<size_t> still;
+    for (size_t j = 0; j < which.size(); ++j) {
+      if (there[j]) (*found)[which[j]] = true;
+      else still.push_back(which[j]);
+    }
+    return still;
+  });
   Add(counters_.exists_keys, keys.size());
   Add(counters_.exists_hits, static_cast<uint64_t>(std::count(found->begin(), found->end(), true)));
   Add(counters_.exists_local, local);
@@ -123,17 +151,28 @@ void StoreClient::ExistsAtHomes(const std::vector<std::string>& keys, const std:
   ExistsVia(Route::kHome, keys, found, &local, &except);
 }
 
-void StoreClient::RemoveFromPreviousHomes(const std::vector<std::string>& keys, const std::vector<Status>& results) {
-  if (!members_->Current()->AnyRecent(std::chrono::steady_clock::now(),
-                                      std::chrono::milliseconds(settings_.store_handoff_ms)))
-    return;  // every PUT passes here: no work unless a member is new
+void StoreClient::RemoveFromPreviousHomes(const std::vector<std::string>& keys, const std::vector<Status>& results,
+                                          const std::shared_ptr<const MemberSnapshot>& routed) {
+  // Every PUT passes here: no work unless a member is new. The removes go
+  // by the snapshot the PUT was placed with, and only while it is still
+  // the current one: placed by a newer view, the previous home could be
+  // where the page just went.
+  if (!routed->AnyRecent(std::chrono::steady_clock::now(), std::chrono::milliseconds(settings_.store_handoff_ms)) ||
+      members_->Current() != routed)
+    return;
   std::vector<size_t> put;
   for (size_t i = 0; i < keys.size(); ++i)
     if (results[i].ok()) put.push_back(i);
-  const std::vector<size_t> again = HomedOnNewMembers(keys, put);
-  if (again.empty()) return;
-  std::vector<Status> removed;  // a failure leaves a copy that its home's hand-over finds there already
-  KeyOpVia(Route::kPreviousHome, Op::kRemove, Pick(keys, again), &removed);
+  std::vector<std::vector<std::string_view>> by_node(routed->nodes.size());
+  for (size_t i : HomedOnNewMembers(keys, put, *routed))
+    by_node[routed->PreviousHome(keys[i], routed->placement.Home(keys[i]))].push_back(keys[i]);
+  std::vector<NodeCall> calls;
+  for (size_t n = 0; n < by_node.size(); ++n)
+    if (!by_node[n].empty()) calls.push_back(NodeCall{routed->nodes[n], {}, EncodeKeys(Op::kRemove, by_node[n]), {}, {}});
+  if (calls.empty()) return;
+  // Answers unused: a copy a failed remove leaves is found on the home by
+  // its hand-over, and dropped.
+  CallNodes(&calls, net::DeadlineIn(settings_.store_deadline_ms), Wait::kPollFirst);
 }
 
 void StoreClient::PutIfAbsent(const std::vector<std::string>& keys,
@@ -158,12 +197,16 @@ void StoreClient::KeyOp(Op op, const std::vector<std::string>& keys, std::vector
     const Status::Code code = (*results)[i].code();
     if (code == Status::Code::kNotFound || (op == Op::kRemove && code == Status::Code::kOk)) candidates.push_back(i);
   }
-  const std::vector<size_t> again = HomedOnNewMembers(keys, candidates);
-  if (again.empty()) return;
-  std::vector<Status> there;
-  KeyOpVia(Route::kPreviousHome, op, Pick(keys, again), &there);
-  for (size_t j = 0; j < again.size(); ++j)
-    if (there[j].ok()) (*results)[again[j]] = there[j];
+  FollowHandOver(HomedOnNewMembers(keys, candidates), [&](bool previous, const std::vector<size_t>& which) {
+    std::vector<Status> there;
+    KeyOpVia(previous ? Route::kPreviousHome : Route::kHome, op, Pick(keys, which), &there);
+    std::vector<size_t> absent;
+    for (size_t j = 0; j < which.size(); ++j) {
+      if (there[j].ok()) (*results)[which[j]] = there[j];
+      else if (there[j].code() == Status::Code::kNotFound) absent.push_back(which[j]);
+    }
+    return absent;
+  });
 }
 
 }  // namespace kvfabric::store

@@ -311,6 +311,7 @@ void StoreClient::Put(const std::vector<std::string>& keys, const std::vector<st
                       std::vector<Status>* results) {
   const CallScope scope(&active_calls_);
   SweepCredits();
+  const std::shared_ptr<const MemberSnapshot> routed = members_->Current();  // see RemoveFromPreviousHomes
   std::vector<Memory> memory;
   CheckBuffers(keys, buffers, results, &memory);
   std::vector<size_t> direct, bounced;
@@ -323,7 +324,7 @@ void StoreClient::Put(const std::vector<std::string>& keys, const std::vector<st
   }
   if (!direct.empty()) PutFrom(keys, buffers, memory, direct, results);
   if (!bounced.empty()) PutBounced(keys, buffers, bounced, results);
-  RemoveFromPreviousHomes(keys, *results);
+  RemoveFromPreviousHomes(keys, *results, routed);
   Add(counters_.put_keys, keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
     if ((*results)[i].ok()) Add(counters_.put_bytes, TotalBytes(buffers[i]));

@@ -40,7 +40,8 @@ class StoreClient {
            std::vector<Status>* results);
   // Get, Locate, Exists and KeyOp look for a key on its home; one that
   // misses there while its home is new to the store (MemberSnapshot::
-  // Recent) is looked for again on its previous home (previous_homes.cc).
+  // Recent) is looked for on its previous home, then, still absent, on its
+  // home once more (previous_homes.cc).
   void Get(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
            std::vector<Status>* results, std::vector<uint64_t>* lengths);
   // Store::BatchLocate: a lookup per home; the pages' places.
@@ -87,10 +88,15 @@ class StoreClient {
   // KVF_STORE_HANDOFF_MS and that have a previous home: a miss on the
   // home may still lie there.
   std::vector<size_t> HomedOnNewMembers(const std::vector<std::string>& keys, const std::vector<size_t>& which) const;
+  // The same, by the snapshot `snap`.
+  std::vector<size_t> HomedOnNewMembers(const std::vector<std::string>& keys, const std::vector<size_t>& which,
+                                        const MemberSnapshot& snap) const;
   // Removes the keys put (results OK) whose home is new from their previous
   // home: an older page left there would be read, or handed over, once the
-  // new page is evicted.
-  void RemoveFromPreviousHomes(const std::vector<std::string>& keys, const std::vector<Status>& results);
+  // new page is evicted. `routed`: the snapshot the PUT was placed with,
+  // taken before it started; nothing is removed when it is not current.
+  void RemoveFromPreviousHomes(const std::vector<std::string>& keys, const std::vector<Status>& results,
+                               const std::shared_ptr<const MemberSnapshot>& routed);
   // The calls' bodies, to the homes `route` names; GetVia and ExistsVia
   // count nothing (their callers count each key once).
   void GetVia(Route route, const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
