@@ -43,7 +43,7 @@
   X(8, ProtocolError, EPROTOCOL, "a peer sent a malformed message")                          \
   X(9, Unavailable, EUNAVAILABLE, "the provider or feature is absent on this machine")       \
   X(10, Internal, EINTERNAL, "a bug in kvfabric: please report it with the message")         \
-  X(11, PermissionDenied, EPERM, "the peer refused this engine (auth token)")                \
+  X(11, PermissionDenied, EPERM, "the peer refused this engine (auth token), or WRITE into read-only memory") \
   X(12, Closed, ECLOSED, "the engine is closed, or is a forked child's copy of its parent's")
 
 #define KVF_TASK_STATES(X)                                                                   \

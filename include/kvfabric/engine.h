@@ -70,6 +70,10 @@ struct BufferEntry {
   // "cpu:N" (NUMA node), "cuda:N", or "*": ask the CUDA driver whether this
   // is device memory (and whose), else the NUMA node of its first page.
   std::string location = "*";
+  // Peers may READ the buffer and never WRITE it: its registration lacks
+  // remote write access, so the NIC refuses a peer's WRITE whatever key it
+  // holds (docs/security.md says where a provider does not enforce it).
+  bool read_only = false;
 };
 
 // A registered buffer of a segment, as its owner published it.
@@ -77,13 +81,15 @@ struct RemoteBuffer {
   uint64_t addr = 0;
   uint64_t length = 0;
   std::string location;
+  bool read_only = false;  // registered with BufferEntry::read_only: READ it, never WRITE it
 };
 
 // What the engine knows of local memory it registered (DescribeMemory).
 struct MemoryFacts {
   std::string location;        // as registered: "cpu:N" or "cuda:N"
   bool device = false;         // GPU memory
-  bool remote_access = false;  // registered on a rail: peers may READ and WRITE it
+  bool remote_access = false;  // registered on a rail: peers may READ it, and WRITE it unless read_only
+  bool read_only = false;      // registered with BufferEntry::read_only
 };
 
 struct RailInfo {

@@ -82,7 +82,7 @@ class InternalError(KvfabricError):
 
 
 class PermissionDeniedError(KvfabricError, PermissionError):
-    """The peer refused this engine."""
+    """The peer refused this engine (auth token), or a WRITE into read-only memory."""
 
     code = 11
 

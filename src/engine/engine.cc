@@ -306,7 +306,7 @@ Status Engine::RegisterMemoryBatch(const std::vector<BufferEntry>& buffers) {
     for (size_t j = 0; j < n; ++j) (void)impl_->registry->Unregister(buffers[j].addr);
   };
   for (size_t i = 0; i < buffers.size(); ++i) {
-    Status s = impl_->registry->Register(buffers[i].addr, buffers[i].length, buffers[i].location);
+    Status s = impl_->registry->Register(buffers[i].addr, buffers[i].length, buffers[i].location, buffers[i].read_only);
     if (impl_->counters) impl_->counters->Registered(s.ok());
     if (!s.ok()) {
       undo(i);
@@ -349,6 +349,7 @@ Status Engine::DescribeMemory(const void* addr, size_t length, MemoryFacts* out)
                                          hex::Address(a), length));
   out->location = b->location;
   out->device = b->device >= 0;
+  out->read_only = b->read_only;
   out->remote_access = false;
   for (const memory::Chunk& c : b->chunks)
     for (const auto& r : c.regions) out->remote_access = out->remote_access || r != nullptr;
@@ -369,13 +370,13 @@ Status Engine::GetSegmentBuffers(SegmentHandle handle, std::vector<RemoteBuffer>
   KVF_ENTER_ENGINE_();
   out->clear();
   if (handle == kSelfHandle) {
-    for (const auto& b : impl_->registry->Snapshot()) out->push_back({b->addr, b->length, b->location});
+    for (const auto& b : impl_->registry->Snapshot()) out->push_back({b->addr, b->length, b->location, b->read_only});
     return Status::OK();
   }
   auto peer = impl_->segments->Find(handle);
   if (!peer) return Status::NotFound(text::Format("unknown segment handle {}", handle));
   KVF_RETURN_IF_ERROR(impl_->segments->Refresh(peer.get()));
-  for (const auto& b : peer->desc()->buffers) out->push_back({b.addr, b.length, b.location});
+  for (const auto& b : peer->desc()->buffers) out->push_back({b.addr, b.length, b.location, b.read_only});
   return Status::OK();
 }
 

@@ -20,6 +20,9 @@ Status CheckRequest(const TransferRequest& r, size_t index, const memory::Memory
     if (!plan->self_remote)
       return Status::OutOfRange(text::Format("{}: target range {} is outside this engine's registered buffers",
                                              where, text::Range(r.remote_addr, r.length)));
+    if (r.opcode == OpCode::kWrite && plan->self_remote->read_only)
+      return Status::PermissionDenied(text::Format("{}: target range {} is in a buffer registered read-only; READ it",
+                                                   where, text::Range(r.remote_addr, r.length)));
     return Status::OK();
   }
   plan->peer = segments->Find(r.target);
@@ -46,6 +49,10 @@ Status CheckRequest(const TransferRequest& r, size_t index, const memory::Memory
   if (plan->remote == nullptr)
     return Status::OutOfRange(text::Format("{}: remote range {} is outside the buffers segment {} registered", where,
                                            text::Range(r.remote_addr, r.length), peer.name()));
+  if (r.opcode == OpCode::kWrite && plan->remote->read_only)
+    return Status::PermissionDenied(text::Format("{}: remote range {} is in a buffer segment {} registered read-only; "
+                                                 "peers may READ it, never WRITE it",
+                                                 where, text::Range(r.remote_addr, r.length), peer.name()));
   return Status::OK();
 }
 

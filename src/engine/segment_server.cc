@@ -54,7 +54,7 @@ metadata::SegmentDesc SegmentServer::Describe() const {
   for (const auto& r : rails_->rails)
     d.rails.push_back({r->info().provider, r->info().fabric, r->info().domain, r->address(), r->virt_addr()});
   for (const auto& b : registry_->Snapshot()) {
-    metadata::BufferDesc bd{b->addr, b->length, b->location, {}};
+    metadata::BufferDesc bd{b->addr, b->length, b->location, {}, b->read_only};
     for (const auto& c : b->chunks) {
       metadata::ChunkDesc cd{c.addr, c.length, {}};
       for (const auto& mr : c.regions) cd.keys.push_back(mr ? std::optional<uint64_t>(mr->key()) : std::nullopt);

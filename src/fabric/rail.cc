@@ -428,13 +428,14 @@ void Rail::ReapDeadPeers() {
   }
 }
 
-Status Rail::RegisterMemory(const MemorySource& m, std::unique_ptr<MemoryRegion>* out, bool local_only) {
+Status Rail::RegisterMemory(const MemorySource& m, std::unique_ptr<MemoryRegion>* out, PeerAccess peers) {
   const bool device = m.cuda_device >= 0;
   if (device && !hmem_)
     return Status::InvalidArgument(text::Format("{}: GPU memory of cuda:{} cannot be registered here (no FI_HMEM)",
                                                 label_, m.cuda_device));
   auto mr = std::make_unique<MemoryRegion>();
-  const uint64_t access = FI_READ | FI_WRITE | (local_only ? 0 : FI_REMOTE_READ | FI_REMOTE_WRITE);
+  const uint64_t access = FI_READ | FI_WRITE | (peers == PeerAccess::kNone ? 0 : FI_REMOTE_READ) |
+                          (peers == PeerAccess::kReadWrite ? FI_REMOTE_WRITE : 0);
   const RegAttrCall call{index_, label_};
   MrRequest req;
   // Without FI_MR_PROV_KEY the application chooses keys, unique per domain:

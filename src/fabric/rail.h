@@ -35,6 +35,9 @@
 
 namespace kvfabric::fabric {
 
+// What peers may do with a registration (its FI_REMOTE_* access bits).
+enum class PeerAccess { kNone, kRead, kReadWrite };
+
 // One memory registration on one rail.
 class MemoryRegion {
  public:
@@ -114,16 +117,19 @@ class Rail {
   // AV slots in use: inserted and not yet removed.
   size_t peer_slots();
 
-  // Registers `m` for local and remote access, or with `local_only` for
-  // local access alone (staging buffers: no peer may touch them, whatever
-  // key it guesses). GPU memory (m.cuda_device >= 0) needs hmem(); its
+  // Registers `m` for local access and for what `peers` may do with it:
+  // READ and WRITE (kReadWrite), only READ (kRead: the provider refuses a
+  // peer's WRITE whatever key it holds), or nothing (kNone: staging
+  // buffers, no peer may touch them, whatever key it guesses). GPU memory (m.cuda_device >= 0) needs hmem(); its
   // dma-buf is used where dmabuf() says so, and a provider that refuses the
   // dma-buf gets the device address instead (said once, and dmabuf() turns
   // false).
-  Status RegisterMemory(const MemorySource& m, std::unique_ptr<MemoryRegion>* out, bool local_only = false);
+  Status RegisterMemory(const MemorySource& m, std::unique_ptr<MemoryRegion>* out,
+                        PeerAccess peers = PeerAccess::kReadWrite);
   // Host memory.
-  Status RegisterMemory(void* addr, size_t len, std::unique_ptr<MemoryRegion>* out, bool local_only = false) {
-    return RegisterMemory(MemorySource{addr, len}, out, local_only);
+  Status RegisterMemory(void* addr, size_t len, std::unique_ptr<MemoryRegion>* out,
+                        PeerAccess peers = PeerAccess::kReadWrite) {
+    return RegisterMemory(MemorySource{addr, len}, out, peers);
   }
   // The provider registers GPU memory (FI_HMEM granted), so the NIC reads
   // and writes it in place.

@@ -225,5 +225,61 @@ TEST(RailTest, APostingBurstEndsSoCompletionsAreReadBetweenCopies) {
   EXPECT_TRUE(std::equal(src.begin(), src.end(), dst.begin())) << "the READs' bytes differ";
 }
 
+// Memory registered for peers to READ only: the provider refuses a WRITE
+// whatever key the peer holds, and the bytes stay as they were. tcp ends
+// the WRITE with an error (and drops that peer's connection); shm leaves
+// it pending for ever, stalling only the peer that sent it: another peer
+// READs the memory afterwards. (On shm a same-host peer of the same uid can
+// write the memory anyway, docs/security.md.)
+TEST(RailTest, APeerCannotWriteMemoryRegisteredForReadingOnly) {
+  for (const char* provider : {"tcp;ofi_rxm", "shm"}) {
+    SCOPED_TRACE(provider);
+    const bool shm = std::string(provider) == "shm";
+    InfoList infos;
+    if (!InfoList::Query(provider, &infos).ok() || infos.entries().empty()) continue;
+    std::unique_ptr<Rail> writer, reader, target;
+    ASSERT_TRUE(Rail::Open(infos.entries().front(), RailOptions(), 0, &writer).ok());
+    ASSERT_TRUE(Rail::Open(infos.entries().front(), RailOptions(), 1, &reader).ok());
+    ASSERT_TRUE(Rail::Open(infos.entries().front(), RailOptions(), 2, &target).ok());
+    std::vector<char> written(1048576, 'w'), read(1048576, 0), theirs(1048576, 'r');
+    std::unique_ptr<MemoryRegion> written_mr, read_mr, theirs_mr;
+    ASSERT_TRUE(writer->RegisterMemory(written.data(), written.size(), &written_mr).ok());
+    ASSERT_TRUE(reader->RegisterMemory(read.data(), read.size(), &read_mr).ok());
+    ASSERT_TRUE(target->RegisterMemory(theirs.data(), theirs.size(), &theirs_mr, PeerAccess::kRead).ok());
+    // Runs one operation from `from` into the target's memory, polling
+    // until it ends or `polls` ran out; returns whether it ended.
+    auto run = [&](Rail* from, char* local, MemoryRegion* mr, bool write, CountingOwner* owner, int polls) {
+      fi_addr_t dest;
+      EXPECT_TRUE(from->InsertPeer(target->address(), getpid(), &dest).ok());
+      Slice slice;
+      slice.owner = owner;
+      slice.write = write;
+      slice.local = local;
+      slice.length = theirs.size();
+      slice.local_desc = mr->desc();
+      slice.dest = dest;
+      slice.remote_addr = target->virt_addr() ? reinterpret_cast<uint64_t>(theirs.data()) : 0;
+      slice.remote_key = theirs_mr->key();
+      from->Enqueue(&slice, 1);
+      for (int i = 0; i < polls && owner->done.load() == 0; ++i) {
+        from->Poll();
+        target->Poll();
+      }
+      return owner->done.load() == 1;
+    };
+    CountingOwner wrote, got;
+    const bool ended = run(writer.get(), written.data(), written_mr.get(), true, &wrote, shm ? 200000 : 5000000);
+    if (!shm) {
+      ASSERT_TRUE(ended) << "the refused WRITE did not end";
+      EXPECT_FALSE(wrote.error.ok()) << "the WRITE was accepted";
+    } else {
+      EXPECT_TRUE(!ended || !wrote.error.ok()) << "the WRITE was accepted";
+    }
+    EXPECT_EQ(std::count(theirs.begin(), theirs.end(), 'r'), 1048576) << "the WRITE changed the memory";
+    ASSERT_TRUE(run(reader.get(), read.data(), read_mr.get(), false, &got, 5000000)) << "the READ did not end";
+    EXPECT_TRUE(got.error.ok()) << got.error.ToString();
+    EXPECT_EQ(std::count(read.begin(), read.end(), 'r'), 1048576) << "the READ did not bring the bytes";
+  }
+}
 }  // namespace
 }  // namespace kvfabric::fabric

@@ -158,7 +158,7 @@ MemoryRegistry::Dmabuf MemoryRegistry::ExportFor(void* addr, size_t length, int 
   return d;
 }
 
-Status MemoryRegistry::Register(void* addr, size_t length, const std::string& requested) {
+Status MemoryRegistry::Register(void* addr, size_t length, const std::string& requested, bool read_only) {
   const std::string location = requested == kAnyLocation && addr != nullptr ? DetectLocation(addr, cuda_) : requested;
   const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
   if (addr == nullptr || length == 0)
@@ -183,6 +183,7 @@ Status MemoryRegistry::Register(void* addr, size_t length, const std::string& re
   buf->location = text::Format("{}:{}", kind, index);
   if (near_rails_) buf->near_rails = near_rails_(buf->location);
   buf->device = kind == "cuda" ? index : -1;
+  buf->read_only = read_only;
   // GPU memory goes on the rails that register it in place (FI_HMEM); the
   // others stage it. One dma-buf of its allocation serves every chunk and
   // rail, closed once they hold their own references.
@@ -221,7 +222,8 @@ Status MemoryRegistry::Register(void* addr, size_t length, const std::string& re
       Chunk& c = buf->chunks[i];
       const fabric::MemorySource m{reinterpret_cast<void*>(c.addr), c.length, buf->device, dmabuf.fd,
                                    dmabuf.offset + i * step};
-      results[t] = r->RegisterMemory(m, &c.regions[r->index()]);
+      results[t] = r->RegisterMemory(m, &c.regions[r->index()],
+                                     read_only ? fabric::PeerAccess::kRead : fabric::PeerAccess::kReadWrite);
     }
   };
   const size_t threads = parallel_ && pins ? std::min<size_t>({tasks, kRegisterThreads,

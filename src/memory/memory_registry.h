@@ -34,6 +34,7 @@ struct Buffer {
   // PCIe switch); transfers of this buffer prefer those rails.
   uint64_t near_rails = ~uint64_t{0};
   int device = -1;  // CUDA device ordinal of GPU memory, -1 for host memory
+  bool read_only = false;  // peers may READ it, never WRITE it (fabric::PeerAccess::kRead)
   std::vector<Chunk> chunks;
 
   bool Contains(uintptr_t a, size_t len) const {
@@ -99,7 +100,8 @@ class MemoryRegistry {
   // be registered as cpu:N. GPU memory is registered on the rails that
   // grant FI_HMEM (by dma-buf where the rail and driver allow), and on no
   // other: transfers stage it there, and peers cannot reach it through them.
-  Status Register(void* addr, size_t length, const std::string& location);
+  // `read_only`: peers may READ the buffer, never WRITE it.
+  Status Register(void* addr, size_t length, const std::string& location, bool read_only = false);
   // Whether cuda:N registrations are accepted (KVF_CUDA).
   void set_cuda(bool enabled) { cuda_ = enabled; }
   // Register on every rail, not only the near ones (KVF_REGISTER_RAILS=all);

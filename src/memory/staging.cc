@@ -27,7 +27,7 @@ Status StagingPool::Create(const std::vector<fabric::Rail*>& rails, size_t bytes
   if (!pin.ok()) KVF_LOG_WARN("staging pool not pinned ({}): device copies will be slower", pin.message());
   p->regions_.resize(rails.size());
   for (fabric::Rail* r : rails)
-    KVF_RETURN_IF_ERROR(r->RegisterMemory(mem, total, &p->regions_[r->index()], /*local_only=*/true)
+    KVF_RETURN_IF_ERROR(r->RegisterMemory(mem, total, &p->regions_[r->index()], fabric::PeerAccess::kNone)
                             .Annotate("staging pool"));
   p->free_.reserve(n);
   for (size_t i = n; i-- > 0;) p->free_.push_back(static_cast<uint32_t>(i));

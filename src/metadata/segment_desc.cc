@@ -97,8 +97,9 @@ std::string ToJson(const SegmentDesc& d) {
       for (const auto& k : c.keys) keys.push_back(k ? json(*k) : json(nullptr));
       chunks.push_back({{"addr", c.addr}, {"length", c.length}, {"keys", keys}});
     }
-    j["buffers"].push_back(
-        {{"addr", b.addr}, {"length", b.length}, {"location", b.location}, {"chunks", chunks}});
+    json buffer = {{"addr", b.addr}, {"length", b.length}, {"location", b.location}, {"chunks", chunks}};
+    if (b.read_only) buffer["read_only"] = true;
+    j["buffers"].push_back(std::move(buffer));
   }
   return j.dump();
 }
@@ -146,6 +147,7 @@ Status FromJson(std::string_view text, SegmentDesc* out) {
     if (!rd.U64(b, "addr", &bd.addr) || !rd.U64(b, "length", &bd.length) ||
         !rd.Str(b, "location", &bd.location))
       return bad(rd.error);
+    if (b.contains("read_only") && !rd.Bool(b, "read_only", &bd.read_only)) return bad(rd.error);
     if (bd.length == 0 || bd.addr + bd.length < bd.addr) return bad("buffer range is empty or wraps");
     if (bd.addr < prev_end) return bad("buffers overlap or are not sorted");
     prev_end = bd.addr + bd.length;

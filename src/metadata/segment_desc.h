@@ -33,6 +33,9 @@ struct BufferDesc {
   uint64_t length = 0;
   std::string location;
   std::vector<ChunkDesc> chunks;  // contiguous, covering [addr, addr+length)
+  // Peers may READ the buffer, never WRITE it (its keys lack
+  // FI_REMOTE_WRITE, so the provider refuses). Optional on the wire.
+  bool read_only = false;
 };
 
 struct SegmentDesc {

@@ -44,6 +44,18 @@ TEST(SegmentDescTest, GenerationRoundTripsAndIsOptional) {
   EXPECT_EQ(back.generation, 0u);
 }
 
+TEST(SegmentDescTest, ReadOnlyRoundTripsAndIsOptional) {
+  SegmentDesc d = Sample(), back;
+  d.buffers[1].read_only = true;
+  ASSERT_TRUE(FromJson(ToJson(d), &back).ok());
+  EXPECT_FALSE(back.buffers[0].read_only);
+  EXPECT_TRUE(back.buffers[1].read_only);
+  auto j = nlohmann::json::parse(ToJson(d));
+  EXPECT_FALSE(j["buffers"][0].contains("read_only")) << "written only where set";
+  j["buffers"][1]["read_only"] = "yes";
+  EXPECT_EQ(FromJson(j.dump(), &back).code(), Status::Code::kProtocolError);
+}
+
 TEST(SegmentDescTest, StaleMeansAnEarlierEpochOrGeneration) {
   SegmentDesc held = Sample(), fetched = Sample();
   held.generation = 5;

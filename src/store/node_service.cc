@@ -102,7 +102,9 @@ Status NodeService::Start(Engine* engine, const Settings& settings, std::unique_
                                      " bytes (KVF_STORE_POOL_BYTES); lower it or free memory");
   }
   node->pool_ = static_cast<uint8_t*>(pool);
-  if (Status s = engine->RegisterMemory(words, kVersionsMapBytes, "*"); !s.ok()) {
+  // Peers READ the versions and never WRITE them: a peer that wrote back
+  // older versions would make readers trust an overwritten page.
+  if (Status s = engine->RegisterMemoryBatch({{words, kVersionsMapBytes, "*", /*read_only=*/true}}); !s.ok()) {
     munmap(pool, node->pool_bytes_);
     node->pool_ = nullptr;
     munmap(words, kVersionsMapBytes);

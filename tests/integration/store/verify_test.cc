@@ -7,9 +7,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "kvfabric/store.h"
 #include "store/node_service.h"
+#include "store/shared_pool.h"
 
 namespace kvfabric {
 namespace {
@@ -284,6 +286,33 @@ TEST_F(StoreVerifyTest, RememberedLocationsNeverReturnAnOlderPage) {
     EXPECT_EQ(r.get_hits, 5u);
     EXPECT_EQ(r.misses_checksum, 0u) << "an intact older page verifies: the answer alone must refuse it";
   }
+}
+
+// A node's region versions are registered for peers to READ only: a
+// client engine sees the page read-only in the node's descriptor, and a
+// WRITE of older versions over it is refused, the versions unchanged, so
+// no reader is made to trust an overwritten page.
+TEST_F(StoreVerifyTest, PeersCannotWriteANodesRegionVersions) {
+  ASSERT_NO_FATAL_FAILURE(Start(16 << 20, 2000, 5000));
+  SegmentHandle h;
+  ASSERT_TRUE(client_engine_->OpenSegment(node_engine_->name(), &h).ok());
+  std::vector<RemoteBuffer> bufs;
+  ASSERT_TRUE(client_engine_->GetSegmentBuffers(h, &bufs).ok());
+  const RemoteBuffer* versions = nullptr;
+  for (const RemoteBuffer& b : bufs)
+    if (b.length == store::SharedPool::kVersionsBytes) versions = &b;
+  ASSERT_NE(versions, nullptr) << "no buffer of the versions' size";
+  EXPECT_TRUE(versions->read_only);
+  for (const RemoteBuffer& b : bufs)
+    if (&b != versions) EXPECT_FALSE(b.read_only) << "the pool is written by PUTs";
+
+  ASSERT_TRUE(client_engine_->Transfer({{OpCode::kRead, buf_, h, versions->addr, 4096}}).ok());
+  std::vector<uint8_t> before(buf_, buf_ + 4096);
+  std::memset(buf_, 0, 4096);  // all versions back to zero
+  Status s = client_engine_->Transfer({{OpCode::kWrite, buf_, h, versions->addr, 4096}});
+  EXPECT_EQ(s.code(), Status::Code::kPermissionDenied) << s.ToString();
+  ASSERT_TRUE(client_engine_->Transfer({{OpCode::kRead, buf_, h, versions->addr, 4096}}).ok());
+  EXPECT_EQ(std::memcmp(buf_, before.data(), 4096), 0) << "the versions changed";
 }
 
 // A commit's reply says where each page lies, so the writer remembers it:

@@ -83,6 +83,51 @@ TEST_P(TransportSegmentTest, RegisterMemoryBatch) {
   for (void* p : addrs) std::free(p);
 }
 
+// A buffer registered read-only: peers see it so in the descriptor, READ
+// it, and their WRITEs are refused before anything is posted, the memory
+// unchanged (a peer that posts one anyway meets the provider's refusal:
+// RailTest.APeerCannotWriteMemoryRegisteredForReadingOnly). The owner is a
+// second engine with the case's settings, or the initiator itself.
+TEST_P(TransportSegmentTest, PeersReadAndNeverWriteABufferRegisteredReadOnly) {
+  ASSERT_NO_FATAL_FAILURE(Start());
+  std::unique_ptr<Engine> other;
+  Engine* owner = engine_.get();
+  if (GetParam().where != Where::kSelf) {
+    ASSERT_TRUE(Engine::Create(cfg_, &other).ok());
+    owner = other.get();
+  }
+  void* p = nullptr;
+  ASSERT_EQ(posix_memalign(&p, 4096, 1 * MiB), 0);
+  FillPattern(p, 1 * MiB, 0, 61);
+  ASSERT_TRUE(owner->RegisterMemoryBatch({{p, 1 * MiB, "*", /*read_only=*/true}}).ok());
+  const auto addr = reinterpret_cast<uint64_t>(p);
+  SegmentHandle h;
+  ASSERT_TRUE(engine_->OpenSegment(owner->name(), &h).ok());
+  std::vector<RemoteBuffer> bufs;
+  ASSERT_TRUE(engine_->GetSegmentBuffers(h, &bufs).ok());
+  bool listed = false;
+  for (const RemoteBuffer& b : bufs) listed = listed || (b.addr == addr && b.read_only);
+  EXPECT_TRUE(listed) << "the buffer is not listed as read-only";
+
+  FillPattern(local(0), 64 * KiB, 0, 62);
+  Status s = engine_->Transfer({{OpCode::kWrite, local(0), h, addr, 64 * KiB}});
+  EXPECT_EQ(s.code(), Status::Code::kPermissionDenied) << s.ToString();
+  EXPECT_NE(s.message().find("read-only"), std::string::npos) << s.ToString();
+  // A batch with a READ and such a WRITE is refused whole.
+  BatchId b;
+  ASSERT_TRUE(engine_->AllocateBatch(2, &b).ok());
+  s = engine_->Submit(b, {{OpCode::kRead, local(0), h, addr, 4 * KiB}, {OpCode::kWrite, local(0), h, addr, 4 * KiB}});
+  EXPECT_EQ(s.code(), Status::Code::kPermissionDenied) << s.ToString();
+  ASSERT_TRUE(engine_->FreeBatch(b).ok());
+  EXPECT_EQ(tools::CheckPattern(p, 1 * MiB, 0, 61), 1 * MiB) << "a refused WRITE changed the memory";
+
+  ASSERT_TRUE(engine_->Transfer({{OpCode::kRead, local(0), h, addr + 64 * KiB, 128 * KiB}}).ok());
+  EXPECT_EQ(tools::CheckPattern(local(0), 128 * KiB, 64 * KiB, 61), 128 * KiB);
+  ASSERT_TRUE(owner->UnregisterMemory(p).ok());
+  other.reset();
+  std::free(p);
+}
+
 TEST_P(TransportSegmentTest, ProbeAndNotify) {
   ASSERT_NO_FATAL_FAILURE(Start());
   EXPECT_TRUE(engine_->Probe(target_->name).ok());

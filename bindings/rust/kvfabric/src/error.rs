@@ -36,7 +36,7 @@ pub enum Error {
     /// A bug in kvfabric: please report it with the message.
     #[error("internal error: {0}")]
     Internal(String),
-    /// The peer refused this engine (auth token).
+    /// The peer refused this engine (auth token), or a WRITE into read-only memory.
     #[error("permission denied: {0}")]
     PermissionDenied(String),
     /// The engine is closed, or is a forked child's copy of its parent's.
