@@ -283,6 +283,25 @@ TEST(MetadataServerTest, OneClientAddressHoldsAtMostItsShareOfTheWorkers) {
   EXPECT_EQ(slow.ClosedWithin(6000), 8);
 }
 
+// The limit docs/security.md states: slow clients from more addresses
+// than --threads / --max_per_client hold every worker, each for at most
+// --request_timeout_ms, so another client waits its turn behind them: here
+// 8 slow clients on 4 workers, two rounds of deadlines, then it is served.
+TEST(MetadataServerTest, SlowClientsFromManyAddressesDelayOthersByTheirDeadlines) {
+  auto server = Start({"--threads", "4", "--max_per_client", "2", "--request_timeout_ms", "1500"});
+  ASSERT_NE(server, nullptr);
+  std::vector<std::unique_ptr<SlowClients>> slow;
+  for (const char* from : {"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"}) {
+    slow.push_back(std::make_unique<SlowClients>(server->port, 2, from));
+    ASSERT_EQ(slow.back()->size(), 2u);
+  }
+  std::this_thread::sleep_for(milliseconds(300));  // every worker is held by now
+  const int64_t ms = GetMs(server->port);
+  EXPECT_GE(ms, 0) << "no answer to a GET while slow clients of four addresses held every worker";
+  EXPECT_GE(ms, 500) << "answered at once: a worker was free (the limit is gone; update docs/security.md)";
+  EXPECT_LT(ms, 2 * 1500 + 1000) << "held longer than two rounds of deadlines";
+}
+
 std::string Auth(const std::string& token, const std::string& method, const std::string& key,
                  const std::string& body, int64_t skew_s = 0) {
   const int64_t now = duration_cast<seconds>(system_clock::now().time_since_epoch()).count();
