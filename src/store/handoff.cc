@@ -44,9 +44,9 @@ void Handoff::Run() {
     const bool now_in = members_->Current()->AnyRecent(Clock::now(), window);
     if (now_in || in_window) {
       const Moved m = Pass(!now_in);
-      if (m.handed + m.present + m.dropped > 0)
+      if (m.handed + m.present > 0)
         KVF_LOG_INFO("store node {}: handed {} page(s) over to their new homes ({} were there already, {} refused "
-                     "and kept, {} dropped)", node_->address(), m.handed + m.present, m.present, m.kept, m.dropped);
+                     "and kept)", node_->address(), m.handed + m.present, m.present, m.kept);
       if (!now_in) FreeScratch();
     }
     in_window = now_in;
@@ -121,15 +121,14 @@ Handoff::Moved Handoff::Pass(bool last) {
       kept.push_back(pages[i]);
     }
     node_->RemoveCopied(done);
-    if (last) moved.dropped += node_->RemoveCopied(kept);
-    else moved.kept += kept.size();
+    moved.kept += kept.size();
     std::lock_guard<std::mutex> g(mu_);
     if (stopping_) break;
   }
   if (!first_refusal.ok())
     KVF_LOG_WARN("store node {}: {} page(s) could not be handed over to their new homes ({}); {}", node_->address(),
-                 moved.kept + moved.dropped, first_refusal.ToString(),
-                 last ? "they are dropped: no reader looks for them here any more"
+                 moved.kept, first_refusal.ToString(),
+                 last ? "they stay here, read by processes whose view places them here, evicted in their turn"
                       : "tried again at the next membership refresh");
   return moved;
 }

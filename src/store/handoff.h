@@ -13,8 +13,11 @@
 // process that routes there: the same bytes for a KV cache, see
 // docs/store.md), the others are PUT to their homes and dropped here once
 // acknowledged, unless overwritten or pinned meanwhile. A page its home
-// refuses is kept for the next pass; the pass after the window drops it
-// (no reader looks for it here any more) and says so at warning.
+// refuses (full, unreachable, or homed here by the home's own view) is
+// kept, tried again at the next pass, and left in the pool after the
+// window: a process whose view places the key here still reads it, and it
+// is evicted in its turn otherwise. Dropping it would lose an acknowledged
+// page wherever this node's view differs from its clients'.
 #pragma once
 
 #include <condition_variable>
@@ -44,12 +47,11 @@ class Handoff {
   struct Moved {
     size_t handed = 0;   // PUT to their homes and dropped here
     size_t present = 0;  // their homes had them already: dropped here
-    size_t kept = 0;     // their homes refused them: kept for the next pass
-    size_t dropped = 0;  // refused on the pass after the window: dropped
+    size_t kept = 0;     // their homes refused them: kept here
   };
-  // One pass over the pool now; `last`: the window is over (refused pages
-  // are dropped). Nothing when this node is not in its own placement (its
-  // view cannot tell which keys are its).
+  // One pass over the pool now; `last`: the window is over (refusals are
+  // said at warning). Nothing when this node is not in its own placement
+  // (its view cannot tell which keys are its).
   Moved Pass(bool last);
 
  private:

@@ -167,6 +167,15 @@ Status NodeService::Start(Engine* engine, const Settings& settings, std::unique_
       },
       &node->server_, [self](uint64_t connection) { self->ConnectionClosed(connection); }));
   node->address_ = node->server_->address();
+  if (log::Get().should_log(spdlog::level::debug)) {
+    // A line per page stored and per page gone, and why: where each page
+    // was, for a soak or a user to account for every page.
+    std::lock_guard<std::mutex> g(node->table_mu_);
+    node->table_.set_observer([address = node->address_](PageEvent e, std::string_view key, const PageEntry& p) {
+      KVF_LOG_DEBUG("store node {}: page {}: key {:?}, generation {}, {} bytes", address, PageEventName(e), key,
+                    p.generation, p.length);
+    });
+  }
   for (int64_t i = 0; i < settings.store_put_threads; ++i) node->workers_.emplace_back([self] { self->PutLoop(); });
   KVF_LOG_INFO("store node {} serving a pool of {} bytes (segment {})", node->address_, node->pool_bytes_, info.segment);
   *out = std::move(node);

@@ -8,6 +8,17 @@
 
 namespace kvfabric::store {
 
+const char* PageEventName(PageEvent e) {
+  switch (e) {
+    case PageEvent::kStored: return "stored";
+    case PageEvent::kEvicted: return "evicted";
+    case PageEvent::kRemoved: return "removed";
+    case PageEvent::kOverwritten: return "overwritten";
+    case PageEvent::kHandedOver: return "handed over";
+  }
+  return "?";
+}
+
 PageTable::PageTable(uint64_t pool_bytes, std::chrono::milliseconds read_window, uint64_t alignment,
                      RegionVersions* versions, SharedKeys* keys)
     : allocator_(pool_bytes, alignment),
@@ -49,7 +60,8 @@ void PageTable::Release(uint64_t offset, uint64_t bytes, TimePoint reusable_at, 
   quarantined_bytes_ += bytes;
 }
 
-void PageTable::Forget(Pages::iterator page) {
+void PageTable::Forget(Pages::iterator page, PageEvent why) {
+  Tell(why, *page);
   Count(*page, false);
   if (keys_ != nullptr) keys_->Erase(page->key);
   index_.erase(page->key);
@@ -81,7 +93,7 @@ bool PageTable::EvictFor(uint64_t bytes, TimePoint now, uint64_t keep_from) {
   }
   for (Pages::iterator p : victims) {
     Retire(*p);
-    Forget(p);
+    Forget(p, PageEvent::kEvicted);
     ++evictions_;
   }
   return true;
@@ -151,8 +163,10 @@ PageEntry PageTable::Commit(std::string_view key, uint64_t offset, uint64_t leng
     index_.emplace(unpinned_.front().key, unpinned_.begin());
     Count(unpinned_.front(), true);
     if (keys_ != nullptr) (void)keys_->Insert(key);  // not entered: counted as missing there
+    Tell(PageEvent::kStored, unpinned_.front());
     return entry;
   }
+  Tell(PageEvent::kOverwritten, *page);
   Retire(*page);
   ReleaseSlot(*page, now);
   Count(*page, false);
@@ -161,6 +175,7 @@ PageEntry PageTable::Commit(std::string_view key, uint64_t offset, uint64_t leng
   Count(*page, true);
   Touch(page);
   ++overwrites_;
+  Tell(PageEvent::kStored, *page);
   return entry;
 }
 
@@ -180,13 +195,17 @@ bool PageTable::Contains(std::string_view key, TimePoint now) {
   return true;
 }
 
+void PageTable::RemovePage(Pages::iterator page, PageEvent why, TimePoint now) {
+  Retire(*page);
+  ReleaseSlot(*page, now);
+  Forget(page, why);
+  ++removals_;
+}
+
 bool PageTable::Remove(std::string_view key, TimePoint now) {
   auto page = Find(key);
   if (page == unpinned_.end()) return false;
-  Retire(*page);
-  ReleaseSlot(*page, now);
-  Forget(page);
-  ++removals_;
+  RemovePage(page, PageEvent::kRemoved, now);
   return true;
 }
 
@@ -194,7 +213,10 @@ size_t PageTable::RemoveAll(TimePoint now) {
   const size_t n = index_.size();
   if (versions_ != nullptr && n > 0) versions_->BumpAll();
   for (Pages* list : {&unpinned_, &pinned_}) {
-    for (const Page& p : *list) ReleaseSlot(p, now);
+    for (const Page& p : *list) {
+      Tell(PageEvent::kRemoved, p);
+      ReleaseSlot(p, now);
+    }
     list->clear();
   }
   index_.clear();
@@ -217,10 +239,11 @@ std::vector<std::pair<std::string, PageEntry>> PageTable::Select(
   return out;
 }
 
-bool PageTable::RemoveIf(std::string_view key, uint64_t generation, TimePoint now) {
+bool PageTable::RemoveIf(std::string_view key, uint64_t generation, TimePoint now, PageEvent why) {
   auto page = Find(key);
   if (page == unpinned_.end() || page->entry.generation != generation || page->pins > 0) return false;
-  return Remove(key, now);
+  RemovePage(page, why, now);
+  return true;
 }
 
 bool PageTable::Pin(std::string_view key) {

@@ -52,9 +52,17 @@ struct PageTableStats {
   bool operator==(const PageTableStats&) const = default;
 };
 
+// What happened to a page: stored under its key by a Commit, or gone from
+// it, and why (RemoveIf's says kHandedOver unless its caller says otherwise).
+enum class PageEvent { kStored, kEvicted, kRemoved, kOverwritten, kHandedOver };
+const char* PageEventName(PageEvent e);
+
 class PageTable {
  public:
   using TimePoint = std::chrono::steady_clock::time_point;
+  // Told every PageEvent as it happens, inside the table's call (so under
+  // the caller's lock): the page's key and entry.
+  using Observer = std::function<void(PageEvent, std::string_view key, const PageEntry&)>;
 
   // A pool of `pool_bytes` placed by a PoolAllocator with `alignment`.
   // The reuse rule: a freed slot (evicted, removed, overwritten) is not
@@ -139,8 +147,12 @@ class PageTable {
                                                         uint64_t max_bytes) const;
   // Removes, as Remove does, the page of `key` if it is the one of
   // `generation` and unpinned (true); a page overwritten or pinned since
-  // stays.
-  bool RemoveIf(std::string_view key, uint64_t generation, TimePoint now);
+  // stays. The observer is told `why`.
+  bool RemoveIf(std::string_view key, uint64_t generation, TimePoint now, PageEvent why = PageEvent::kHandedOver);
+
+  // Every page event from now on goes to `observer` (null: none), a trace
+  // of where each page was: a debugging aid, off by default.
+  void set_observer(Observer observer) { observer_ = std::move(observer); }
 
   // A pinned page is never evicted; Remove and an overwrite still apply.
   // Pins are counted (n Pins need n Unpins) and belong to the key. Pin of a
@@ -186,8 +198,14 @@ class PageTable {
   void ReleaseSlot(const Page& p, TimePoint now) { Release(p.entry.offset, SlotBytes(p), ReusableAt(p), now); }
   // The page leaves its key: its region's version goes up.
   void Retire(const Page& p);
-  // Takes the page out of the table (its slot: the caller's business).
-  void Forget(Pages::iterator page);
+  // Takes the page out of the table (its slot: the caller's business),
+  // telling the observer `why`.
+  void Forget(Pages::iterator page, PageEvent why);
+  // Removes `page` as Remove does, telling the observer `why`.
+  void RemovePage(Pages::iterator page, PageEvent why, TimePoint now);
+  void Tell(PageEvent e, const Page& p) const {
+    if (observer_) observer_(e, p.key, p.entry);
+  }
   // Returns the quarantined slots whose wait is over to the allocator.
   void ReleaseExpired(TimePoint now);
   // Evicts as Reserve says until a free extent of `bytes` exists (true), or
@@ -204,6 +222,7 @@ class PageTable {
   std::priority_queue<Quarantined, std::vector<Quarantined>, std::greater<>> quarantine_;  // soonest on top
   RegionVersions* const versions_;
   SharedKeys* const keys_;
+  Observer observer_;
   uint64_t next_generation_ = 1;
   uint64_t used_bytes_ = 0, pinned_bytes_ = 0, reserved_bytes_ = 0, quarantined_bytes_ = 0;
   uint64_t evictions_ = 0, removals_ = 0, overwrites_ = 0, refusals_ = 0;

@@ -123,6 +123,30 @@ TEST(PageTableTest, QuarantinedSlotIsReusedOnlyAfterTheWindow) {
   EXPECT_EQ(t.stats().quarantined_bytes, 0u);
 }
 
+// The observer hears of every page stored and every page gone, with the
+// entry it had and why, in the order it happened.
+TEST(PageTableTest, TheObserverHearsWhereEveryPageWent) {
+  PageTable t(128 * KiB, 100ms);
+  std::vector<std::string> heard;
+  t.set_observer([&](PageEvent e, std::string_view key, const PageEntry& p) {
+    heard.push_back(std::string(PageEventName(e)) + " " + std::string(key) + " " + std::to_string(p.generation));
+  });
+  Put(t, "a", 4 * KiB, t0);        // 1
+  Put(t, "b", 64 * KiB, t0);       // 2
+  Put(t, "a", 4 * KiB, t0);        // 3, over 1
+  Put(t, "c", 64 * KiB, t0 + 1s);  // 4, for which b goes
+  ASSERT_TRUE(t.Remove("c", t0 + 1s));
+  Put(t, "d", 4 * KiB, t0 + 1s);  // 5
+  EXPECT_FALSE(t.RemoveIf("d", 4, t0 + 1s));  // not that page: nothing heard
+  ASSERT_TRUE(t.RemoveIf("d", 5, t0 + 1s, PageEvent::kRemoved));
+  ASSERT_TRUE(t.RemoveIf("a", 3, t0 + 1s));
+  Put(t, "e", 4 * KiB, t0 + 1s);  // 6
+  EXPECT_EQ(t.RemoveAll(t0 + 1s), 1u);
+  EXPECT_EQ(heard, (std::vector<std::string>{"stored a 1", "stored b 2", "overwritten a 1", "stored a 3",
+                                             "evicted b 2", "stored c 4", "removed c 4", "stored d 5",
+                                             "removed d 5", "handed over a 3", "stored e 6", "removed e 6"}));
+}
+
 TEST(PageTableTest, EvictsTheLeastRecentlyUsedFirst) {
   PageTable t = FourPages();
   PageEntry e;

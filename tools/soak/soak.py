@@ -20,20 +20,23 @@ Targets and initiators share a secret (KVF_AUTH_TOKEN, random per run unless
 keeps asking random targets for their segment, a probe or a notification
 throughout the run: each attempt must be refused (PermissionDeniedError).
 
-Alongside, for the same DURATION, store traffic (store_soak.py): STORE_NODES
-kvfabric.Store nodes (tcp and shm mixed) with small pools, STORE_CLIENTS
-client processes of THREADS threads each doing random batch puts, gets,
-exists, removals and pins of pages derived from (key, version), more of them
-than the pools hold (so pages are evicted); the driver kills a random node
-every STORE_RESTART_EVERY seconds (SIGKILL) and restarts it under its name.
-Every GET's bytes must be exactly a version put for that key, and not one
-superseded before the GET began unless placement was moving (a node down or
-just back); per-key errors, stale pages and lost pins must fall around a
-node restart, refusals with pinned pages while pins are held.
+Alongside, for the same DURATION, store traffic (store_driver.py, store_soak.py): STORE_NODES
+kvfabric.Store nodes (tcp and auto mixed) with small pools over a metadata
+server, STORE_CLIENTS client processes of THREADS threads each doing random
+batch puts, gets, exists, removals, pins and audits of pages derived from
+(key, version), more of them than the pools hold (so pages are evicted); the
+driver kills a random node every STORE_RESTART_EVERY seconds (SIGKILL) and
+restarts it under its name, and every 6 s has a new node join or one that
+joined leave. Every GET's bytes must be exactly a version put for that key,
+and not one superseded before the GET began unless placement was moving (a
+node down or just back); per-key errors, stale pages and lost pins must fall
+around a membership change, refusals with pinned pages while pins are held;
+every acknowledged page the store no longer has must have been evicted or
+lost with its node, by the nodes' page ledgers.
 
 The run fails unless errors and data errors are both 0, no intruder attempt
 was admitted, and some were refused; and, for the store, no wrong bytes, no
-unexplained issue, some hits and some evictions.
+lost page, no unexplained issue, some hits and some evictions.
 
     python tools/soak/soak.py --duration 120 --json_out soak.json
 """
@@ -50,7 +53,7 @@ import subprocess
 import sys
 import time
 
-import store_soak  # this directory; puts tools/common on the path
+import store_driver  # this directory; puts tools/common on the path
 from ports import free_port  # tools/common
 
 MiB = 1 << 20
@@ -292,7 +295,7 @@ def main() -> int:
     next_kill = time.monotonic() + a.restart_every
     try:
         if a.store_nodes:  # the store's traffic ends with the rest: its start-up comes out of its share
-            store = store_soak.Traffic(a.store_nodes, a.store_clients, a.store_threads, a.store_pool, a.store_keys,
+            store = store_driver.Traffic(a.store_nodes, a.store_clients, a.store_threads, a.store_pool, a.store_keys,
                                        t_end, a.store_restart_every, a.seed, f"/tmp/kvf-soak-{os.getpid()}")
         while time.monotonic() < t_end:
             time.sleep(0.1)
@@ -365,7 +368,7 @@ def main() -> int:
           f"{total['intruder_refused']} of {total['intruder_attempts']} intruder attempts refused, "
           f"{total['intruder_admitted']} admitted, {total['intruder_unreachable']} unreachable (target restarting), "
           f"{total['intruder_other_errors']} other errors"
-          + (f"; {store_soak.summary_line(store_figures)}" if store else ""))
+          + (f"; {store_driver.summary_line(store_figures)}" if store else ""))
     for fail in unexplained[:10]:
         print(f"  unexplained: {fail}")
     for issue in store_figures.get("unexplained", [])[:10]:

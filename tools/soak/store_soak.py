@@ -1,17 +1,20 @@
 """The soak's store traffic: node processes with small pools, client
-processes with random batches, nodes killed and restarted; every byte of
-every GET checked.
+processes with random batches, nodes killed and restarted, joining and
+leaving; every byte of every GET checked, every acknowledged page accounted
+for.
 
 Nodes (``run_node``) are an engine and a kvfabric.Store with a pool each,
-tcp and shm mixed, on fixed control addresses (KVF_STORE_MEMBERS lists them)
-so a node restarts under its name; each prints its pool's counters every
-quarter second. Clients (``run_client``) are a protocol=auto engine and a
-store without a pool, used by THREADS threads at once over the client's own
-keys: random batch_put, batch_get, batch_exists, batch_remove and pins (held
-up to a second and a half, a key by one thread at a time), batches of 1 to
-32 keys, pages of 40 B to 2 MiB in one to three buffers at random (unaligned)
-addresses, a few hot keys overwritten by every thread. The clients' working
-set is larger than the pools, so pages are evicted.
+tcp and auto mixed, members of a kvfabric metadata-server the driver starts,
+on fixed control addresses so a node restarts under its name; each prints
+its pool's counters every quarter second and logs at debug level (its page
+ledger: page_ledger.py). Clients (``run_client``) are a protocol=auto engine
+and a store without a pool, used by THREADS threads at once over the
+client's own keys: random batch_put, batch_get, batch_exists, batch_remove,
+pins (held up to a second and a half, a key by one thread at a time) and
+audits, batches of 1 to 32 keys, pages of 40 B to 2 MiB in one to three
+buffers at random (unaligned) addresses, a few hot keys overwritten by every
+thread. The clients' working set is larger than the pools, so pages are
+evicted.
 
 A page is derived from its key and version: a header (magic, key hash,
 version, length) and bytes from a generator seeded by both. The client keeps
@@ -23,26 +26,25 @@ anything else is a wrong byte, except a superseded version while placement
 moves (a node down or just back: its keys live elsewhere meanwhile), which is
 counted as stale and must fall in such a window. Misses are always allowed
 (a cache); per-key errors, stale pages, unpins that find no pin and refusals
-with pinned pages are collected as issues that the driver explains by node
-restarts and pins (``explain``) or reports.
+with pinned pages are collected as issues that the driver explains by
+membership changes and pins (``explain``) or reports. An audit asks whether
+keys whose last put was acknowledged, and left alone since, still exist; the
+driver follows each that does not through the nodes' ledgers and counts it
+lost unless it was evicted or its node ended first.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import signal
 import struct
-import subprocess
 import sys
 import threading
 import time
 from collections import Counter
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
-from ports import free_port  # noqa: E402  (tools/common)
 
 MiB = 1 << 20
 DEADLINE_MS = 2000
@@ -53,6 +55,8 @@ SETTINGS = {"KVF_STORE_DEADLINE_MS": DEADLINE_MS, "KVF_STORE_READ_WINDOW_MS": 25
             "KVF_TRANSFER_TIMEOUT_MS": DEADLINE_MS}
 # A batch call that takes longer than this hangs (the store bounds it by its deadline).
 SLOW_S = DEADLINE_MS / 1000 + 3
+# KVF_STORE_HANDOFF_MS's default: how long after a member enters keys may still move.
+HANDOFF_S = 10.0
 # After a node is back, placement may still leave it out this long: down retry, refresh, a deadline, slack.
 SETTLE_S = 0.5 + 0.5 + DEADLINE_MS / 1000 + 1.5
 # What a node's restart may cost a key: Timeout, FabricError, NetworkError, and Unavailable (the slots a node
@@ -62,6 +66,7 @@ HEADER = struct.Struct("<8sQQQ")  # magic, key hash, version, length
 MAGIC = b"kvfsoak1"
 PEER = re.compile(r"\b(\d+\.\d+\.\d+\.\d+:\d+)\b")  # the nodes (control addresses, engines) a message names
 PINNED = re.compile(r"bytes pinned \((\d+) pages\)")
+KEY = re.compile(r"\bc\d+/layer\d/page\d+\b")  # a client's key, as Client names them
 
 
 def key_hash(key: str) -> int:
@@ -92,85 +97,20 @@ def digest(b) -> bytes:
 
 
 # -- node ----------------------------------------------------------------------
-def run_node(protocol: str, listen: str, members: str, pool_bytes: int) -> None:
-    """A store node until SIGTERM, printing its name, then its counters every quarter second."""
+def run_node(protocol: str, listen: str, metadata: str, pool_bytes: int) -> None:
+    """A store node until SIGTERM, printing its name, then its counters every quarter second. It logs at debug
+    level, so its log has a line for every page it stored and every page gone, and why (the ledger)."""
     import kvfabric
 
-    with kvfabric.Engine(protocol=protocol, settings={**SETTINGS, "KVF_LOG_LEVEL": "info"}) as engine:
-        store = kvfabric.Store(engine, pool_bytes=pool_bytes, members=members, listen=listen, settings=SETTINGS)
+    with kvfabric.Engine(protocol=protocol, metadata=metadata,
+                         settings={**SETTINGS, "KVF_LOG_LEVEL": "debug"}) as engine:
+        store = kvfabric.Store(engine, pool_bytes=pool_bytes, listen=listen, settings=SETTINGS)
         print(json.dumps({"name": store.name, "segment": engine.name}), flush=True)
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         while signal.sigtimedwait({signal.SIGTERM}, 0.25) is None:
             print(json.dumps({"stats": store.stats()}), flush=True)
         print(json.dumps({"stats": store.stats()}), flush=True)
         store.close()
-
-
-class Node:
-    """A node process as the driver sees it: launched (ready() waits for it to serve), killed, restarted under
-    its name."""
-
-    def __init__(self, protocol: str, name: str, members: str, pool_bytes: int, log_prefix: str):
-        self.protocol, self.name, self.members, self.pool_bytes = protocol, name, members, pool_bytes
-        self.log_prefix = log_prefix
-        self.done = []  # the last counters of each ended incarnation
-        self.segments = []  # engine names of every incarnation
-        self.logs = []  # the log file of every incarnation (kvfabric's lines at info and above)
-        self.released = []  # (time, incarnation, pins released so far) whenever a node's count of released pins rose
-        self.launch()
-
-    def start(self) -> None:
-        self.launch()
-        self.ready()
-
-    def launch(self) -> None:
-        self.logs.append(f"{self.log_prefix}-node-{self.name.replace(':', '-')}-{len(self.logs)}.log")
-        with open(self.logs[-1], "w") as log:
-            self.proc = subprocess.Popen([sys.executable, __file__, "node", self.protocol, self.name, self.members,
-                                          str(self.pool_bytes)], stdout=subprocess.PIPE, stderr=log, text=True)
-        self.stats, self.reader = {}, None
-
-    def ready(self) -> None:
-        """Waits for the node to serve."""
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"store node {self.name} did not start (exit {self.proc.wait()})")
-        info = json.loads(line)
-        if info["name"] != self.name:
-            raise RuntimeError(f"store node {self.name} serves as {info['name']}")
-        self.segments.append(info["segment"])
-        self.reader = threading.Thread(target=self._read, args=(self.proc,), daemon=True)
-        self.reader.start()
-
-    def _read(self, proc) -> None:
-        incarnation = len(self.logs) - 1
-        for line in proc.stdout:
-            self.stats = json.loads(line)["stats"]
-            n = self.stats.get("pins_released", 0)
-            if n > max([r for t, i, r in self.released if i == incarnation], default=0):
-                self.released.append((time.monotonic(), incarnation, n))
-
-    def end(self, kill: bool) -> None:
-        """SIGKILL (a crash) or SIGTERM (the end of the run); keeps the counters last printed."""
-        if kill:
-            self.proc.kill()
-        else:
-            self.proc.terminate()
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        if self.reader:
-            self.reader.join(timeout=5)
-        self.done.append(self.stats)
-
-    def totals(self) -> Counter:
-        c = Counter()
-        for s in self.done:
-            for k in ("evictions", "refusals", "overwrites", "removals", "pins_released"):
-                c[k] += s.get(k, 0)
-        return c
 
 
 # -- client ----------------------------------------------------------------------
@@ -184,6 +124,7 @@ class Log:
         self.versions = {}
         self.acks = {}  # key -> [(start, end)] of acknowledged puts and removals
         self.removes = {}  # key -> [(start, end)] of removals (any result)
+        self.removing = Counter()  # key -> removals in flight
 
     def allocate(self) -> int:
         with self.mu:
@@ -202,8 +143,13 @@ class Log:
             if state == "ok":
                 self.acks.setdefault(key, []).append((rec["start"], end))
 
+    def removal_started(self, key: str) -> None:
+        with self.mu:
+            self.removing[key] += 1
+
     def removed(self, key: str, start: float, end: float, acknowledged: bool) -> None:
         with self.mu:
+            self.removing[key] -= 1
             self.removes.setdefault(key, []).append((start, end))
             if acknowledged:
                 self.acks.setdefault(key, []).append((start, end))
@@ -220,9 +166,32 @@ class Log:
         with self.mu:
             return any(s > rec["end"] and e < before for s, e in self.acks.get(key, []))
 
+    def put_between(self, key: str, t0: float, t1: float) -> bool:
+        """Whether a put of `key` (of any outcome) ran during [t0, t1]."""
+        with self.mu:
+            return any(r["start"] <= t1 and (r["end"] is None or r["end"] >= t0)
+                       for r in self.versions.get(key, {}).values())
+
     def removed_between(self, key: str, t0: float, t1: float) -> bool:
         with self.mu:
             return any(e >= t0 and s <= t1 for s, e in self.removes.get(key, []))
+
+    def held_put(self, key: str, by: float):
+        """(version, its put) when the key's last put was acknowledged and nothing else touched the key: every other
+        put and removal of it ended before that put began, and none began since (by `by`); else None."""
+        with self.mu:
+            versions = self.versions.get(key, {})
+            if not versions:
+                return None
+            v, rec = max(versions.items(), key=lambda kv: kv[1]["start"])
+            if rec["state"] != "ok" or rec["start"] > by:
+                return None
+            others = [r for u, r in versions.items() if u != v]
+            if any(r["end"] is None or r["end"] >= rec["start"] for r in others):
+                return None
+            if self.removing[key] or any(e >= rec["start"] for _, e in self.removes.get(key, [])):
+                return None
+            return v, dict(rec)
 
     def ever_started(self, key: str, by: float, longer_than: int = 0) -> bool:
         """Whether a put of `key` (of a page longer than `longer_than`) began by `by`."""
@@ -264,14 +233,15 @@ class Arena:
 class Client:
     """One client process: a store, its keys, and the checks of every answer."""
 
-    def __init__(self, index: int, members: str, keys: int, seed: int):
+    def __init__(self, index: int, metadata: str, keys: int, seed: int):
         import kvfabric
 
         self.kvf = kvfabric
         self.miss = -kvfabric.NotFoundError.code
         self.busy = -kvfabric.BusyError.code
-        self.engine = kvfabric.Engine(protocol="auto", settings={**SETTINGS, "KVF_LOG_LEVEL": "info"})
-        self.store = kvfabric.Store(self.engine, members=members, settings=SETTINGS)
+        self.engine = kvfabric.Engine(protocol="auto", metadata=metadata,
+                                      settings={**SETTINGS, "KVF_LOG_LEVEL": "info"})
+        self.store = kvfabric.Store(self.engine, settings=SETTINGS)
         self.keys = [f"c{index}/layer{i % 4}/page{i}" for i in range(keys)]
         self.hashes = {k: key_hash(k) for k in self.keys}
         self.hot = self.keys[:8]  # overwritten by both threads at once
@@ -284,6 +254,9 @@ class Client:
         self.issues = []  # to be explained by restarts or pins
         self.pin_intervals = []  # (pinned, unpinned, keys, keys whose unpin failed)
         self.pinned = set()  # keys pinned now (by one thread each)
+        # Acknowledged pages the store no longer had (audit): the driver accounts for each from the nodes' logs.
+        self.missing = []
+        self.audits = Counter()
         self.seed = seed
 
     # -- shared records
@@ -451,11 +424,34 @@ class Client:
 
     def remove(self, rng) -> None:
         batch = self.pick(rng, 4)
+        for key in batch:
+            self.log.removal_started(key)
         codes, t0, t1 = self.call("remove", self.store.batch_remove, batch)
         self.failed("remove", t0, t1, codes, batch)
         for key, code in zip(batch, codes):
             self.log.removed(key, t0, t1, code in (0, self.miss))
         self.count(removes=len(batch), removed=sum(c == 0 for c in codes))
+
+    def audit(self, rng) -> None:
+        """Asks whether keys whose last put was acknowledged, and left alone since, still exist: each that does not
+        is kept (Client.missing) for the driver to account for (evicted for a newer page, or its node gone) or
+        count as lost."""
+        now = time.monotonic()
+        held = [(k, h) for k in rng.sample(self.keys, min(32, len(self.keys))) if k not in self.hot
+                for h in [self.log.held_put(k, now)] if h]
+        if not held:
+            return
+        keys = [k for k, _ in held]
+        found, t0, t1 = self.call("exists", self.store.batch_exists, keys)
+        for (key, (v, rec)), f in zip(held, found):
+            if f:
+                continue
+            again = self.log.held_put(key, t1)  # still nothing else done to the key through the call
+            if again and again[0] == v:
+                with self.mu:
+                    self.missing.append({"key": key, "version": v, "put_start": rec["start"], "put_end": rec["end"],
+                                         "audit_start": t0, "audit_end": t1})
+        self.count(audited=len(held), audit_missing=sum(not f for f in found))
 
     def pin(self, rng, held: list) -> None:
         # A key is pinned by one holder at a time: pins are counted per key, not per holder, so with two the
@@ -484,10 +480,12 @@ class Client:
             keys, pinned_at, _ = item
             codes, t0, t1 = self.call("unpin", self.store.batch_unpin, keys)
             self.failed("unpin", t0, t1, codes, keys)
-            lost = [(-c, f"{k}: its pin was gone") for k, c in zip(keys, codes)
-                    if c == self.miss and not self.log.removed_between(k, pinned_at, t1)]
-            if lost:
-                self.issue("unpin_lost", "unpin", pinned_at, t1, lost)
+            lost = [k for k, c in zip(keys, codes) if c == self.miss and not self.log.removed_between(k, pinned_at, t1)]
+            # A put to a key's new home removes its copy from the previous home, pins and all.
+            moved = [k for k in lost if self.log.put_between(k, pinned_at, t1)]
+            for kind, which in (("unpin_lost_put", moved), ("unpin_lost", [k for k in lost if k not in moved])):
+                if which:
+                    self.issue(kind, "unpin", pinned_at, t1, [(-self.miss, f"{k}: its pin was gone") for k in which])
             # A pin whose unpin failed, not for a removal of its key, may stay on a node (one that held a copy
             # while the key's home was out of placement): it counts as held from then on.
             with self.mu:
@@ -504,16 +502,16 @@ class Client:
         dst = Arena(self.engine, 40 * MiB, rng)
         held = []
         ops = [(self.put, (rng, src)), (self.get, (rng, dst)), (self.exists, (rng,)), (self.remove, (rng,)),
-               (self.pin, (rng, held))]
+               (self.pin, (rng, held)), (self.audit, (rng,))]
         while time.monotonic() < end:
             self.unpin(held, everything=False)
-            fn, args = rng.choices(ops, weights=[35, 45, 8, 5, 3])[0]
+            fn, args = rng.choices(ops, weights=[35, 45, 8, 5, 3, 4])[0]
             fn(*args)
         self.unpin(held, everything=True)
 
 
-def run_client(index: int, members: str, keys: int, threads: int, duration: float, seed: int, out_path: str) -> int:
-    client = Client(index, members, keys, seed)
+def run_client(index: int, metadata: str, keys: int, threads: int, duration: float, seed: int, out_path: str) -> int:
+    client = Client(index, metadata, keys, seed)
     end = time.monotonic() + duration
     crashed = []
 
@@ -535,219 +533,14 @@ def run_client(index: int, members: str, keys: int, threads: int, duration: floa
     with open(out_path, "w") as f:
         json.dump({"counts": client.c, "errors_by_code": client.errors_by_code,
                    "wrong": client.wrong, "issues": client.issues, "pin_intervals": client.pin_intervals,
+                   "missing": client.missing,
                    "store_stats": stats}, f)
     return 1 if crashed else 0
 
 
-# -- the driver's side -------------------------------------------------------------
-def pins_possible(pins: list, t0: float, t1: float) -> int:
-    """How many pages the clients' pins may hold pinned during [t0, t1] (a second either way): those held then,
-    and those whose unpin failed before."""
-    return sum(n if u >= t0 - 1 else lost for p, u, n, lost in pins if p <= t1 + 1)
-
-
-def explain(issue: dict, kills: list, pins: list, nodes: list):
-    """Why `issue` is allowed, or None. `kills`: (node name, killed, back) times; `pins`: Client.pin_intervals."""
-    t0, t1 = issue["start"], issue["end"]
-    if issue["kind"] == "busy_pinned":
-        pinned = int(PINNED.search(issue["message"]).group(1))
-        return "pins held" if pinned <= pins_possible(pins, t0, t1) else None
-    if issue["kind"] not in ("error", "stale", "unpin_lost"):
-        return None
-    near = {n for n, killed, back in kills if killed - 1 <= t1 and t0 <= back + SETTLE_S}
-    if not near or (issue["kind"] == "error" and not set(issue["codes"]) <= RESTART_CODES):
-        return None
-    # The nodes its messages name (by control address or engine) must be among those restarted.
-    named = {n.name for n in nodes if {n.name, *n.segments} & set(issue.get("peers", []))}
-    return "node restart" if named <= near else None
-
-
-# A log line of kvfabric's: its local wall-clock stamp, then the text.
-LOG_LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(\.\d+)?\] (.*)")
-
-
-def clues(issue: dict, nodes: list, client_logs=()) -> dict:
-    """What the nodes and clients logged and the nodes counted near `issue` (two seconds either way): its start
-    in wall-clock time (the logs are stamped with it), the nodes whose count of released pins rose, and the log
-    lines (at most 40)."""
-    t0, t1 = issue.get("start", 0.0), issue.get("end", 0.0)
-    wall = time.time() - time.monotonic()
-    released = [f"{n.name} (incarnation {i}): {r} pins released by {t:.2f}" for n in nodes
-                for t, i, r in n.released if t0 - 2 <= t <= t1 + 2]
-    lines = []
-    logs = [(n.name, path) for n in nodes for path in n.logs] + [(f"client {i}", p) for i, p in enumerate(client_logs)]
-    for who, path in logs:
-        try:
-            with open(path) as f:
-                for line in f:
-                    m = LOG_LINE.match(line)
-                    if not m:
-                        continue
-                    at = time.mktime(time.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")) + float(m.group(2) or 0)
-                    if t0 + wall - 2 <= at <= t1 + wall + 2:
-                        lines.append((at, f"{who}: {line.rstrip()}"))
-        except OSError:
-            pass
-    return {"start_local": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t0 + wall)), "pins_released": released,
-            "log": [text for _, text in sorted(lines)[:40]]}
-
-
-def summarize(clients: list, nodes: list, kills: list, client_logs: list = ()) -> dict:
-    """The clients' and nodes' figures, each issue explained or not."""
-    total = {"counts": Counter(), "errors_by_code": Counter(), "wrong": [], "issues": [], "pin_intervals": []}
-    misses = Counter()
-    for c in clients:
-        for k in ("counts", "errors_by_code"):
-            total[k].update(c[k])
-        misses.update({k[len("misses_"):]: v for k, v in c["store_stats"].items() if k.startswith("misses_")})
-        for k in ("wrong", "issues", "pin_intervals"):
-            total[k] += c[k]
-    node_totals = Counter()
-    for n in nodes:
-        node_totals.update(n.totals())
-    explained, unexplained, explained_list = Counter(), [], []
-    # Every client unpinned what it pinned before it ended: pinned pages left on the nodes are leaked pins,
-    # no more than the unpins that failed (their pins may be on a node that was out of placement then).
-    pins_left = sum(n.done[-1].get("pinned_pages", 0) for n in nodes if n.done)
-    unpins_failed = sum(lost for _, _, _, lost in total["pin_intervals"])
-    if pins_left > unpins_failed:
-        unexplained.append({"kind": "pins_left", "message": f"{pins_left} pinned pages left on the nodes at the end, "
-                                                            f"{unpins_failed} unpins failed"})
-    for issue in total["issues"]:
-        why = explain(issue, kills, total["pin_intervals"], nodes)
-        if why:
-            explained[issue["kind"]] += 1
-            if issue["kind"] != "busy_pinned" or explained["busy_pinned"] <= 20:  # many alike: keep a sample
-                explained_list.append({**issue, "why": why})
-        else:
-            unexplained.append({**issue, "clues": clues(issue, nodes, client_logs)})
-    c = total["counts"]
-    return {"store_ops": c["calls"], "store_gb": (c["put_bytes"] + c["hit_bytes"]) / 1e9, "puts": c["puts"],
-            "put_failures": c["put_failures"], "gets": c["gets"], "hits": c["hits"], "misses": c["misses"],
-            "misses_by_reason": dict(misses), "stale": c["stale"], "exists": c["exists"],
-            "exists_hits": c["exists_hits"], "removes": c["removes"], "removed": c["removed"], "pins": c["pins"],
-            "unpins": c["unpins"], "buffers_too_small": c["buffers_too_small"], "refusals": c["refusals"],
-            "refusals_pinned": c["refusals_pinned"], "pins_left": pins_left, "unpins_failed": unpins_failed,
-            "node_counters": dict(node_totals), "errors_by_code": dict(total["errors_by_code"]),
-            "explained_issues": dict(explained), "explained": explained_list, "unexplained": unexplained,
-            "wrong_bytes": total["wrong"], "node_restarts": len(kills), "node_kills": kills, "nodes": len(nodes), "clients": len(clients)}
-
-
-def summary_line(s: dict) -> str:
-    codes = ", ".join(f"{k} {v}" for k, v in sorted(s["errors_by_code"].items())) or "none"
-    return (f"store: {s['store_ops']} verified operations ({s['puts']} pages put, {s['gets']} got: {s['hits']} hits, "
-            f"{s['misses']} misses {s['misses_by_reason']}, {s['stale']} stale), {s['store_gb']:.2f} GB moved, "
-            f"{s['node_counters'].get('evictions', 0)} evictions, {s['node_restarts']} node restarts, "
-            f"{s['refusals']} refusals (Busy; {s['refusals_pinned']} while the node held pinned pages), "
-            f"per-key errors: {codes}, {len(s['unexplained'])} unexplained, {len(s['wrong_bytes'])} wrong bytes")
-
-
-def store_ok(s: dict) -> bool:
-    return not s["wrong_bytes"] and not s["unexplained"]
-
-
-class Traffic:
-    """The driver's side: nodes and clients started, traffic until `end` (time.monotonic()), a node killed and
-    restarted every `restart_every` seconds, the figures gathered at the end."""
-
-    def __init__(self, nodes: int, clients: int, threads: int, pool_bytes: int, keys: int, end: float,
-                 restart_every: float, seed: int, tmp_prefix: str):
-        import random
-
-        self.rng = random.Random(seed ^ 0x5709E)
-        self.restart_every, self.kills, self.crashes = restart_every, [], []
-        names = [f"127.0.0.1:{free_port()}" for _ in range(nodes)]
-        members = ",".join(names)
-        self.nodes, self.clients = [], []
-        self.outs = [f"{tmp_prefix}-store-client-{i}.json" for i in range(clients)]
-        self.client_logs = [f"{tmp_prefix}-store-client-{i}.log" for i in range(clients)]
-        try:
-            for i, name in enumerate(names):  # all at once
-                self.nodes.append(Node(["tcp", "shm"][i % 2], name, members, pool_bytes, tmp_prefix))
-            for n in self.nodes:
-                n.ready()
-            duration = end - time.monotonic()
-            for i in range(clients):
-                with open(self.client_logs[i], "w") as log:
-                    self.clients.append(subprocess.Popen([sys.executable, __file__, "client", str(i), members,
-                                                          str(keys), str(threads), str(duration), str(seed + 100 + i),
-                                                          self.outs[i]], stderr=log))
-        except BaseException:
-            self.stop()
-            raise
-        self.next_kill = time.monotonic() + restart_every / 2
-
-    def tick(self, now: float, last_kill: float, clean) -> None:
-        """Kills and restarts a random node when one is due (not after `last_kill`); `clean(pid)` removes what a
-        killed process left."""
-        if not self.nodes or now < self.next_kill or now >= last_kill:
-            return
-        node = self.rng.choice(self.nodes)
-        self.check_alive(node)
-        killed = time.monotonic()
-        pid = node.proc.pid
-        node.end(kill=True)
-        clean(pid)
-        node.start()
-        self.kills.append((node.name, killed, time.monotonic()))
-        self.next_kill = time.monotonic() + self.restart_every
-
-    def check_alive(self, node: Node) -> None:
-        if node.proc.poll() is not None:
-            self.crashes.append(f"store node {node.name} ended by itself (exit {node.proc.returncode})")
-
-    def wait(self, timeout: float) -> None:
-        for p in self.clients:
-            p.wait(timeout=timeout)
-
-    def stop(self) -> None:
-        for p in self.clients:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        for n in self.nodes:
-            self.check_alive(n)
-            if n.proc.poll() is None:
-                n.end(kill=False)
-                if n.proc.returncode != 0:
-                    self.crashes.append(f"store node {n.name} exited {n.proc.returncode} when asked to stop")
-
-    def result(self) -> tuple:
-        """(figures, ok)."""
-        clients = []
-        for path in self.outs:
-            try:
-                with open(path) as f:
-                    clients.append(json.load(f))
-                os.unlink(path)
-            except OSError:
-                pass
-        s = summarize(clients, self.nodes, self.kills, self.client_logs)
-        codes = [p.returncode for p in self.clients]
-        s["client_exit_codes"] = codes
-        s["unexplained"] += [{"kind": "process", "message": m} for m in self.crashes]
-        if not s["hits"] or not s["node_counters"].get("evictions"):
-            s["unexplained"].append({"kind": "traffic", "message": f"{s['hits']} hits and "
-                                     f"{s['node_counters'].get('evictions', 0)} evictions: the run needs both"})
-        if codes != [0] * len(codes) or len(clients) < len(self.clients):
-            s["unexplained"].append({"kind": "process", "message": f"store clients exited {codes}, "
-                                                                   f"{len(clients)} reported"})
-        ok = store_ok(s)
-        logs = [path for n in self.nodes for path in n.logs] + self.client_logs
-        if ok:  # the nodes' logs are kept for a failed run, and named in its figures
-            for path in logs:
-                try:
-                    os.unlink(path)
-                except OSError:
-                    pass
-        else:
-            s["node_logs"] = logs
-        return s, ok
-
-
 if __name__ == "__main__":
-    if sys.argv[1] == "node":  # node PROTOCOL LISTEN MEMBERS POOL_BYTES
+    if sys.argv[1] == "node":  # node PROTOCOL LISTEN METADATA POOL_BYTES
         run_node(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
-    else:  # client INDEX MEMBERS KEYS THREADS DURATION SEED OUT
+    else:  # client INDEX METADATA KEYS THREADS DURATION SEED OUT
         a = sys.argv[2:]
         sys.exit(run_client(int(a[0]), a[1], int(a[2]), int(a[3]), float(a[4]), int(a[5]), a[6]))

@@ -50,10 +50,11 @@ struct Node {
   std::unique_ptr<Child> child;
   std::string name;  // control address
   std::vector<std::string> args;  // kvfabric-store-bench serve's
+  int64_t pool = kPool;
 
   bool Start(std::string* error) {
     child = std::make_unique<Child>();
-    std::vector<std::string> argv = {KVF_STORE_BENCH_PATH, "serve", "--listen", name, "--pool", std::to_string(kPool)};
+    std::vector<std::string> argv = {KVF_STORE_BENCH_PATH, "serve", "--listen", name, "--pool", std::to_string(pool)};
     argv.insert(argv.end(), args.begin(), args.end());
     if (!child->Start(argv)) {
       *error = "cannot start the store node";
@@ -122,13 +123,16 @@ class StoreTest : public ::testing::TestWithParam<std::string> {
   bool SharedPools() const { return Variant() != "private"; }
 
   // `extra`: settings NAME=VALUE for the nodes. Nodes are added to nodes_;
-  // those of one call list each other (the static members of p2p).
-  void StartNodes(size_t n, const std::vector<std::string>& extra = {}, const std::string& metadata = "p2p") {
+  // those of one call list each other (the static members of p2p); their
+  // pools are of `pool` bytes.
+  void StartNodes(size_t n, const std::vector<std::string>& extra = {}, const std::string& metadata = "p2p",
+                  int64_t pool = kPool) {
     std::vector<std::string> names;
     for (size_t i = 0; i < n; ++i) names.push_back("127.0.0.1:" + std::to_string(test::FreePort()));
     for (size_t i = 0; i < n; ++i) {
       Node node;
       node.name = names[i];
+      node.pool = pool;
       node.args = {"--protocol", Protocol(), "--metadata", metadata, "--members", Join(names)};
       for (std::string kv : {"store_deadline_ms=2000", "store_read_window_ms=5000", "store_down_retry_ms=300"})
         node.args.insert(node.args.end(), {"--set", kv});
@@ -311,11 +315,13 @@ class StoreTest : public ::testing::TestWithParam<std::string> {
     ASSERT_TRUE(engine_->OpenSegment(info->segment, segment).ok());
   }
 
-  // Where keys live among the nodes named, all with pools of kPool (the
-  // placement every client computes): Home(key) indexes `names`.
-  static store::Placement PlacementOf(const std::vector<std::string>& names) {
+  // Where keys live among the nodes named, with pools of `pools` bytes (of
+  // kPool where not given; the placement every client computes): Home(key)
+  // indexes `names`.
+  static store::Placement PlacementOf(const std::vector<std::string>& names, const std::vector<int64_t>& pools = {}) {
     std::vector<store::Member> members;
-    for (const std::string& n : names) members.push_back({n, static_cast<uint64_t>(kPool)});
+    for (size_t i = 0; i < names.size(); ++i)
+      members.push_back({names[i], static_cast<uint64_t>(i < pools.size() ? pools[i] : kPool)});
     return store::Placement(std::move(members));
   }
 
