@@ -228,6 +228,15 @@ def cmd_mooncake_shim(args: argparse.Namespace, rest: list[str]) -> int:
     return 0
 
 
+def engine_name_for(listen: str) -> str:
+    """The engine address of a store node that listens on `listen`: the same host, a free port; loopback when
+    `listen` is empty (a node of this host alone)."""
+    if not listen:
+        return "127.0.0.1:0"
+    host = listen.rsplit(":", 1)[0] if not listen.startswith("[") else listen[:listen.index("]") + 1]
+    return f"{host}:0"
+
+
 def cmd_store_node(args: argparse.Namespace, rest: list[str]) -> int:
     """A store node that only serves: an engine and a kvfabric.Store with a
     pool, until SIGINT or SIGTERM; its name and segment on one JSON line."""
@@ -243,7 +252,8 @@ def cmd_store_node(args: argparse.Namespace, rest: list[str]) -> int:
         signal.signal(sig, lambda *_: stop.set())
     try:
         pool = parse_bytes(args.pool, "--pool")
-        with Engine(args.engine_name, args.metadata, args.protocol, args.nic_filter, settings) as engine:
+        engine_name = args.engine_name or engine_name_for(args.listen)
+        with Engine(engine_name, args.metadata, args.protocol, args.nic_filter, settings) as engine:
             with Store(engine, pool_bytes=pool, members=args.members or None, listen=args.listen or None,
                        settings=settings) as store:
                 print(json.dumps({"name": store.name, "segment": engine.name, "pool_bytes": pool,
@@ -306,7 +316,8 @@ def build_parser() -> argparse.ArgumentParser:
     sn.add_argument("--metadata", default="p2p", help="p2p, etcd://HOST:PORT or http://HOST:PORT/PATH")
     sn.add_argument("--protocol", default="auto")
     sn.add_argument("--nic_filter", default="")
-    sn.add_argument("--engine_name", default="127.0.0.1:0", help="the engine's address, host:port (0: a free port)")
+    sn.add_argument("--engine_name", default="",
+                    help="the engine's address, host:port (0: a free port; default: --listen's host, or 127.0.0.1)")
     sn.add_argument("--setting", action="append", default=[], metavar="KVF_NAME=VALUE",
                     help="any kvfabric setting, repeatable")
     sn.add_argument("--stats_every", type=float, default=0, help="seconds between counter lines (0: none)")

@@ -203,9 +203,10 @@ Status Engine::Create(const EngineConfig& config, std::unique_ptr<Engine>* out) 
   Impl& e = *impl;
   KVF_RETURN_IF_ERROR(engine::ResolveSettings(config, &e.settings));
   e.metadata = config.metadata;
-  KVF_RETURN_IF_ERROR(engine::OpenMetadata(config.metadata, e.settings, &e.store));
   engine::ListenAddress listen;
   KVF_RETURN_IF_ERROR(engine::ResolveListenAddress(config.local_server_name, &listen));
+  KVF_RETURN_IF_ERROR(engine::CheckAdvertisedHost(listen.host, config.metadata));
+  KVF_RETURN_IF_ERROR(engine::OpenMetadata(config.metadata, e.settings, &e.store));
   // One engine at a time writes and reads the environment (EnvironmentLock).
   std::unique_lock<std::recursive_mutex> env(EnvironmentLock());
   const Status cuda = PrepareLibfabric(e.settings);

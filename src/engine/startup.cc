@@ -1,6 +1,7 @@
 #include "engine/startup.h"
 
 #include "common/log.h"
+#include "common/text.h"
 #include "memory/cuda.h"
 #include "metadata/frame.h"
 #include "net/address.h"
@@ -37,6 +38,18 @@ Status ResolveListenAddress(const std::string& local_server_name, ListenAddress*
   const bool v6 = resolved.family() == AF_INET6;
   a.bind_ip = !v6 ? resolved.ip() : resolved.loopback() ? "127.0.0.1" : "";
   *out = std::move(a);
+  return Status::OK();
+}
+
+Status CheckAdvertisedHost(const std::string& host, const std::string& metadata) {
+  if (!net::IsLoopbackName(host)) return Status::OK();
+  for (const std::string& h : metadata::StoreHosts(metadata))
+    if (!net::IsLoopbackName(h))
+      return Status::InvalidArgument(text::Format(
+          "local_server_name: this engine would advertise {}, a loopback address, in metadata {} that other hosts "
+          "read: peers there would connect to themselves. Set local_server_name to this host's address on the "
+          "network its peers share (HOST:0; kvfabric store-node: --listen HOST:PORT or --engine_name HOST:0)",
+          host, metadata));
   return Status::OK();
 }
 

@@ -35,6 +35,13 @@ struct ListenAddress {
 };
 Status ResolveListenAddress(const std::string& local_server_name, ListenAddress* out);
 
+// 3b. Whether peers can reach the host this engine advertises: a loopback
+// host (net::IsLoopbackName) published to a metadata store that another
+// host reads (one of its hosts is not loopback) would send every peer
+// there to itself. InvalidArgument saying what to set; OK otherwise (p2p:
+// a peer names this engine itself, so it knows what it can reach).
+Status CheckAdvertisedHost(const std::string& host, const std::string& metadata);
+
 // 4. (RailSet::Open opens the rails.)
 
 // 5. Which rails are near which memory: sysfs, the CUDA driver's device

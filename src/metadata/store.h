@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kvfabric/settings.h"
 #include "kvfabric/status.h"
@@ -62,6 +63,10 @@ class MetadataStore {
 bool IsStoreUri(const std::string& metadata);
 // Whether `metadata` is "p2p" or "P2PHANDSHAKE" (any case): no store.
 bool IsP2pUri(const std::string& metadata);
+
+// The hosts an etcd:// or http:// URI names, in order ("etcd://a:2379,b:2379"
+// -> a, b); none for anything else.
+std::vector<std::string> StoreHosts(const std::string& uri);
 
 // Connects to the store `uri` names; Unavailable for an unknown scheme,
 // NetworkError when no endpoint answers.

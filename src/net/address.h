@@ -40,6 +40,11 @@ Status ResolveHost(const std::string& host, SocketAddress* out);
 // same port and hosts that resolve to the same address. False when either
 // does not parse or resolve.
 bool SameEndpoint(const std::string& a, const std::string& b);
+// Whether `host` names this host's loopback by its text alone: "localhost",
+// an IPv4 literal in 127.0.0.0/8, "::1" or such an IPv4 address mapped to
+// IPv6 (brackets allowed). Any other
+// name is taken to be reachable: nothing is resolved.
+bool IsLoopbackName(const std::string& host);
 // Resolves `host` to an IPv4 address string: for the fabric's own addressing,
 // which is IPv4 only.
 Status ResolveIPv4(const std::string& host, std::string* ip);

@@ -43,6 +43,12 @@ TEST(AddressTest, ParseHostPortIPv6) {
     EXPECT_EQ(ParseHostPort(bad, &h, &p).code(), Status::Code::kInvalidArgument) << bad;
 }
 
+TEST(AddressTest, LoopbackNamesAreKnownByTheirText) {
+  for (const char* h : {"localhost", "127.0.0.1", "127.1.2.3", "::1", "[::1]", "::ffff:127.0.0.1"}) EXPECT_TRUE(IsLoopbackName(h)) << h;
+  for (const char* h : {"10.0.0.1", "0.0.0.0", "::", "fe80::1", "::ffff:10.0.0.1", "node-1", "128.0.0.1", ""})
+    EXPECT_FALSE(IsLoopbackName(h)) << h;
+}
+
 TEST(AddressTest, FormatHostPortRoundTrips) {
   EXPECT_EQ(FormatHostPort("::1", 15000), "[::1]:15000");
   EXPECT_EQ(FormatHostPort("fe80::1", 0), "[fe80::1]:0");

@@ -23,15 +23,25 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // The control service's address: store_listen, or the engine's host and any port.
+// The node's control address: KVF_STORE_LISTEN, or its engine's host with
+// a free port. A control address other hosts can reach beside an engine
+// they cannot (loopback) is refused: clients there would find the node
+// and fail every transfer with it.
 Status ListenAddress(const Engine& engine, const Settings& settings, std::string* out) {
-  if (!settings.store_listen.empty()) {
-    *out = settings.store_listen;
-    return Status::OK();
-  }
-  std::string host;
+  std::string host, listen_host;
   uint16_t port = 0;
   KVF_RETURN_IF_ERROR(net::ParseHostPort(engine.name(), &host, &port).Annotate("store: the engine's name"));
-  *out = net::FormatHostPort(host, 0);
+  if (settings.store_listen.empty()) {
+    *out = net::FormatHostPort(host, 0);
+    return Status::OK();
+  }
+  KVF_RETURN_IF_ERROR(net::ParseHostPort(settings.store_listen, &listen_host, &port).Annotate("KVF_STORE_LISTEN"));
+  if (net::IsLoopbackName(host) && !net::IsLoopbackName(listen_host))
+    return Status::InvalidArgument(text::Format(
+        "store: this node listens on {} but its engine advertises {}, a loopback address other hosts cannot reach; "
+        "give the engine this host's address (local_server_name {}; kvfabric store-node: --engine_name {})",
+        settings.store_listen, engine.name(), net::FormatHostPort(listen_host, 0), net::FormatHostPort(listen_host, 0)));
+  *out = settings.store_listen;
   return Status::OK();
 }
 
