@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import sys
 import sysconfig
@@ -82,6 +83,25 @@ def _loaded_libfabrics() -> set[str]:
     return found
 
 
+MEMLOCK_ADVICE = ("raise it to unlimited: `ulimit -l unlimited` in the shell that starts kvfabric, "
+                  "`--ulimit memlock=-1:-1` for a container, LimitMEMLOCK=infinity for a systemd unit, or "
+                  "'* - memlock unlimited' in /etc/security/limits.conf (then log in again)")
+
+
+def memlock_check(soft: int, pinning: list[str]) -> tuple[str, str, str]:
+    """The doctor's row for the locked-memory limit `soft` (bytes; resource.RLIM_INFINITY for none), given the
+    providers found here that pin registered memory against it (efa, verbs): a limited memlock is a failure
+    where one is present (registering a KV pool fails once the limit is reached) and a note elsewhere."""
+    if soft == resource.RLIM_INFINITY:
+        return ("ok", "locked-memory limit (ulimit -l): unlimited", "")
+    shown = f"{soft // 1024} KiB" if soft < (1 << 30) else f"{soft / (1 << 30):.1f} GiB"
+    if pinning:
+        return ("fail", f"locked-memory limit (ulimit -l) is {shown}: {', '.join(pinning)} pin every registered "
+                        "buffer against it, so registering more fails", MEMLOCK_ADVICE)
+    return ("ok", f"locked-memory limit (ulimit -l) is {shown}",
+            "tcp and shm do not pin registered memory; on EFA and verbs hosts, " + MEMLOCK_ADVICE)
+
+
 def doctor_checks() -> list[tuple[str, str, str]]:
     """(level, check, advice) rows: level is ok, warn or fail."""
     rows = []
@@ -98,6 +118,7 @@ def doctor_checks() -> list[tuple[str, str, str]]:
                      "keep only the system one (/opt/amazon/efa/lib): a second copy (bundled in a wheel, or "
                      "NCCL's) makes one of them lose the EFA device"))
     any_rail = False
+    pinning = []  # providers whose registrations count against the locked-memory limit
     for p in PROTOCOLS:
         doms = _core.fabric_domains(p)
         if not doms:
@@ -105,6 +126,8 @@ def doctor_checks() -> list[tuple[str, str, str]]:
                          "" if p != "efa" else "no EFA device: transfers use tcp (software RMA, far below line rate)"))
             continue
         any_rail = True
+        if p in ("efa", "verbs"):
+            pinning.append(p)
         names = ", ".join(d["domain"] for d in doms)
         rows.append(("ok", f"{p}: {len(doms)} rail(s) ({doms[0]['provider']}): {names}", ""))
         if p == "efa":
@@ -120,6 +143,7 @@ def doctor_checks() -> list[tuple[str, str, str]]:
                          "fine for development and tests; use efa or verbs for line rate"))
     if not any_rail:
         rows.append(("fail", "no libfabric provider is usable", "install libfabric (apt install libfabric1) or the EFA software"))
+    rows.append(memlock_check(resource.getrlimit(resource.RLIMIT_MEMLOCK)[0], pinning))
     if os.environ.get("FI_HMEM") is None and os.path.exists("/dev/nvidiactl"):
         rows.append(("warn", "GPUs present and FI_HMEM unset",
                      "GPU buffers need a provider with FI_HMEM (efa); processes that never touch GPU memory can set "

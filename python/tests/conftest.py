@@ -135,3 +135,27 @@ def http_metadata_uri():
     yield line.split("metadata ", 1)[1].strip()
     proc.terminate()
     proc.wait()
+
+
+# The lab's two hosts (tests/lab/lab.sh): network namespaces A and B joined
+# by one link, A at 10.77.0.1 and B at 10.77.0.2, named for this process.
+LAB = os.path.join(HERE, "..", "..", "tests", "lab", "lab.sh")
+LAB_ENV = dict(os.environ, KVF_LAB_PREFIX=f"kvfpy{os.getpid()}", KVF_LOG_LEVEL="warn")
+LAB_HOSTS = {"A": "10.77.0.1", "B": "10.77.0.2"}
+
+
+def in_host(host: str, *cmd: str) -> list:
+    """`cmd` run inside the lab's host `host`."""
+    return [LAB, "exec", host, *cmd]
+
+
+@pytest.fixture(scope="session")
+def lab():
+    """The lab's two hosts, up for the session; skipped with the lab's reason where it cannot run (it needs
+    root and network namespaces)."""
+    up = subprocess.run([LAB, "up", "--rails", "1", "--rates", "none"], env=LAB_ENV, capture_output=True, text=True)
+    if up.returncode == 77:
+        pytest.skip(up.stderr.strip())
+    assert up.returncode == 0, up.stderr
+    yield LAB_HOSTS
+    subprocess.run([LAB, "down"], env=LAB_ENV, capture_output=True)

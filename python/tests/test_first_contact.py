@@ -15,33 +15,17 @@ import sys
 import time
 
 import pytest
+from conftest import LAB_ENV as ENV
+from conftest import LAB_HOSTS as HOSTS
+from conftest import in_host
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
-LAB = os.path.join(ROOT, "tests", "lab", "lab.sh")
-ENV = dict(os.environ, KVF_LAB_PREFIX=f"kvffc{os.getpid()}", KVF_LOG_LEVEL="warn")
-HOSTS = {"A": "10.77.0.1", "B": "10.77.0.2"}
-
-
 def readme_command(prefix: str) -> str:
     """The README's command that starts with `prefix`, as printed (between backticks)."""
     with open(os.path.join(ROOT, "README.md")) as f:
         m = re.search(r"`(" + re.escape(prefix) + r"[^`]*)`", f.read())
     assert m, f"README.md has no `{prefix}...` command"
     return m.group(1)
-
-
-def in_host(host: str, *cmd: str) -> list:
-    return [LAB, "exec", host, *cmd]
-
-
-@pytest.fixture(scope="module")
-def lab():
-    up = subprocess.run([LAB, "up", "--rails", "1", "--rates", "none"], env=ENV, capture_output=True, text=True)
-    if up.returncode == 77:
-        pytest.skip(up.stderr.strip())
-    assert up.returncode == 0, up.stderr
-    yield
-    subprocess.run([LAB, "down"], env=ENV, capture_output=True)
 
 
 @pytest.fixture(params=["etcd", "http"])

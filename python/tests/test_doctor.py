@@ -1,0 +1,38 @@
+"""kvfabric doctor's locked-memory check: the limit it reads and what it says to do."""
+
+import json
+import resource
+import subprocess
+import sys
+
+from kvfabric.cli import memlock_check
+
+
+def test_a_limited_memlock_fails_where_a_provider_pins_registered_memory():
+    level, check, advice = memlock_check(8 << 20, ["efa"])
+    assert level == "fail"
+    assert "8192 KiB" in check and "efa" in check
+    assert "ulimit -l unlimited" in advice and "--ulimit memlock=-1:-1" in advice and "LimitMEMLOCK" in advice
+    assert memlock_check(8 << 20, ["efa", "verbs"])[0] == "fail"
+    assert memlock_check(64 << 30, ["verbs"])[1].startswith("locked-memory limit (ulimit -l) is 64.0 GiB")
+
+
+def test_unlimited_or_no_pinning_provider_passes():
+    assert memlock_check(resource.RLIM_INFINITY, ["efa"]) == ("ok", "locked-memory limit (ulimit -l): unlimited", "")
+    level, check, advice = memlock_check(8 << 20, [])
+    assert level == "ok" and "8192 KiB" in check and "ulimit -l unlimited" in advice
+
+
+def test_doctor_reads_the_limit_of_its_process():
+    hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]
+    soft = 8 << 20 if hard == resource.RLIM_INFINITY or hard >= 8 << 20 else hard
+
+    def lower():
+        resource.setrlimit(resource.RLIMIT_MEMLOCK, (soft, hard))
+
+    r = subprocess.run([sys.executable, "-m", "kvfabric", "doctor", "--json"], capture_output=True, text=True,
+                       timeout=60, preexec_fn=lower)
+    rows = json.loads(r.stdout)
+    memlock = [x for x in rows if x["check"].startswith("locked-memory limit")]
+    assert len(memlock) == 1, rows
+    assert f"{soft // 1024} KiB" in memlock[0]["check"]
