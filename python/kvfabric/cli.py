@@ -301,8 +301,21 @@ def cmd_top(args: argparse.Namespace, rest: list[str]) -> int:
     return run(args.endpoints, args.interval)
 
 
+def version_text() -> str:
+    """kvfabric's version, and the libfabric it loaded and was built against."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        mine = version("kvfabric")
+    except PackageNotFoundError:
+        mine = "(not installed)"
+    v = _core.libfabric_versions()
+    return f"kvfabric {mine} (libfabric {v['library']} loaded, built against {v['headers']})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="kvfabric", description="kvfabric transfer engine tools")
+    ap.add_argument("--version", action="version", version=version_text())
     sub = ap.add_subparsers(dest="command", required=True)
     b = sub.add_parser("bench", help="the C++ benchmark (kvfabric-bench); other flags pass through",
                        description="Runs kvfabric-bench. Flags after the mode pass through unchanged, for example: "

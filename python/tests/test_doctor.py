@@ -1,4 +1,4 @@
-"""kvfabric doctor's locked-memory check: the limit it reads and what it says to do."""
+"""kvfabric doctor's locked-memory check (the limit it reads and what it says to do), and kvfabric --version."""
 
 import json
 import resource
@@ -36,3 +36,12 @@ def test_doctor_reads_the_limit_of_its_process():
     memlock = [x for x in rows if x["check"].startswith("locked-memory limit")]
     assert len(memlock) == 1, rows
     assert f"{soft // 1024} KiB" in memlock[0]["check"]
+
+
+def test_version_names_kvfabric_and_the_libfabric_it_loaded():
+    from importlib.metadata import version
+
+    r = subprocess.run([sys.executable, "-m", "kvfabric", "--version"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"kvfabric {version('kvfabric')} (libfabric "), r.stdout
+    assert "loaded, built against" in r.stdout
