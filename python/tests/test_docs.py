@@ -1,0 +1,36 @@
+"""The docs name only what exists: every KVF_ name in README.md and docs/ is a declared setting
+(include/kvfabric/settings.def), a C API constant (include/, codes.h's X-macros included), a build option
+(CMakeLists.txt), or a variable the Python package reads."""
+
+import glob
+import os
+import re
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+NAME = re.compile(r"\bKVF_[A-Z0-9_]*[A-Z0-9]\b(?!\*)")
+
+
+def read(pattern: str) -> str:
+    return "".join(open(p, errors="replace").read() for p in glob.glob(os.path.join(ROOT, pattern), recursive=True))
+
+
+def known_names() -> set:
+    text = read("include/**/*.h") + read("include/**/*.def") + read("CMakeLists.txt") + read("python/kvfabric/**/*.py")
+    names = set(NAME.findall(text))
+    codes = read("include/kvfabric/codes.h")
+    names |= {"KVF_" + c for c in re.findall(r"X\(\d+, \w+, (\w+),", codes)}
+    return names
+
+
+def test_every_kvf_name_the_docs_use_exists():
+    docs = {p: open(p).read() for p in [os.path.join(ROOT, "README.md"), *glob.glob(os.path.join(ROOT, "docs", "*.md"))]}
+    known = known_names()
+    unknown = sorted({(os.path.relpath(p, ROOT), n) for p, text in docs.items() for n in NAME.findall(text)
+                      if n not in known})
+    assert not unknown, f"names the docs use and nothing declares: {unknown}"
+
+
+def test_the_check_catches_a_name_nothing_declares():
+    assert "KVF_STORE_POOL_BYTES" in known_names()
+    assert "KVF_EINVAL" in known_names()
+    assert "KVF_STORE_POOL_SIZE" not in known_names()
