@@ -53,7 +53,8 @@ struct Settings {
   // Overlays every KVF_* variable present in the environment. A value that
   // does not parse or is not allowed (a choice not listed, a number out of
   // range) is an InvalidArgument naming the variable, the value and what is
-  // allowed; nothing is changed then.
+  // allowed; nothing is changed then. A KVF_* variable that is no setting
+  // but near one (NearestSetting) is logged at warning, once per process.
   Status ApplyEnvironment();
   // Sets one setting by field name or variable name ("tx_depth" or
   // "KVF_TX_DEPTH"), checked as ApplyEnvironment checks it; unchanged on error.
@@ -70,6 +71,11 @@ struct Settings {
   Status Validate() const;
 
   static const std::vector<SettingInfo>& Table();
+  // The declared variable `name` most likely misspells: the nearest by
+  // edit distance within 4, else one whose words contain `name`'s after
+  // "KVF_" ("KVF_TOKEN" -> "KVF_AUTH_TOKEN"); "" when none is near (a
+  // variable of another tool) or `name` is declared.
+  static std::string NearestSetting(const std::string& name);
   // The documentation table (Markdown), as written to docs/settings.md.
   static std::string MarkdownTable();
 };

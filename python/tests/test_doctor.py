@@ -1,4 +1,5 @@
-"""kvfabric doctor's locked-memory check (the limit it reads and what it says to do), and kvfabric --version."""
+"""kvfabric doctor's locked-memory check (the limit it reads and what it says to do), kvfabric --version, and
+the warning for a KVF_ variable that misspells a setting."""
 
 import json
 import resource
@@ -45,3 +46,16 @@ def test_version_names_kvfabric_and_the_libfabric_it_loaded():
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith(f"kvfabric {version('kvfabric')} (libfabric "), r.stdout
     assert "loaded, built against" in r.stdout
+
+
+def test_a_misspelled_variable_is_warned_of_with_the_setting_it_meant():
+    import os
+
+    code = "import kvfabric\nfor _ in range(2): kvfabric.Engine(protocol='tcp').close()"
+    env = dict(os.environ, KVF_STORE_POOL_SIZE="1gb", KVF_MOONCAKE_SHIM="1", KVF_LOG_LEVEL="warn")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "KVF_STORE_POOL_SIZE is set in the environment but is no kvfabric setting" in r.stderr
+    assert "did you mean KVF_STORE_POOL_BYTES?" in r.stderr
+    assert "KVF_MOONCAKE_SHIM" not in r.stderr, "another tool's variable is not a misspelling"
+    assert r.stderr.count("KVF_STORE_POOL_SIZE") == 1, "warned once per process"

@@ -1,12 +1,18 @@
 #include "kvfabric/settings.h"
 
+#include <unistd.h>  // environ
+
+#include <cctype>
 #include <charconv>
 #include <cstdlib>
+#include <set>
 #include <sstream>
 #include <string_view>
 #include <utility>
 
 #include "common/environment.h"
+#include "common/log.h"
+#include "common/text.h"
 
 namespace kvfabric {
 namespace {
@@ -18,6 +24,11 @@ constexpr int64_t MiB = Settings::MiB;
 constexpr int64_t GiB = Settings::GiB;
 constexpr int64_t TiB = GiB << 10;
 constexpr int64_t kNoMaximum = std::numeric_limits<int64_t>::max();
+
+std::string Upper(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
 
 constexpr SettingRange AtLeast(int64_t min) { return {min, kNoMaximum, false}; }
 constexpr SettingRange Between(int64_t min, int64_t max) { return {min, max, false}; }
@@ -315,7 +326,26 @@ Status Settings::Set(const std::string& name, const std::string& value) {
   KVF_MATCH(field, env) return ParseDuration(#env, value, kUnit_##unit, range, &field);
 #include "kvfabric/settings.def"
 #undef KVF_MATCH
-  return Status::NotFound("no setting named '" + name + "' (see docs/settings.md)");
+  const std::string near = NearestSetting(name.rfind("KVF_", 0) == 0 ? name : "KVF_" + Upper(name));
+  return Status::NotFound("no setting named '" + name + "'" + (near.empty() ? "" : "; did you mean " + near + "?") +
+                          " (see docs/settings.md)");
+}
+
+std::string Settings::NearestSetting(const std::string& name) {
+  std::string best;
+  size_t best_distance = 5;  // within 4
+  const std::string words = "_" + name.substr(std::min<size_t>(name.size(), 4)) + "_";
+  for (const SettingInfo& s : Table()) {
+    if (s.env == name) return "";
+    const std::string theirs = "_" + s.env.substr(4) + "_";
+    const size_t d = text::EditDistance(name, s.env);
+    const bool contained = words.size() > 2 && theirs.find(words) != std::string::npos;
+    if (d < best_distance || (contained && best.empty())) {
+      best = s.env;
+      best_distance = std::min(d, best_distance);
+    }
+  }
+  return best;
 }
 
 Status Settings::Assign(const std::string& name_value) {
@@ -362,8 +392,28 @@ Status Settings::Validate() const {
   return Status::OK();
 }
 
+namespace {
+// Warns of each KVF_* variable of the environment that is no setting but
+// near one, once per process (EnvironmentLock held).
+void WarnOfMisspelledVariables() {
+  static std::set<std::string> warned;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    if (!entry.starts_with("KVF_")) continue;
+    const std::string name(entry.substr(0, entry.find('=')));
+    if (warned.contains(name)) continue;
+    const std::string near = Settings::NearestSetting(name);
+    if (near.empty()) continue;
+    warned.insert(name);
+    KVF_LOG_WARN("{} is set in the environment but is no kvfabric setting, so it is ignored; did you mean {}? "
+                 "(docs/settings.md lists them)", name, near);
+  }
+}
+}  // namespace
+
 Status Settings::ApplyEnvironment() {
   std::lock_guard<std::recursive_mutex> env(EnvironmentLock());
+  WarnOfMisspelledVariables();
   Settings next = *this;
   for (const auto& s : Table()) {
     const char* v = std::getenv(s.env.c_str());  // the only getenv of KVF_* variables

@@ -89,6 +89,22 @@ std::string Refusal(Settings* s, const std::string& name, const std::string& val
   return st.message();
 }
 
+// A name that is no setting is matched to the declared one it most likely
+// misspells, and only then: other tools' KVF_ variables are far from all.
+TEST(SettingsTest, AMisspelledNameIsMatchedToTheSettingItMeant) {
+  EXPECT_EQ(Settings::NearestSetting("KVF_STORE_POOL_SIZE"), "KVF_STORE_POOL_BYTES");
+  EXPECT_EQ(Settings::NearestSetting("KVF_LOGLEVEL"), "KVF_LOG_LEVEL");
+  EXPECT_EQ(Settings::NearestSetting("KVF_TOKEN"), "KVF_AUTH_TOKEN");
+  EXPECT_EQ(Settings::NearestSetting("KVF_TX_DEPTH"), "") << "a declared name";
+  for (const char* other : {"KVF_MOONCAKE_SHIM", "KVF_HICACHE_STAGING_BYTES", "KVF_HICACHE_PROTOCOL",
+                            "KVF_FAKE_CUDA_PATH", "KVF_LAB_PREFIX", "KVF_SGLANG_SRC"})
+    EXPECT_EQ(Settings::NearestSetting(other), "") << other;
+  Settings s;
+  const Status st = s.Set("store_pool_size", "1gb");
+  EXPECT_EQ(st.code(), Status::Code::kNotFound);
+  EXPECT_NE(st.message().find("did you mean KVF_STORE_POOL_BYTES?"), std::string::npos) << st.ToString();
+}
+
 TEST(SettingsTest, ChoicesAreDeclaredWithTheirValues) {
   EXPECT_EQ(Info("log_level").choices, (std::vector<std::string>{"trace", "debug", "info", "warn", "error", "off"}));
   EXPECT_EQ(Info("post_mode").choices, (std::vector<std::string>{"auto", "direct", "progress"}));

@@ -1,5 +1,8 @@
 #include "common/text.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "common/hex.h"
 
 namespace kvfabric::text {
@@ -8,6 +11,21 @@ std::string Range(uint64_t addr, uint64_t len) { return Format("[{}, +{})", hex:
 
 std::string RailLabel(size_t index, std::string_view provider, std::string_view domain) {
   return Format("rail {} ({} {})", index, provider, domain);
+}
+
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({above + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1] ? 1 : 0)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
 }
 
 }  // namespace kvfabric::text

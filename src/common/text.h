@@ -24,4 +24,8 @@ std::string Range(uint64_t addr, uint64_t len);
 // "rail 2 (tcp;ofi_rxm lo)": a local rail by index, provider and domain.
 std::string RailLabel(size_t index, std::string_view provider, std::string_view domain);
 
+// The Levenshtein distance: single-character insertions, deletions and
+// substitutions that turn `a` into `b`.
+size_t EditDistance(std::string_view a, std::string_view b);
+
 }  // namespace kvfabric::text
