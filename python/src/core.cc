@@ -510,7 +510,7 @@ NB_MODULE(_core, m) {
         PyErr_SetString(PyExc_RuntimeError, e.status.ToString().c_str());
         return;
       }
-      nb::object exc = cls(nb::str(e.status.ToString().c_str()), nb::int_(code));
+      nb::object exc = cls(nb::str(e.status.message().c_str()), nb::int_(code));  // the class names the code
       PyErr_SetObject(cls.ptr(), exc.ptr());
     }
   });
