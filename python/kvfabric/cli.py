@@ -33,11 +33,19 @@ def _exec_tool(name: str, args: list[str]) -> int:
 
 
 def cmd_bench(args: argparse.Namespace, rest: list[str]) -> int:
-    return _exec_tool("kvfabric-bench", [f"--mode={args.mode}"] + rest)
+    return _exec_tool("kvfabric-bench", ([f"--mode={args.mode}"] if args.mode else []) + rest)
 
 
 def cmd_metadata_server(args: argparse.Namespace, rest: list[str]) -> int:
     return _exec_tool("kvfabric-metadata-server", rest)
+
+
+def cmd_store_bench(args: argparse.Namespace, rest: list[str]) -> int:
+    return _exec_tool("kvfabric-store-bench", rest)
+
+
+def cmd_settings(args: argparse.Namespace, rest: list[str]) -> int:
+    return _exec_tool("kvfabric-settings", rest)
 
 
 def cmd_probe(args: argparse.Namespace, rest: list[str]) -> int:
@@ -317,24 +325,32 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="kvfabric", description="kvfabric transfer engine tools")
     ap.add_argument("--version", action="version", version=version_text())
     sub = ap.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("bench", help="the C++ benchmark (kvfabric-bench); other flags pass through",
+    # The tools that take their own flags show their own --help.
+    b = sub.add_parser("bench", help="the C++ benchmark (kvfabric-bench); other flags pass through", add_help=False,
                        description="Runs kvfabric-bench. Flags after the mode pass through unchanged, for example: "
                                    "kvfabric bench initiator --protocol=tcp --segment_id=HOST:PORT --operation=write")
-    b.add_argument("mode", choices=["target", "initiator"])
+    b.add_argument("mode", nargs="?", choices=["target", "initiator"])
     b.set_defaults(fn=cmd_bench)
     m = sub.add_parser("metadata-server", help="the http:// metadata store (GET/PUT/DELETE ?key=, ttl, prefix listing); flags pass through",
+                       add_help=False,
                        description="Runs kvfabric-metadata-server: --host (127.0.0.1), --port (8080; 0 picks one), "
                                    "--path (/metadata), size and time bounds, --require_auth (writes signed with "
                                    "KVF_AUTH_TOKEN); see its --help. Engines then use metadata "
                                    "http://HOST:PORT/metadata.")
     m.set_defaults(fn=cmd_metadata_server)
+    sb = sub.add_parser("store-bench", help="the store's benchmark (kvfabric-store-bench: local, serve, client); "
+                                            "flags pass through", add_help=False)
+    sb.set_defaults(fn=cmd_store_bench)
+    st = sub.add_parser("settings", help="the settings in force, from the environment (kvfabric-settings; --markdown: "
+                                         "the table of docs/settings.md)", add_help=False)
+    st.set_defaults(fn=cmd_settings)
     p = sub.add_parser("probe", help="is a peer reachable; handshake, open and warmup times")
     p.add_argument("peer", help="the peer's segment name, host:port")
     p.add_argument("--protocol", default="auto")
     p.add_argument("--nic_filter", default="")
     p.set_defaults(fn=cmd_probe)
     t = sub.add_parser("topo", help="rails with NUMA node and PCI address, GPUs and their nearest rails (JSON); "
-                                    "flags pass through to kvfabric-topo",
+                                    "flags pass through to kvfabric-topo", add_help=False,
                        description="Runs kvfabric-topo: --protocol (auto), --device_name, --topology_file.")
     t.set_defaults(fn=cmd_topo)
     d = sub.add_parser("doctor", help="check this host for known EFA/libfabric pitfalls")
@@ -388,7 +404,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     args, rest = ap.parse_known_args(argv)
-    if rest and args.command not in ("bench", "metadata-server", "topo"):
+    if rest and args.command not in ("bench", "metadata-server", "topo", "store-bench", "settings"):
         ap.error("unrecognized arguments: " + " ".join(rest))
     return args.fn(args, rest)
 
