@@ -340,3 +340,23 @@ def test_a_member_that_comes_late_receives_its_keys_from_the_others():
                 p.stdin.write("quit\n")
                 p.stdin.flush()
                 p.wait(timeout=15)
+
+
+def test_members_joining_and_leaving_are_logged(http_metadata_uri, capfd):
+    """A client says at info level when a member joins placement and when one leaves the metadata store."""
+    cluster = f"log{os.getpid()}"
+    settings = {"KVF_STORE_CLUSTER": cluster, "KVF_STORE_MEMBERSHIP_REFRESH_MS": 200, "KVF_LOG_LEVEL": "info"}
+    with kvfabric.Engine(protocol="tcp", metadata=http_metadata_uri, settings=settings) as node_engine, \
+            kvfabric.Engine(protocol="tcp", metadata=http_metadata_uri, settings=settings) as engine:
+        node = kvfabric.Store(node_engine, pool_bytes=8 << 20, settings=settings)
+        store = kvfabric.Store(engine, settings=settings)
+        assert store.members() == [node.name]
+        node.close()
+        deadline = time.monotonic() + 5
+        while store.members() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert store.members() == []
+        store.close()
+    err = capfd.readouterr().err
+    assert f"store member {node.name} joined placement" in err
+    assert f"store member {node.name} left: its record is gone from" in err

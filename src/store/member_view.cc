@@ -87,7 +87,13 @@ void MemberView::Refresh() {
     std::lock_guard<std::mutex> g(mu_);
     std::set<std::string> names;
     for (const MemberRecord& r : listed) names.insert(r.name);
-    std::erase_if(known_, [&](const auto& k) { return !names.contains(k.first); });
+    std::erase_if(known_, [&](const auto& k) {
+      if (names.contains(k.first)) return false;
+      if (k.second.view != nullptr)
+        KVF_LOG_INFO("store member {} left: its record is gone from {}; its keys home on the other members now",
+                     k.first, membership_->Describe());
+      return true;
+    });
     std::erase_if(greet_locks_, [&](const auto& k) { return !names.contains(k.first); });
     const auto now = Clock::now();
     for (const std::string& name : names) {
