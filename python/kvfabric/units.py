@@ -7,8 +7,10 @@ from typing import Any, Iterator, Optional, Sequence
 
 __all__ = ["parse_bytes", "runs_within", "latency_bound"]
 
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
-          "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
+# The suffixes KVF_* byte settings take too (src/common/settings.cc, ParseBytes): powers of 1024, any case.
+_UNITS = {"": 1, "b": 1}
+for _i, _p in enumerate("kmgt", 1):
+    _UNITS.update({_p: 1 << (10 * _i), _p + "b": 1 << (10 * _i), _p + "i": 1 << (10 * _i), _p + "ib": 1 << (10 * _i)})
 
 
 def parse_bytes(value: Any, what: str) -> int:

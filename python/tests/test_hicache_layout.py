@@ -58,6 +58,7 @@ def test_page_buffers_group_each_pages_buffers_in_order():
 def test_byte_counts_parse_with_binary_units_and_refuse_nonsense():
     assert parse_bytes(4096, "x") == 4096
     assert parse_bytes("4gb", "x") == 4 << 30
+    assert parse_bytes("4Gi", "x") == parse_bytes("4GiB", "x") == parse_bytes("4g", "x") == 4 << 30
     assert parse_bytes("512 MiB", "x") == 512 << 20
     assert parse_bytes("1.5k", "x") == 1536
     for bad in ("lots", "-1", "4 parsecs", True, ""):

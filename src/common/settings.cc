@@ -233,14 +233,14 @@ Status ParseBytes(const std::string& name, const std::string& v, const SettingRa
   const std::string suffix = Lower(Trim(rest));
   int64_t scale = 0;
   if (suffix.empty() || suffix == "b") scale = 1;
-  else if (suffix == "k" || suffix == "ki" || suffix == "kib") scale = KiB;
-  else if (suffix == "m" || suffix == "mi" || suffix == "mib") scale = MiB;
-  else if (suffix == "g" || suffix == "gi" || suffix == "gib") scale = GiB;
-  else if (suffix == "t" || suffix == "ti" || suffix == "tib") scale = TiB;
+  else if (suffix == "k" || suffix == "kb" || suffix == "ki" || suffix == "kib") scale = KiB;
+  else if (suffix == "m" || suffix == "mb" || suffix == "mi" || suffix == "mib") scale = MiB;
+  else if (suffix == "g" || suffix == "gb" || suffix == "gi" || suffix == "gib") scale = GiB;
+  else if (suffix == "t" || suffix == "tb" || suffix == "ti" || suffix == "tib") scale = TiB;
   if (scan != Scan::kOk || scale == 0)
     return Status::InvalidArgument(name + "='" + v +
                                    "' is not a byte size: use an integer with an optional suffix K, M, G or T "
-                                   "(or KiB, MiB, GiB, TiB; powers of 1024)");
+                                   "(or KB, MB, GB, TB, or KiB, MiB, GiB, TiB; all powers of 1024, any case)");
   int64_t bytes = 0;
   if (__builtin_mul_overflow(x, scale, &bytes)) return TooLarge(name, v, r, HumanBytes);
   if (!r.Contains(bytes)) return OutOfRange(name, v, r, HumanBytes);

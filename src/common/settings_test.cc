@@ -233,15 +233,16 @@ TEST(SettingsTest, ByteSizesTakeBinarySuffixes) {
       {"4k", 4096},          {"4K", 4096},          {"4KiB", 4096},         {"4 KiB", 4096},
       {"4kib", 4096},        {"4Ki", 4096},         {"64M", 64 << 20},      {"64MiB", 64 << 20},
       {"64mib", 64 << 20},   {"1G", int64_t{1} << 30}, {"1GiB", int64_t{1} << 30}, {"2T", int64_t{2} << 40},
+      {"64MB", 64 << 20},    {"8gb", int64_t{8} << 30}, {"4 KB", 4096},  // as the tools' size flags take them
       {"1048576", 1 << 20},  {"0x100000", 1 << 20}, {"3145728B", 3 << 20}, {" 2M ", 2 << 20}};
   for (const auto& [text, bytes] : cases) {
     ASSERT_EQ(Refusal(&s, "KVF_MR_CHUNK_BYTES", text), "") << text;
     EXPECT_EQ(s.mr_chunk_bytes, bytes) << text;
   }
   const std::string what =
-      "' is not a byte size: use an integer with an optional suffix K, M, G or T (or KiB, MiB, GiB, TiB; powers of "
-      "1024)";
-  for (const char* bad : {"64MB", "64 Q", "1.5G", "M", "", "64M64", "64 M B", "--1M"})
+      "' is not a byte size: use an integer with an optional suffix K, M, G or T (or KB, MB, GB, TB, or KiB, MiB, "
+      "GiB, TiB; all powers of 1024, any case)";
+  for (const char* bad : {"64 Q", "1.5G", "M", "", "64M64", "64 M B", "--1M", "64MiBs"})
     EXPECT_EQ(Refusal(&s, "KVF_MR_CHUNK_BYTES", bad), std::string("KVF_MR_CHUNK_BYTES='") + bad + what) << bad;
   EXPECT_EQ(s.mr_chunk_bytes, int64_t{2} << 20);
   ASSERT_EQ(Refusal(&s, "staging_bytes", "1g"), "");
