@@ -22,7 +22,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The control service's address: store_listen, or the engine's host and any port.
 // The node's control address: KVF_STORE_LISTEN, or its engine's host with
 // a free port. A control address other hosts can reach beside an engine
 // they cannot (loopback) is refused: clients there would find the node
