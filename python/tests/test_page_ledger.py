@@ -56,6 +56,10 @@ def test_an_evicted_page_or_one_whose_node_ended_is_accounted_for():
     assert verdict == "evicted"
     assert [e.node for e in path] == ["n1", "n1", "n2", "n2"]
     assert page_ledger.account(ASKED, moved[:3], {("n2", 0): 19.0})[0] == "node gone"
+    # Handed over to a node that began to serve just before the question: the client had not seen it yet.
+    fresh = [stored, event(19.9, "n2", "stored", 1, 1), event(19.91, "n1", "handed over", 7)]
+    assert page_ledger.account(ASKED, fresh, {}, {("n2", 1): 19.5}, 4.5)[0] == "on a member not seen yet"
+    assert page_ledger.account(ASKED, fresh, {}, {("n2", 1): 12.0}, 4.5)[0] == "lost: still in its pool"
 
 
 def test_a_page_gone_any_other_way_is_lost():

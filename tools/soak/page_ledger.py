@@ -78,15 +78,18 @@ def count_events(paths: list) -> dict:
     return counts
 
 
-def account(missing: dict, events: list, ended: dict) -> tuple:
+def account(missing: dict, events: list, ended: dict, entered: dict = None, lag_s: float = 0.0) -> tuple:
     """Why an acknowledged page was gone when a client asked: (verdict, path). `missing` has the put's and the
     question's times (put_start, put_end, audit_start, audit_end); `events` are the key's PageEvents, oldest first;
-    `ended[(node, incarnation)]` is when that run of the node was told to end (absent: it ran to the end).
+    `ended[(node, incarnation)]` is when that run of the node was told to end (absent: it ran to the end);
+    `entered[(node, incarnation)]` when it began to serve, and `lag_s` how long a client may take to see it.
 
     The page is the last one stored during the put. From there, each hand-over leads to the node that stored the
     key just before its old home let it go. The verdict is "evicted" or "node gone" when the page was evicted, or
     its node ended, before the question ended: something newer took its room, or no replica could outlive its
-    node. Anything else is a loss: "lost: " and what happened instead (nothing stored, removed or overwritten
+    node. A page still in the pool of a node that began to serve less than `lag_s` before the question ended
+    is "on a member not seen yet": the client asked where the key lived before that node entered (a documented
+    miss, until its next refresh). Anything else is a loss: "lost: " and what happened instead (nothing stored, removed or overwritten
     with no request to, handed over to no node, or still in its pool while the store said it had no page).
     `path` lists the events followed."""
     begin, until = missing["put_start"] - SLACK_S, missing["audit_end"] + SLACK_S
@@ -102,6 +105,8 @@ def account(missing: dict, events: list, ended: dict) -> tuple:
         if gone is None or gone.at > until:
             if end is not None and end <= until:
                 return "node gone", path
+            if (entered or {}).get((page.node, page.incarnation), float("-inf")) > until - lag_s:
+                return "on a member not seen yet", path
             return "lost: still in its pool", path
         path.append(gone)
         if end is not None and end <= gone.at:

@@ -34,6 +34,7 @@ class Node:
         self.log_prefix = log_prefix
         self.left = False  # stopped for good: it left the store
         self.ended = []  # when each ended incarnation ended (time.monotonic())
+        self.started = []  # when each incarnation began to serve
         self.done = []  # the last counters of each ended incarnation
         self.segments = []  # engine names of every incarnation
         self.logs = []  # the log file of every incarnation (kvfabric's lines at info and above)
@@ -60,6 +61,7 @@ class Node:
         if info["name"] != self.name:
             raise RuntimeError(f"store node {self.name} serves as {info['name']}")
         self.segments.append(info["segment"])
+        self.started.append(time.monotonic())
         self.reader = threading.Thread(target=self._read, args=(self.proc,), daemon=True)
         self.reader.start()
 
@@ -156,9 +158,10 @@ def account_missing(missing: list, nodes: list) -> tuple:
     logs = [(n.name, i, path) for n in nodes for i, path in enumerate(n.logs)]
     ledger = page_ledger.read_ledger(logs, {m["key"] for m in missing})
     ended = {(n.name, i): t for n in nodes for i, t in enumerate(n.ended)}
+    entered = {(n.name, i): t for n in nodes for i, t in enumerate(n.started)}
     verdicts, lost = Counter(), []
     for m in missing:
-        verdict, path = page_ledger.account(m, ledger.get(m["key"], []), ended)
+        verdict, path = page_ledger.account(m, ledger.get(m["key"], []), ended, entered, SETTLE_S)
         verdicts[verdict] += 1
         if verdict.startswith("lost"):
             lost.append({**m, "verdict": verdict, "path": [f"{e.at:.3f} {e.node}#{e.incarnation} {e.what} "
