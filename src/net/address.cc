@@ -88,11 +88,17 @@ void SocketAddress::set_port(uint16_t port) {
   else reinterpret_cast<sockaddr_in*>(&storage)->sin_port = htons(port);
 }
 
-bool SocketAddress::loopback() const {
-  if (family() == AF_INET)
-    return (ntohl(reinterpret_cast<const sockaddr_in*>(&storage)->sin_addr.s_addr) >> 24) == 127;
-  const in6_addr& a = reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_addr;
+namespace {
+// 127.0.0.0/8; ::1, or such an IPv4 address mapped to IPv6.
+bool Loopback(const in_addr& a) { return (ntohl(a.s_addr) >> 24) == 127; }
+bool Loopback(const in6_addr& a) {
   return IN6_IS_ADDR_LOOPBACK(&a) || (IN6_IS_ADDR_V4MAPPED(&a) && a.s6_addr[12] == 127);
+}
+}  // namespace
+
+bool SocketAddress::loopback() const {
+  if (family() == AF_INET) return Loopback(reinterpret_cast<const sockaddr_in*>(&storage)->sin_addr);
+  return Loopback(reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_addr);
 }
 
 bool IsLoopbackName(const std::string& host) {
@@ -100,10 +106,9 @@ bool IsLoopbackName(const std::string& host) {
   if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
   if (h == "localhost") return true;
   in_addr v4{};
-  if (inet_pton(AF_INET, h.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  if (inet_pton(AF_INET, h.c_str(), &v4) == 1) return Loopback(v4);
   in6_addr v6{};
-  return inet_pton(AF_INET6, h.c_str(), &v6) == 1 &&
-         (IN6_IS_ADDR_LOOPBACK(&v6) || (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127));
+  return inet_pton(AF_INET6, h.c_str(), &v6) == 1 && Loopback(v6);
 }
 
 Status ResolveHost(const std::string& host, SocketAddress* out) {

@@ -35,11 +35,13 @@ Status ListenAddress(const Engine& engine, const Settings& settings, std::string
     return Status::OK();
   }
   KVF_RETURN_IF_ERROR(net::ParseHostPort(settings.store_listen, &listen_host, &port).Annotate("KVF_STORE_LISTEN"));
-  if (net::IsLoopbackName(host) && !net::IsLoopbackName(listen_host))
+  if (net::IsLoopbackName(host) && !net::IsLoopbackName(listen_host)) {
+    const std::string engine_name = net::FormatHostPort(listen_host, 0);
     return Status::InvalidArgument(text::Format(
         "store: this node listens on {} but its engine advertises {}, a loopback address other hosts cannot reach; "
         "give the engine this host's address (local_server_name {}; kvfabric store-node: --engine_name {})",
-        settings.store_listen, engine.name(), net::FormatHostPort(listen_host, 0), net::FormatHostPort(listen_host, 0)));
+        settings.store_listen, engine.name(), engine_name, engine_name));
+  }
   *out = settings.store_listen;
   return Status::OK();
 }
