@@ -13,6 +13,16 @@ std::string RailLabel(size_t index, std::string_view provider, std::string_view 
   return Format("rail {} ({} {})", index, provider, domain);
 }
 
+std::string Bytes(uint64_t n) {
+  if (n == UINT64_MAX) return "unlimited";
+  static constexpr std::string_view kUnits[] = {"TiB", "GiB", "MiB", "KiB"};
+  for (int i = 0; i < 4; ++i) {
+    const uint64_t unit = uint64_t{1} << (10 * (4 - i));
+    if (n != 0 && n % unit == 0) return Format("{} {}", n / unit, kUnits[i]);
+  }
+  return Format("{} bytes", n);
+}
+
 size_t EditDistance(std::string_view a, std::string_view b) {
   std::vector<size_t> row(b.size() + 1);
   for (size_t j = 0; j <= b.size(); ++j) row[j] = j;

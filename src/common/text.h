@@ -24,6 +24,11 @@ std::string Range(uint64_t addr, uint64_t len);
 // "rail 2 (tcp;ofi_rxm lo)": a local rail by index, provider and domain.
 std::string RailLabel(size_t index, std::string_view provider, std::string_view domain);
 
+// A size as a reader takes it in: "unlimited" for UINT64_MAX (what
+// providers report when they set no bound), "N KiB/MiB/GiB/TiB" when `n` is
+// a whole number of one of them (the largest), else "N bytes".
+std::string Bytes(uint64_t n);
+
 // The Levenshtein distance: single-character insertions, deletions and
 // substitutions that turn `a` into `b`.
 size_t EditDistance(std::string_view a, std::string_view b);

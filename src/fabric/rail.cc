@@ -213,8 +213,8 @@ Status Rail::Open(const fi_info* info, const RailOptions& options, size_t index,
   r->free_.reserve(depth);
   for (size_t i = 0; i < depth; ++i) r->free_.push_back(&r->contexts_[depth - 1 - i]);
 
-  KVF_LOG_INFO("opened {}: fabric {}, tx depth {}, max msg {}, mr_mode {:#x}{}{}", where,
-               r->info_.fabric, depth, max_msg, mr_mode,
+  KVF_LOG_INFO("opened {}: fabric {}, tx depth {}, largest message {}, mr_mode {:#x}{}{}", where,
+               r->info_.fabric, depth, text::Bytes(max_msg), mr_mode,
                r->wait_fd_ >= 0 ? ", waitable CQ" : ", polled CQ",
                efa ? ", RMA " + DescribeRma(r->efa_report_) : "");
   *out = std::move(r);

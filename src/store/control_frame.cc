@@ -194,7 +194,7 @@ void Wake(int wake_fd) {
 
 void Watch(int epoll_fd, int fd, uint64_t key, bool in, bool out) {
   epoll_event ev{};
-  ev.events = (in ? EPOLLIN : 0) | (out ? EPOLLOUT : 0);
+  ev.events = (in ? uint32_t{EPOLLIN} : 0u) | (out ? uint32_t{EPOLLOUT} : 0u);
   ev.data.u64 = key;
   epoll_ctl(epoll_fd, EPOLL_CTL_MOD, fd, &ev);
 }

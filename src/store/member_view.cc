@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "common/log.h"
+#include "common/text.h"
 
 namespace kvfabric::store {
 namespace {
@@ -68,6 +69,7 @@ void MemberView::MarkDown(const std::string& name, const Status& why) {
   auto it = known_.find(name);
   if (it == known_.end() || it->second.view == nullptr) return;  // already down, or gone
   it->second.view = nullptr;
+  it->second.why = "failed a call: " + why.ToString();
   it->second.down_until = Clock::now() + std::chrono::milliseconds(settings_.store_down_retry_ms);
   KVF_LOG_WARN("store member {} failed a call ({}): its keys count as misses, and new pages go to other members, "
                "until it answers again (retried in {} ms)",
@@ -124,10 +126,12 @@ void MemberView::Refresh() {
     if (s.ok()) {
       k.view = std::move(view);
       k.warned = false;
-      KVF_LOG_INFO("store member {} joined placement (segment {}, pool {} bytes)", name, k.view->info.segment,
-                   k.view->info.pool_bytes);
+      k.why.clear();
+      KVF_LOG_INFO("store member {} joined placement (segment {}, pool {})", name, k.view->info.segment,
+                   text::Bytes(k.view->info.pool_bytes));
     } else {
       k.down_until = Clock::now() + std::chrono::milliseconds(settings_.store_down_retry_ms);
+      k.why = s.ToString();
       // Once per outage at warning; each retry that fails again at debug.
       if (!std::exchange(k.warned, true))
         KVF_LOG_WARN("store member {} is left out of placement: {} (tried again every {} ms)", name, s.ToString(),
@@ -242,8 +246,28 @@ void MemberView::Publish() {
   }
   placed_ = std::move(placed);
   placed_once_ = true;
+  if (snap->nodes.empty()) snap->why_none = WhyNone();
   snap->placement = Placement(std::move(members));
   current_ = std::move(snap);
+}
+
+std::string MemberView::WhyNone() const {
+  if (known_.empty()) return "no member is listed in " + membership_->Describe();
+  // The first few, so that a large cluster's error stays one readable line.
+  constexpr size_t kNamed = 3;
+  std::string why;
+  size_t named = 0;
+  for (const auto& [name, k] : known_) {
+    if (named++ == kNamed) {
+      why += fmt::format("; and {} more (logged at warning)", known_.size() - kNamed);
+      break;
+    }
+    if (!why.empty()) why += "; ";
+    why += name + ": ";
+    if (k.view != nullptr) why += "it has no pool (a client)";
+    else why += k.why.empty() ? std::string("not answered yet") : k.why;
+  }
+  return why;
 }
 
 }  // namespace kvfabric::store

@@ -56,6 +56,10 @@ struct MemberSnapshot {
   // earlier than since[home]); nodes.size() when there is none (they all
   // entered with it, or after).
   size_t PreviousHome(std::string_view key, size_t home) const;
+
+  // When `nodes` is empty: why, for the error a call returns (the members
+  // known and why each is left out, or where none was listed).
+  std::string why_none;
 };
 
 class MemberView {
@@ -87,6 +91,7 @@ class MemberView {
     std::chrono::steady_clock::time_point down_until{};
     std::shared_ptr<const NodeView> last;  // the last view it had (a restart shows as a new epoch)
     bool warned = false;                   // its greeting failed and was logged at warning since it last joined
+    std::string why;                       // why it is out of placement now ("" while in)
     std::chrono::steady_clock::time_point entered{};  // placement took it after it was out (not the first placement)
   };
   void Refresh();
@@ -106,6 +111,7 @@ class MemberView {
   // The lock that orders the greetings of `name`.
   std::shared_ptr<std::mutex> GreetLock(const std::string& name);
   void Publish();  // rebuilds the snapshot from known_ (under mu_)
+  std::string WhyNone() const;  // MemberSnapshot::why_none (under mu_)
 
   Engine* const engine_;
   ControlClient* const client_;

@@ -147,7 +147,7 @@ Status NodeService::Start(Engine* engine, const Settings& settings, std::unique_
       const long page = sysconf(_SC_PAGESIZE);
       for (size_t at = 0; at < node->pool_bytes_; at += static_cast<size_t>(page)) node->pool_[at] = 0;
     }
-    KVF_LOG_INFO("store node: faulted in a pool of {} bytes in {} ms", node->pool_bytes_,
+    KVF_LOG_INFO("store node: faulted in a pool of {} in {} ms", text::Bytes(node->pool_bytes_),
                  std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count());
   }
   if (Status s = engine->RegisterMemory(pool, node->pool_bytes_, "*"); !s.ok()) {
@@ -188,7 +188,8 @@ Status NodeService::Start(Engine* engine, const Settings& settings, std::unique_
     });
   }
   for (int64_t i = 0; i < settings.store_put_threads; ++i) node->workers_.emplace_back([self] { self->PutLoop(); });
-  KVF_LOG_INFO("store node {} serving a pool of {} bytes (segment {})", node->address_, node->pool_bytes_, info.segment);
+  KVF_LOG_INFO("store node {} serving a pool of {} (segment {})", node->address_, text::Bytes(node->pool_bytes_),
+               info.segment);
   *out = std::move(node);
   return Status::OK();
 }

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "common/text.h"
 #include "store/region_versions.h"
 #include "store/shared_keys.h"
 #include "store/shared_pool.h"
@@ -94,8 +95,8 @@ void PoolMaps::Attach(const std::string& name, const NodeInfo& info, SegmentHand
   if (!map->Serving()) return refuse("the file holds another epoch, or its process has ended");
   // Its keys' table, when the file has one (else `exists` asks the node).
   if (share.bytes > keys_at) (void)SharedKeys::Attach(map->base_ + keys_at, share.bytes - keys_at, &map->keys_);
-  KVF_LOG_INFO("store: mapped the pool of member {} ({} bytes, same host): its pages are copied, not sent", name,
-               info.pool_bytes);
+  KVF_LOG_INFO("store: mapped the pool of member {} ({}, same host): its pages are copied, not sent", name,
+               text::Bytes(info.pool_bytes));
   std::shared_ptr<const PoolMap> mapped(std::move(map));
   {
     std::lock_guard<std::mutex> g(mu_);

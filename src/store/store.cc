@@ -146,7 +146,7 @@ Status Store::Create(Engine* engine, const Settings& settings, std::unique_ptr<S
     std::lock_guard<std::mutex> g(s.metrics_mu);
     s.metrics = std::move(m);
   }
-  KVF_LOG_INFO("store {} ({}): {} members in placement", s.name.empty() ? "client" : "node " + s.name,
+  KVF_LOG_INFO("store {} ({}): {} member(s) in placement", s.name.empty() ? "client" : "node " + s.name,
                s.membership->Describe(), s.members->Current()->nodes.size());
   return Status::OK();
 }

@@ -156,7 +156,7 @@ std::vector<StoreClient::NodeCall> StoreClient::GroupByHome(const std::vector<st
       }
     }
     if (home >= snap->nodes.size()) {
-      (*results)[i] = Status::Unavailable("store: no member with a pool is reachable (see KVF_STORE_MEMBERS or the metadata backend)");
+      (*results)[i] = Status::Unavailable("store: no member with a pool is reachable: " + snap->why_none);
       continue;
     }
     calls[home].keys.push_back(i);
