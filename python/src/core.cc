@@ -1,6 +1,7 @@
-// kvfabric._core: the C++ engine for Python (nanobind). The Pythonic layer
-// (kvfabric/__init__.py) wraps it; this module stays a thin, typed mirror of
-// include/kvfabric/engine.h. Every call that can block (handshakes,
+// kvfabric._native: the C++ engine for Python (nanobind), imported as
+// kvfabric._core (kvfabric/_core.py names what is missing when it cannot
+// load). The Pythonic layer (kvfabric/engine.py) wraps it; this module stays
+// a thin, typed mirror of include/kvfabric/engine.h. Every call that can block (handshakes,
 // registration, transfers, waits) releases the GIL.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
@@ -492,7 +493,7 @@ std::tuple<uintptr_t, uint64_t, int, int, bool> BufferInfo(nb::handle obj) {
 
 }  // namespace
 
-NB_MODULE(_core, m) {
+NB_MODULE(_native, m) {
   m.doc() = "kvfabric engine core (C++); use the kvfabric package, not this module.";
 
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
