@@ -39,6 +39,9 @@
   X(overwrites, "pages replaced by a put of the same key")                                                \
   X(refusals, "puts refused: the pool was full of pages in use")                                          \
   X(pins_released, "pins released because the connection that took them closed (its process died or closed)") \
+  X(stored_bytes, "bytes of the pages this node stored (puts it committed)")                              \
+  X(located_bytes, "bytes of the pages it located for clients to read (lookup hits)")                     \
+  X(touched_bytes, "bytes of the pages clients read from a remembered location and reported (a key at most once per client every 200 ms: a lower bound)") \
   /* Members now in placement (reachable, with a pool). */                                                \
   X(members, "members in placement now")
 

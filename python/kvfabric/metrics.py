@@ -40,11 +40,30 @@ _SCALARS = {
 
 def _engine(out: dict, name: str) -> dict:
     if name not in out:
-        out[name] = {"engine": name, "counting": True, "metrics_address": "", "rails": [], "peers": [],
+        out[name] = {"engine": name, "counting": True, "metrics_address": "", "rails": [], "peers": [], "store": None,
                      "failures": [], "latency": [], "reroutes": {"failed": 0, "stalled": 0, "refused": 0},
                      "registrations": [], "registrations_total": 0, "registration_failures": 0,
                      "handshake_errors": 0, "metadata_errors": 0, "handshakes_refused": 0, "segments_open": 0}
     return out[name]
+
+
+# The store's samples an engine's entry keeps under "store" (a node's pool
+# and what it served; a client's own puts and gets): metric -> field.
+_STORE_FIELDS = {
+    "kvfabric_store_pool_bytes": "pool_bytes",
+    "kvfabric_store_pool_used_bytes": "used_bytes",
+    "kvfabric_store_pages": "pages",
+    "kvfabric_store_members": "members",
+    "kvfabric_store_put_bytes_total": "put_bytes",
+    "kvfabric_store_get_bytes_total": "get_bytes",
+}
+
+
+def _store(e: dict) -> dict:
+    if e.get("store") is None:
+        e["store"] = {"node": "", "pool_bytes": 0, "used_bytes": 0, "pages": 0, "members": 0, "put_bytes": 0,
+                      "get_bytes": 0, "served": {"stored": 0, "located": 0, "touched": 0}}
+    return e["store"]
 
 
 def _row(rows: list, key: str, value, make) -> dict:
@@ -58,8 +77,11 @@ def _row(rows: list, key: str, value, make) -> dict:
 
 def from_prometheus(text: str) -> list[dict]:
     """The engines in a /metrics scrape, each as ``Engine.stats()`` shapes it
-    (``counting`` is True whenever request counters appear). Raises
-    ValueError for text that is not the Prometheus text format."""
+    (``counting`` is True whenever request counters appear), with ``store``
+    where a store shares the engine: its node's name ("" for a client), pool,
+    pages, members, the bytes it served by how (stored, located, touched)
+    and its own put and get bytes; None otherwise. Raises ValueError for text
+    that is not the Prometheus text format."""
     from prometheus_client.parser import text_string_to_metric_families
 
     out: dict[str, dict] = {}
@@ -67,10 +89,17 @@ def from_prometheus(text: str) -> list[dict]:
     for family in text_string_to_metric_families(text):
         for s in family.samples:
             labels, name, v = s.labels, s.name, s.value
-            if "engine" not in labels or not name.startswith("kvfabric_") or name.startswith("kvfabric_store_"):
+            if "engine" not in labels or not name.startswith("kvfabric_"):
                 continue
             e = _engine(out, labels["engine"])
-            if name in _RAIL_FIELDS:
+            if name.startswith("kvfabric_store_"):
+                if name == "kvfabric_store_node_info":
+                    _store(e)["node"] = labels.get("node", "")
+                elif name == "kvfabric_store_served_bytes_total":
+                    _store(e)["served"][labels.get("how", "")] = int(v)
+                elif name in _STORE_FIELDS:
+                    _store(e)[_STORE_FIELDS[name]] = int(v)
+            elif name in _RAIL_FIELDS:
                 field, by_op = _RAIL_FIELDS[name]
                 rail = _row(e["rails"], "index", int(labels.get("rail", "0")), lambda: {
                     "index": int(labels.get("rail", "0")), "label": "rail %s (%s %s)" % (
@@ -152,16 +181,26 @@ def rates(before: dict, after: dict, seconds: float) -> dict:
     """What changed between two readings of one engine, ``seconds`` apart:
     ``rails`` and ``peers`` with write and read bytes per second (and the
     rail's stalls, errors and state now), ``requests`` per second,
-    ``failures`` in the interval, and ``latency`` (per op: p50 and p99 in
-    seconds over the interval, or None without requests). A counter that
-    went back (the engine restarted) counts from zero."""
+    ``failures`` in the interval, ``latency`` (per op: p50 and p99 in
+    seconds over the interval, or None without requests), and ``store``
+    (bytes per second a node stored and handed out for reading, located
+    and touched together, and the client's own put and get rates; None
+    without a store). A counter that went back (the engine restarted)
+    counts from zero."""
     seconds = max(seconds, 1e-9)
 
     def delta(a: dict, b: Optional[dict], field: str) -> float:
         now, then = a.get(field, 0), (b or {}).get(field, 0)
         return now - then if now >= then else now
 
-    out = {"rails": [], "peers": [], "requests": 0.0, "failures": 0, "latency": {}}
+    out = {"rails": [], "peers": [], "requests": 0.0, "failures": 0, "latency": {}, "store": None}
+    st, st0 = after.get("store"), before.get("store") or {}
+    if st is not None:
+        served, served0 = st["served"], st0.get("served", {})
+        out["store"] = {"stored_rate": delta(served, served0, "stored") / seconds,
+                        "read_rate": (delta(served, served0, "located") + delta(served, served0, "touched")) / seconds,
+                        "put_rate": delta(st, st0, "put_bytes") / seconds,
+                        "get_rate": delta(st, st0, "get_bytes") / seconds}
     old_rails = _by(before.get("rails", []), "index")
     for r in after.get("rails", []):
         b = old_rails.get(r["index"])

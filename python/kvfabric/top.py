@@ -6,7 +6,10 @@ host:port or http:// URLs), reads the engines each serves
 (state, write and read throughput with a sparkline of the last minute,
 queued operations, credits in use, stalls, errors), its peers (throughput,
 requests per second, failures) and request latency percentiles over the
-last interval. ``q`` quits. Built on textual.
+last interval. An engine that serves a store node is titled by the node's
+name, with what the node served (a node's pages leave by the clients'
+one-sided READs, which its own rails do not count). ``q`` quits. Built on
+textual.
 """
 from __future__ import annotations
 
@@ -66,6 +69,7 @@ class EngineView(Static):
         # Names and every figure as plain text, never markup: "[::1]:7400" or
         # "[/]" in a name must show as written.
         yield Label(Text("engine %s  (endpoint %s)" % (self.engine, self.endpoint)), classes="title")
+        yield Label("", classes="store")
         rails = DataTable(classes="rails", cursor_type="none", zebra_stripes=True)
         rails.add_columns("rail", "state", "write", "read", "queued", "credits in use", "stalls", "errors", "peers")
         yield rails
@@ -75,7 +79,17 @@ class EngineView(Static):
         yield peers
         yield Label("", classes="summary")
 
+    def show_store(self, now: dict, change: Optional[dict]) -> None:
+        store = now.get("store")
+        if store is None:
+            return
+        if store["node"]:
+            self.query_one(".title", Label).update(Text("store node %s  (engine %s, endpoint %s)" % (
+                store["node"], self.engine, self.endpoint)))
+        self.query_one(".store", Label).update(Text(store_line(store, change)))
+
     def show(self, now: dict, change: Optional[dict]) -> None:
+        self.show_store(now, change)
         rails = self.query_one(".rails", DataTable)
         rails.clear()
         sparks = self.query_one(".sparks", VerticalScroll)
@@ -116,6 +130,24 @@ class EngineView(Static):
         if not now["counting"] or not now["peers"] and not any(r["writes"] + r["reads"] for r in now["rails"]):
             parts.append("no requests counted yet")
         self.query_one(".summary", Label).update(Text("   ".join(parts)))
+
+
+def store_line(store: dict, change: Optional[dict]) -> str:
+    """A store's figures: a node's pool, then what it served; or a client's own traffic."""
+    c = (change or {}).get("store") or {}
+    if store["node"]:
+        return ("pages %d, pool %s of %s used, %d member(s)\nserved: stored %s, read %s (located and touched)"
+                % (store["pages"], bytes_text(store["used_bytes"]), bytes_text(store["pool_bytes"]),
+                   store["members"], _rate(c.get("stored_rate", 0.0)), _rate(c.get("read_rate", 0.0))))
+    return "store client, %d member(s): put %s, got %s" % (store["members"], _rate(c.get("put_rate", 0.0)),
+                                                         _rate(c.get("get_rate", 0.0)))
+
+
+def bytes_text(n: int) -> str:
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= div:
+            return "%.1f %s" % (n / div, unit)
+    return "%d B" % n
 
 
 class Top(App):

@@ -2,6 +2,7 @@
 them (kvfabric.metrics): a transfer to another process shows in both the
 same way, byte for byte."""
 import math
+import time
 import urllib.error
 import urllib.request
 
@@ -11,6 +12,7 @@ import kvfabric
 from kvfabric.engine import buffer_address
 from kvfabric.metrics import from_prometheus, quantile, rates
 from patterns import pattern
+from ports import free_port
 
 
 def scrape(address: str, path: str = "/metrics") -> str:
@@ -21,7 +23,7 @@ def scrape(address: str, path: str = "/metrics") -> str:
 def comparable(stats: dict) -> dict:
     """The fields a scrape carries (it has no rail labels beyond its own
     words, and no endpoint address)."""
-    out = {k: v for k, v in stats.items() if k not in ("metrics_address", "rails", "latency")}
+    out = {k: v for k, v in stats.items() if k not in ("metrics_address", "rails", "latency", "store")}
     out["rails"] = [{k: v for k, v in r.items() if k != "label"} for r in stats["rails"]]
     out["latency"] = sorted((h["op"], h["size_class"], h["count"], tuple(h["buckets"])) for h in stats["latency"])
     return out
@@ -175,3 +177,49 @@ def test_a_stores_figures_are_served_beside_its_engines():
     assert value("kvfabric_store_copied_pages_total", **engine) == 0
     assert value("kvfabric_store_exists_local_total", **engine) == 0
     assert value("kvfabric_rail_bytes_total", op="write", **engine) >= sum(p.nbytes for p in pages)
+
+
+def node_traffic(nodes, rounds: int = 2) -> list:
+    """Puts 8 pages through the nodes from a client of this process (pool not mapped: its pages go by the
+    fabric), then reads them `rounds` times; the pages."""
+    import numpy as np
+
+    with kvfabric.Engine(protocol="tcp", settings={"KVF_LOG_LEVEL": "error", "KVF_STORE_SHARE_POOLS": "0"}) as e:
+        store = kvfabric.Store(e, members=nodes.members)
+        try:
+            pages = [np.full(16384, i, dtype=np.uint8) for i in range(8)]
+            out = [np.zeros_like(p) for p in pages]
+            for p in pages + out:
+                e.register(p)
+            keys = ["served/page%d" % i for i in range(8)]
+            assert store.batch_put(keys, pages) == [0] * 8
+            for _ in range(rounds):
+                assert store.batch_get(keys, out) == [16384] * 8
+                time.sleep(0.25)  # past the client's touch interval: each round's reads are reported
+        finally:
+            store.close()
+    return pages
+
+
+def test_a_node_names_itself_and_counts_the_bytes_it_served():
+    from test_store import Nodes
+
+    port = free_port()
+    nodes = Nodes("tcp", 1, {"KVF_METRICS_LISTEN": f"127.0.0.1:{port}", "KVF_LOG_LEVEL": "error"})
+    try:
+        pages = node_traffic(nodes)
+        total = sum(p.nbytes for p in pages)
+        deadline = time.monotonic() + 10
+        while True:
+            (node,) = from_prometheus(scrape(f"127.0.0.1:{port}"))
+            store = node["store"]
+            read = store["served"]["located"] + store["served"]["touched"]
+            if read >= total or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+    finally:
+        nodes.close()
+    assert store["node"] == nodes.names[0]
+    assert store["served"]["stored"] == total and store["pages"] == 8 and store["pool_bytes"] > 0
+    # Each of the two rounds read every page: at least one round's bytes were located or reported.
+    assert total <= read <= 2 * total, store

@@ -116,3 +116,36 @@ def test_names_show_as_written_never_as_markup(tmp_path):
     finally:
         subprocess.run([tmux, "-S", sock, "kill-server"], stderr=subprocess.DEVNULL)
         server.shutdown()
+
+
+def test_a_store_node_is_named_and_shows_what_it_served(tmp_path):
+    """A node's engine is titled by the node's name, with its pages and the bytes it stored and served for
+    reading while a client puts and gets through it."""
+    from ports import free_port
+    from test_metrics import node_traffic
+    from test_store import Nodes
+
+    port = free_port()
+    nodes = Nodes("tcp", 1, {"KVF_METRICS_LISTEN": f"127.0.0.1:{port}", "KVF_LOG_LEVEL": "error"})
+    sock = str(tmp_path / "tmux.sock")
+    stop = threading.Event()
+    client = threading.Thread(target=lambda: [node_traffic(nodes, rounds=4) for _ in iter(stop.is_set, True)])
+    try:
+        client.start()
+        cmd = "%s -m kvfabric top 127.0.0.1:%d --interval 0.5" % (sys.executable, port)
+        subprocess.run([tmux, "-S", sock, "new-session", "-d", "-x", "200", "-y", "48", cmd],
+                       env=dict(os.environ, TERM="xterm-256color"), check=True)
+        screen, seen, deadline = "", False, time.monotonic() + 30
+        while time.monotonic() < deadline and not seen:
+            screen = subprocess.run([tmux, "-S", sock, "capture-pane", "-p"], stdout=subprocess.PIPE,
+                                    text=True).stdout
+            m = re.search(r"served: stored ([0-9.]+) ([KMG]?B)/s, read ([0-9.]+) ([KMG]?B)/s", screen)
+            seen = (f"store node {nodes.names[0]}" in screen and "pages 8," in screen and m is not None
+                    and float(m.group(1)) > 0 and float(m.group(3)) > 0)
+            time.sleep(0.3)
+        assert seen, "kvfabric top did not show the node and what it served:\n" + screen
+    finally:
+        stop.set()
+        client.join()
+        subprocess.run([tmux, "-S", sock, "kill-server"], stderr=subprocess.DEVNULL)
+        nodes.close()

@@ -191,7 +191,7 @@ TEST(FamiliesTest, NamesFollowPrometheusConventions) {
   s.registrations.push_back({"cpu:0", 1, 4096});
   StoreStats st;
   auto families = EngineFamilies(s);
-  for (auto& f : StoreFamilies("e", st, {})) families.push_back(f);
+  for (auto& f : StoreFamilies("e", "10.0.0.1:7400", st, {})) families.push_back(f);
   for (const auto& f : families) {
     EXPECT_EQ(f.name.rfind("kvfabric_", 0), 0u) << f.name;
     const bool total = f.name.size() > 6 && f.name.substr(f.name.size() - 6) == "_total";

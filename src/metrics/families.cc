@@ -134,9 +134,12 @@ std::vector<MetricFamily> EngineFamilies(const EngineStats& s) {
   return b.Take();
 }
 
-std::vector<MetricFamily> StoreFamilies(const std::string& engine, const StoreStats& s,
+std::vector<MetricFamily> StoreFamilies(const std::string& engine, const std::string& node, const StoreStats& s,
                                         const std::vector<LatencyStats>& latency) {
   Builder b(engine);
+  if (!node.empty())
+    b.Gauge("kvfabric_store_node_info", "A store node served by this engine, by its control address (always 1)",
+            {{"node", node}}, 1);
   b.Counter("kvfabric_store_puts_total", "Keys this process asked to put", {}, s.put_keys);
   b.Counter("kvfabric_store_put_bytes_total", "Bytes of the pages it put", {}, s.put_bytes);
   b.Counter("kvfabric_store_put_failures_total", "Keys whose put failed", {}, s.put_failures);
@@ -177,6 +180,12 @@ std::vector<MetricFamily> StoreFamilies(const std::string& engine, const StoreSt
   b.Counter("kvfabric_store_removals_total", "Pages removed", {}, s.removals);
   b.Counter("kvfabric_store_overwrites_total", "Pages replaced by a put of the same key", {}, s.overwrites);
   b.Counter("kvfabric_store_refusals_total", "Puts refused: the pool was full of pages in use", {}, s.refusals);
+  const char* served = "Bytes of pages this node served, by how: stored (puts it committed), located (lookup hits, "
+                       "which clients read next), touched (read from a remembered location and reported by the "
+                       "client, a key at most once per client every 200 ms: a lower bound)";
+  b.Counter("kvfabric_store_served_bytes_total", served, {{"how", "stored"}}, s.stored_bytes);
+  b.Counter("kvfabric_store_served_bytes_total", served, {{"how", "located"}}, s.located_bytes);
+  b.Counter("kvfabric_store_served_bytes_total", served, {{"how", "touched"}}, s.touched_bytes);
   b.Gauge("kvfabric_store_members", "Members in placement now (reachable, with a pool)", {},
           static_cast<double>(s.members));
   for (const LatencyStats& l : latency)

@@ -17,9 +17,11 @@ namespace kvfabric::metrics {
 
 std::vector<prometheus::MetricFamily> EngineFamilies(const EngineStats& stats);
 
-// `engine` names the store's engine; `latency` are its calls' histograms
-// (op "put", "get", "exists"; size_class unused).
-std::vector<prometheus::MetricFamily> StoreFamilies(const std::string& engine, const StoreStats& stats,
+// `engine` names the store's engine, `node` its control address (a node's;
+// "" for a client); `latency` are its calls' histograms (op "put", "get",
+// "exists"; size_class unused).
+std::vector<prometheus::MetricFamily> StoreFamilies(const std::string& engine, const std::string& node,
+                                                    const StoreStats& stats,
                                                     const std::vector<LatencyStats>& latency);
 
 }  // namespace kvfabric::metrics

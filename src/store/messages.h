@@ -183,6 +183,9 @@ struct NodeStats {
   uint64_t evictions = 0, removals = 0, overwrites = 0, refusals = 0;
   uint64_t puts = 0, put_failures = 0, lookups = 0, lookup_hits = 0, exists = 0;
   uint64_t pins_released = 0;  // pins whose connection closed before their unpin
+  // What the node served, in bytes of pages; kept by the node's own process
+  // (its metrics), not sent in the stats reply.
+  uint64_t stored_bytes = 0, located_bytes = 0, touched_bytes = 0;
 };
 
 // Requests.

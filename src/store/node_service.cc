@@ -39,7 +39,7 @@ Status ListenAddress(const Engine& engine, const Settings& settings, std::string
     const std::string engine_name = net::FormatHostPort(listen_host, 0);
     return Status::InvalidArgument(text::Format(
         "store: this node listens on {} but its engine advertises {}, a loopback address other hosts cannot reach; "
-        "give the engine this host's address (local_server_name {}; kvfabric store-node: --engine_name {})",
+        "give the engine this host's address (local_server_name {}; kvfabric store-node: --local_server_name {})",
         settings.store_listen, engine.name(), engine_name, engine_name));
   }
   *out = settings.store_listen;
@@ -388,9 +388,11 @@ CommitReply NodeService::FinishCommit(PutJob* job) {
     } else if (state == CommitState::kWritten) {
       const PageEntry e = table_.Commit(slots[i].key, slots[i].offset, slots[i].length, sums[i], now);
       // Read after the commit's own bumps (the key's older page leaving).
-      if (e.generation != 0)
+      if (e.generation != 0) {
         reply.pages[i] = Location{true, info_.pool_addr + e.offset, e.length, e.generation, e.checksum,
                                   versions_.VersionAt(e.offset)};
+        counters_.stored_bytes += e.length;
+      }
     } else if (state == CommitState::kUnused) {
       // The writer never started a WRITE into it: nothing can land there.
       table_.Unreserve(slots[i].offset, now);
@@ -469,6 +471,7 @@ std::string NodeService::Answer(uint64_t connection, Op op, std::string_view pay
       out[i] = Location{true, info_.pool_addr + e.offset, e.length, e.generation, e.checksum,
                         versions_.VersionAt(e.offset)};
       ++counters_.lookup_hits;
+      counters_.located_bytes += e.length;
     }
     return EncodeLocations(out);
   }
@@ -483,7 +486,12 @@ std::string NodeService::Answer(uint64_t connection, Op op, std::string_view pay
       // Only a pin this connection took: after a reconnect, or from another
       // client, an unpin must not end someone else's pin.
       case Op::kUnpin: bits[i] = pins_.Unpin(connection, keys[i], &table_); break;
-      case Op::kTouch: bits[i] = table_.Contains(keys[i], now); break;
+      case Op::kTouch: {
+        uint64_t length = 0;
+        bits[i] = table_.Contains(keys[i], now, &length);
+        counters_.touched_bytes += length;
+        break;
+      }
       default: break;
     }
   }
@@ -594,7 +602,8 @@ std::vector<Status> NodeService::FinishPut(PutJob* job) {
     if (!job->reserved[i]) continue;
     if (job->outcomes[i].ok()) {
       if (put.if_absent && table_.Contains(put.items[i].key, now)) table_.Unreserve(job->offsets[i], now);
-      else table_.Commit(put.items[i].key, job->offsets[i], job->lengths[i], sums[i], now);
+      else if (table_.Commit(put.items[i].key, job->offsets[i], job->lengths[i], sums[i], now).generation != 0)
+        counters_.stored_bytes += job->lengths[i];
     } else {
       table_.Abandon(job->offsets[i], now);
       job->results[i] =

@@ -188,10 +188,11 @@ bool PageTable::Lookup(std::string_view key, TimePoint now, PageEntry* out) {
   return true;
 }
 
-bool PageTable::Contains(std::string_view key, TimePoint now) {
+bool PageTable::Contains(std::string_view key, TimePoint now, uint64_t* length) {
   auto page = Find(key);
   if (page == unpinned_.end()) return false;
   Touch(page);
+  if (length != nullptr) *length = page->entry.length;
   return true;
 }
 

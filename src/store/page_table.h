@@ -128,10 +128,10 @@ class PageTable {
   // recently used and `now` its last lookup: its slot is not reused before
   // now + read_window.
   bool Lookup(std::string_view key, TimePoint now, PageEntry* out);
-  // Whether `key` has a page. It becomes most recently used; its read
-  // window is not extended (the caller reads nothing). A hash lookup and a
-  // list splice.
-  bool Contains(std::string_view key, TimePoint now);
+  // Whether `key` has a page (its length in `length`, when given). It
+  // becomes most recently used; its read window is not extended (the caller
+  // reads nothing). A hash lookup and a list splice.
+  bool Contains(std::string_view key, TimePoint now, uint64_t* length = nullptr);
 
   // Removes the page of `key` (true when there was one), its slot freed
   // under the reuse rule; the key's pins go with it.

@@ -137,7 +137,10 @@ Status Store::Create(Engine* engine, const Settings& settings, std::unique_ptr<S
   std::unique_ptr<metrics::Endpoint::Membership> m;
   if (Status joined = metrics::Endpoint::JoinIfSet(
           settings.metrics_listen, "store",
-          [store, engine_name] { return metrics::StoreFamilies(engine_name, store->Stats(), store->Latency()); }, &m);
+          [store, engine_name] {
+            return metrics::StoreFamilies(engine_name, store->name(), store->Stats(), store->Latency());
+          },
+          &m);
       !joined.ok()) {
     out->reset();
     return joined;
@@ -265,6 +268,9 @@ StoreStats Store::Stats() const {
     out.overwrites = n.overwrites;
     out.refusals = n.refusals;
     out.pins_released = n.pins_released;
+    out.stored_bytes = n.stored_bytes;
+    out.located_bytes = n.located_bytes;
+    out.touched_bytes = n.touched_bytes;
   }
   out.members = impl_->members->Current()->nodes.size();
   return out;
