@@ -7,6 +7,7 @@ import json
 import os
 import resource
 import shutil
+import socket
 import sys
 import sysconfig
 import time
@@ -21,6 +22,35 @@ from .engine import Engine
 from .errors import KvfabricError
 
 PROTOCOLS = ("efa", "tcp", "shm", "verbs", "sockets")
+
+# One vocabulary for flags (tools/common/flag_names.h has the C++ tools'
+# table; python/tests/test_cli.py checks that this one holds it): old name
+# -> new name. Old names still work, with a warning.
+RENAMED_FLAGS = {
+    "--device_name": "--nic_filter",
+    "--nics": "--nic_filter",
+    "--engine_name": "--local_server_name",
+    "--engine_address": "--local_server_name",
+    "--metadata_server": "--metadata",
+    "--target": "--segment_id",
+    "--setting": "--set",
+    "--site-dir": "--site_dir",
+}
+
+
+def current_flag_names(argv: list[str]) -> tuple[list[str], list[str]]:
+    """`argv` with each old flag name ("--old" or "--old=VALUE") rewritten to its new name, and one warning per
+    old name used."""
+    out, warnings = [], []
+    for arg in argv:
+        name, eq, value = arg.partition("=")
+        new = RENAMED_FLAGS.get(name)
+        if new is None:
+            out.append(arg)
+            continue
+        warnings.append(f"{name} is now {new} (the old name still works)")
+        out.append(new + eq + value)
+    return out, warnings
 
 
 def _exec_tool(name: str, args: list[str]) -> int:
@@ -53,11 +83,27 @@ def cmd_settings(args: argparse.Namespace, rest: list[str]) -> int:
     return _exec_tool("kvfabric-settings", rest)
 
 
-def cmd_probe(args: argparse.Namespace, rest: list[str]) -> int:
-    """Reachability, handshake latency, cold and warm-up timings of a peer."""
-    out: dict = {"peer": args.peer}
+def address_toward(peer: str) -> str:
+    """This host's address on the route to `peer` ("host:port"), as HOST:0: an engine named so opens its rails
+    on the network the peer is on. No packet is sent (a UDP socket's connect only picks the route)."""
     try:
-        with Engine(protocol=args.protocol, nic_filter=args.nic_filter) as e:
+        host, port = (peer[1:].split("]:", 1) if peer.startswith("[") else peer.rsplit(":", 1))
+        family, _, _, _, sockaddr = socket.getaddrinfo(host, int(port), type=socket.SOCK_DGRAM)[0]
+        with socket.socket(family, socket.SOCK_DGRAM) as s:
+            s.connect(sockaddr)
+            mine = s.getsockname()[0]
+    except (OSError, ValueError):
+        return "127.0.0.1:0"
+    return f"[{mine}]:0" if ":" in mine else f"{mine}:0"
+
+
+def cmd_probe(args: argparse.Namespace, rest: list[str]) -> int:
+    """Reachability of a peer: handshake latency, opening its segment, connecting the rails, and a READ of a
+    piece of its first buffer (the data path itself), each timed."""
+    out: dict = {"peer": args.peer}
+    local = args.local_server_name or address_toward(args.peer)
+    try:
+        with Engine(local, protocol=args.protocol, nic_filter=args.nic_filter) as e:
             t0 = time.perf_counter()
             e.probe(args.peer)
             out["probe_ms"] = round((time.perf_counter() - t0) * 1e3, 3)
@@ -67,8 +113,17 @@ def cmd_probe(args: argparse.Namespace, rest: list[str]) -> int:
             t0 = time.perf_counter()
             e.warmup(seg)
             out["warmup_ms"] = round((time.perf_counter() - t0) * 1e3, 3)
-            out["buffers"] = [{"addr": b.addr, "length": b.length, "location": b.location} for b in e.buffers(seg)]
+            buffers = e.buffers(seg)
+            out["buffers"] = [{"addr": b.addr, "length": b.length, "location": b.location} for b in buffers]
             out["rails"] = e.rails()
+            if buffers:
+                piece = bytearray(min(4096, buffers[0].length))
+                e.register(piece)
+                t0 = time.perf_counter()
+                e.read(seg, piece, buffers[0].addr)
+                out["read_ms"] = round((time.perf_counter() - t0) * 1e3, 3)
+            else:
+                out["read_ms"] = None  # nothing to read: the data path is untried
             out["reachable"] = True
     except KvfabricError as err:
         out["reachable"] = False
@@ -283,13 +338,13 @@ def cmd_store_node(args: argparse.Namespace, rest: list[str]) -> int:
     from .store import Store
     from .units import parse_bytes
 
-    settings = dict(kv.split("=", 1) for kv in args.setting)
+    settings = dict(kv.split("=", 1) for kv in args.set)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     try:
         pool = parse_bytes(args.pool, "--pool")
-        engine_name = args.engine_name or engine_name_for(args.listen)
+        engine_name = args.local_server_name or engine_name_for(args.listen)
         with Engine(engine_name, args.metadata, args.protocol, args.nic_filter, settings) as engine:
             with Store(engine, pool_bytes=pool, members=args.members or None, listen=args.listen or None,
                        settings=settings) as store:
@@ -334,7 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="the C++ benchmark (kvfabric-bench); other flags pass through", add_help=False,
                        description="Runs kvfabric-bench. Flags after the mode pass through unchanged, for example: "
                                    "kvfabric bench initiator --protocol=tcp --segment_id=HOST:PORT --operation=write")
-    b.add_argument("mode", nargs="?", choices=["target", "initiator"])
+    b.add_argument("mode", nargs="?", choices=["target", "initiator", "probe"])
     b.set_defaults(fn=cmd_bench)
     m = sub.add_parser("metadata-server", help="the http:// metadata store (GET/PUT/DELETE ?key=, ttl, prefix listing); flags pass through",
                        add_help=False,
@@ -353,10 +408,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("peer", help="the peer's segment name, host:port")
     p.add_argument("--protocol", default="auto")
     p.add_argument("--nic_filter", default="")
+    p.add_argument("--local_server_name", default="",
+                   help="this side's engine address, host:0 (default: this host's address on the route to the peer)")
     p.set_defaults(fn=cmd_probe)
     t = sub.add_parser("topo", help="rails with NUMA node and PCI address, GPUs and their nearest rails (JSON); "
                                     "flags pass through to kvfabric-topo", add_help=False,
-                       description="Runs kvfabric-topo: --protocol (auto), --device_name, --topology_file.")
+                       description="Runs kvfabric-topo: --protocol (auto), --nic_filter, --topology_file.")
     t.set_defaults(fn=cmd_topo)
     d = sub.add_parser("doctor", help="check this host for known EFA/libfabric pitfalls")
     d.add_argument("--json", action="store_true")
@@ -374,9 +431,9 @@ def build_parser() -> argparse.ArgumentParser:
     sn.add_argument("--metadata", default="p2p", help="p2p, etcd://HOST:PORT or http://HOST:PORT/PATH")
     sn.add_argument("--protocol", default="auto")
     sn.add_argument("--nic_filter", default="")
-    sn.add_argument("--engine_name", default="",
+    sn.add_argument("--local_server_name", default="",
                     help="the engine's address, host:port (0: a free port; default: --listen's host, or 127.0.0.1)")
-    sn.add_argument("--setting", action="append", default=[], metavar="KVF_NAME=VALUE",
+    sn.add_argument("--set", action="append", default=[], metavar="KVF_NAME=VALUE",
                     help="any kvfabric setting, repeatable")
     sn.add_argument("--stats_every", type=float, default=0, help="seconds between counter lines (0: none)")
     sn.set_defaults(fn=cmd_store_node)
@@ -398,7 +455,7 @@ def build_parser() -> argparse.ArgumentParser:
     ms.add_argument("--force", action="store_true",
                     help="install: put kvfabric ahead of an installed Mooncake for mooncake.engine; the real "
                          "package's other modules stay importable")
-    ms.add_argument("--site-dir", default=None,
+    ms.add_argument("--site_dir", default=None,
                     help="the directory that holds the .pth (default: this environment's site-packages); "
                          "the fresh interpreter that checks the result processes it with site.addsitedir. "
                          "For tests")
@@ -407,6 +464,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv, warnings = current_flag_names(sys.argv[1:] if argv is None else argv)
+    for w in warnings:
+        print(f"kvfabric: {w}", file=sys.stderr)
     ap = build_parser()
     args, rest = ap.parse_known_args(argv)
     if rest and args.command not in ("bench", "metadata-server", "topo", "store-bench", "settings"):

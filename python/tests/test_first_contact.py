@@ -124,10 +124,42 @@ def test_the_readme_store_nodes_serve_another_host(metadata):
 def test_a_node_that_would_advertise_loopback_is_refused_with_the_flag_to_set(metadata):
     a = HOSTS["A"]
     cases = [(["--metadata", metadata], "--listen HOST:PORT"),
-             (["--listen", f"{a}:7401", "--engine_name", "127.0.0.1:0", "--members", f"{a}:7401"],
-              f"--engine_name {a}:0")]
+             (["--listen", f"{a}:7401", "--local_server_name", "127.0.0.1:0", "--members", f"{a}:7401"],
+              f"--local_server_name {a}:0")]
     for args, advice in cases:
         r = subprocess.run(in_host("A", sys.executable, "-m", "kvfabric", "store-node", "--pool", "64mb", *args),
                            env=ENV, capture_output=True, text=True, timeout=60)
         assert r.returncode == 1, (args, r.stdout, r.stderr)
         assert "loopback" in r.stderr and advice in r.stderr, r.stderr
+
+
+TARGET = r"""
+import sys, kvfabric
+with kvfabric.Engine(sys.argv[1], protocol="tcp") as e:
+    kv = bytearray(b"kv" * 4096)
+    e.register(kv)
+    print(e.name, flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_probe_from_another_host_reads_from_the_peer_over_the_link(lab):
+    target = subprocess.Popen(in_host("A", sys.executable, "-c", TARGET, f"{HOSTS['A']}:15000"), env=ENV,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        name = target.stdout.readline().strip()
+        assert name == f"{HOSTS['A']}:15000", target.stderr.read()[-2000:] if not name else name
+        r = subprocess.run(in_host("B", sys.executable, "-m", "kvfabric", "probe", name, "--protocol", "tcp"),
+                           env=ENV, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, (r.stdout, r.stderr)
+        out = json.loads(r.stdout)
+        assert out["reachable"] and out["read_ms"] > 0, out
+        assert [rail["domain"] for rail in out["rails"]] != ["lo"], out["rails"]  # a rail on the link, not loopback
+    finally:
+        target.stdin.close()
+        target.wait(timeout=20)
+    # Nothing serves that name now: unreachable, with the reason.
+    r = subprocess.run(in_host("B", sys.executable, "-m", "kvfabric", "probe", name, "--protocol", "tcp"), env=ENV,
+                       capture_output=True, text=True, timeout=60)
+    out = json.loads(r.stdout)
+    assert r.returncode == 1 and not out["reachable"] and "Connection refused" in out["error"], out

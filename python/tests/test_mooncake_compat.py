@@ -182,7 +182,7 @@ def test_shim_serves_mooncake_imports(tmp_path):
 
     run = lambda *a, **kw: subprocess.run([sys.executable, *a], capture_output=True, text=True, timeout=60, **kw)
     site = str(tmp_path)
-    r = run("-m", "kvfabric", "mooncake-shim", "install", "--site-dir", site)
+    r = run("-m", "kvfabric", "mooncake-shim", "install", "--site_dir", site)
     assert r.returncode == 0, r.stdout + r.stderr
     code = (f"import site; site.addsitedir({site!r}); from mooncake.engine import TransferEngine; "
             "te = TransferEngine(); print(type(te).__module__, te.initialize('127.0.0.1', 'P2PHANDSHAKE', 'tcp', ''), "
@@ -191,7 +191,7 @@ def test_shim_serves_mooncake_imports(tmp_path):
     assert r.stdout.split() == ["kvfabric.compat.mooncake", "0", "True"], r.stderr[-2000:]
     r = run("-c", code, env={**os.environ, "KVF_MOONCAKE_SHIM": "0"})
     assert r.returncode != 0 and "ModuleNotFoundError" in r.stderr
-    assert run("-m", "kvfabric", "mooncake-shim", "uninstall", "--site-dir", site).returncode == 0
+    assert run("-m", "kvfabric", "mooncake-shim", "uninstall", "--site_dir", site).returncode == 0
 
 
 @pytest.mark.parametrize("backend", ["etcd", "http", "bare_etcd"])

@@ -80,7 +80,7 @@ class Env:
         return env
 
     def cli(self, action, *flags, real=True, shim_env=None):
-        return subprocess.run([sys.executable, "-m", "kvfabric", "mooncake-shim", action, "--site-dir",
+        return subprocess.run([sys.executable, "-m", "kvfabric", "mooncake-shim", action, "--site_dir",
                                str(self.site), *flags], capture_output=True, text=True, timeout=120,
                               env=self._env(real, shim_env))
 

@@ -219,7 +219,7 @@ def test_the_store_node_command_serves_until_sigterm():
 
     names = [f"127.0.0.1:{free_port()}" for _ in range(2)]
     procs = [subprocess.Popen([sys.executable, "-m", "kvfabric", "store-node", "--pool", "16mb", "--protocol", "tcp",
-                               "--listen", n, "--members", ",".join(names), "--setting", "KVF_LOG_LEVEL=error"],
+                               "--listen", n, "--members", ",".join(names), "--set", "KVF_LOG_LEVEL=error"],
                               stdout=subprocess.PIPE, text=True) for n in names]
     try:
         for n, p in zip(names, procs):

@@ -48,7 +48,7 @@ Status CheckAdvertisedHost(const std::string& host, const std::string& metadata)
       return Status::InvalidArgument(text::Format(
           "local_server_name: this engine would advertise {}, a loopback address, in metadata {} that other hosts "
           "read: peers there would connect to themselves. Set local_server_name to this host's address on the "
-          "network its peers share (HOST:0; kvfabric store-node: --listen HOST:PORT or --engine_name HOST:0)",
+          "network its peers share (HOST:0; kvfabric store-node: --listen HOST:PORT or --local_server_name HOST:0)",
           host, metadata));
   return Status::OK();
 }

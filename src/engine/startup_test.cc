@@ -12,7 +12,7 @@ TEST(StartupTest, ALoopbackHostIsRefusedWhereOtherHostsReadTheMetadata) {
       const Status s = CheckAdvertisedHost(host, metadata);
       EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << host << " " << metadata;
       EXPECT_NE(s.message().find("local_server_name"), std::string::npos) << s.ToString();
-      EXPECT_NE(s.message().find("--engine_name"), std::string::npos) << s.ToString();
+      EXPECT_NE(s.message().find("--local_server_name HOST:0"), std::string::npos) << s.ToString();
     }
 }
 

@@ -99,7 +99,7 @@ cp "$log/step" "$log/ceiling"
 
 # A target, here or on the peer; prints its segment id.
 start_target() {  # $1: NIC filter, $2: --use_vram or ""
-  local cmd="$bench --mode=target --protocol=efa --buffer_size=4294967296 ${1:+--device_name=$1} $2 --gpu_id=-1"
+  local cmd="$bench --mode=target --protocol=efa --buffer_size=4294967296 ${1:+--nic_filter=$1} $2 --gpu_id=-1"
   if [ -n "$peer" ]; then
     ssh -o BatchMode=yes "$peer" "cd $root && exec $cmd" >"$log/target" 2>&1 &
   else
@@ -114,7 +114,7 @@ stop_target() { kill "$target" 2>/dev/null; wait "$target" 2>/dev/null; [ -n "$p
 section "Bench matrix: 1 MiB blocks, 16 threads, batch 128"
 {
   echo "Command per point: \`kvfabric-bench --mode=initiator --protocol=efa --block_size=1048576 --threads=16"
-  echo "--batch_size=128 --duration=$duration [--use_vram --gpu_id=-1] [--device_name=$first_nic]\`,"
+  echo "--batch_size=128 --duration=$duration [--use_vram --gpu_id=-1] [--nic_filter=$first_nic]\`,"
   echo "the target started the same way. Ceiling: the EFA line rate of the NICs used."
   echo
   echo "| NICs | memory | operation | GB/s | line rate GB/s | of line rate |"
@@ -131,7 +131,7 @@ for nics in one all; do
         echo "| $nics | $mem | $op | target did not start | | |" >>"$out"; status=1; stop_target; continue
       fi
       "$bench" --mode=initiator --protocol=efa --segment_id="$seg" --operation=$op --block_size=1048576 \
-        --threads=16 --batch_size=128 --duration="$duration" $vram --gpu_id=-1 ${filter:+--device_name=$filter} \
+        --threads=16 --batch_size=128 --duration="$duration" $vram --gpu_id=-1 ${filter:+--nic_filter=$filter} \
         --json_out="$log/point.json" >"$log/init" 2>&1
       gbps=$(python3 -c "import json,sys; p=json.load(open(sys.argv[1]))['points'][0]; print('%.1f' % (p['bytes_per_s']/1e9))" "$log/point.json" 2>/dev/null)
       if [ -z "$gbps" ]; then

@@ -50,7 +50,7 @@ class Target:
     def __init__(self, extra_env=None):
         devices = ",".join("a%d" % i for i in range(RAILS))
         self.proc = subprocess.Popen(
-            [LAB, "exec", "A", "env", *["%s=%s" % kv for kv in (extra_env or {}).items()], bench(), "--mode=target", "--protocol=tcp", "--device_name=" + devices,
+            [LAB, "exec", "A", "env", *["%s=%s" % kv for kv in (extra_env or {}).items()], bench(), "--mode=target", "--protocol=tcp", "--nic_filter=" + devices,
              "--local_server_name=10.77.0.1:%d" % PORT, "--buffer_size=%d" % (256 << 20)],
             env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.time() + 30
@@ -80,7 +80,7 @@ def initiate(segment, op, block, duration, extra_env=None):
     devices = ",".join("b%d" % i for i in range(RAILS))
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         cmd = [LAB, "exec", "B", "env", *["%s=%s" % kv for kv in (extra_env or {}).items()], bench(),
-               "--mode=initiator", "--protocol=tcp", "--device_name=" + devices,
+               "--mode=initiator", "--protocol=tcp", "--nic_filter=" + devices,
                "--local_server_name=10.77.0.2:0", "--segment_id=" + segment, "--operation=" + op,
                "--block_size=%d" % block, "--batch_size=32", "--threads=2", "--duration=%g" % duration,
                "--verify", "--json_out=" + out.name]

@@ -53,9 +53,9 @@ def run_initiator(cmd):
 def bare(a, proto, op):
     tool = os.path.join(a.build, "tools", "kvfabric-fabric-bench")
     t, addr = start_target([tool, "--mode=target", "--protocol=" + proto, "--buffer_size=%d" % a.buffer],
-                           r"--target=(\S+)")
+                           r"--segment_id=(\S+)")
     try:
-        return run_initiator([tool, "--mode=initiator", "--protocol=" + proto, "--target=" + addr,
+        return run_initiator([tool, "--mode=initiator", "--protocol=" + proto, "--segment_id=" + addr,
                               "--operation=" + op, "--block_size=%d" % a.block, "--queue_depth=%d" % a.queue_depth,
                               "--duration=%g" % a.duration, "--json"]
                              + (["--transmit_complete"] if a.transmit_complete else []))

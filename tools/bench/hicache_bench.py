@@ -76,7 +76,7 @@ def run(a):
     # use for the read window (15 s), longer than a run of rounds.
     node_pool = (2 * a.rounds + 2) * batch + (64 << 20)
     node = subprocess.Popen([sys.executable, "-m", "kvfabric", "store-node", "--pool", str(node_pool), "--protocol",
-                             a.protocol, "--listen", listen, "--members", listen, "--setting", "KVF_LOG_LEVEL=warn"],
+                             a.protocol, "--listen", listen, "--members", listen, "--set", "KVF_LOG_LEVEL=warn"],
                             stdout=subprocess.PIPE, text=True)
     try:
         line = node.stdout.readline()

@@ -36,7 +36,7 @@ def main():
     listen = f"127.0.0.1:{free_port()}"
     node = subprocess.Popen([sys.executable, "-m", "kvfabric", "store-node", "--pool", str((2 * a.rounds + 2) * batch),
                              "--protocol", a.protocol, "--listen", listen, "--members", listen,
-                             "--setting", "KVF_LOG_LEVEL=warn"], stdout=subprocess.PIPE, text=True)
+                             "--set", "KVF_LOG_LEVEL=warn"], stdout=subprocess.PIPE, text=True)
     try:
         if not node.stdout.readline():
             raise SystemExit(f"the store node did not start (exit {node.poll()})")

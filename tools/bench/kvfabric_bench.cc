@@ -29,6 +29,7 @@
 #include "kvfabric/engine.h"
 #include "memory/cuda.h"
 #include "tools/bench/units.h"
+#include "tools/common/flag_names.h"
 #include "tools/common/pattern.h"
 
 using namespace kvfabric;
@@ -42,7 +43,7 @@ void OnSignal(int) { g_stop.store(true); }
 struct Options {
   std::string mode = "initiator";
   std::string protocol = "auto";
-  std::string metadata_server = "P2PHANDSHAKE";
+  std::string metadata = "P2PHANDSHAKE";
   std::string local_server_name = "127.0.0.1:0";
   std::string segment_id;
   std::string operation = "write";
@@ -53,7 +54,7 @@ struct Options {
   size_t buffer_size = 1ull << 30;
   double duration = 10;
   std::string report_unit = "GB";
-  std::string device_name;
+  std::string nic_filter;
   bool verify = false;
   bool json = false;
   bool use_vram = false;  // buffers in GPU memory (cuda:N)
@@ -493,7 +494,7 @@ int main(int argc, char** argv) {
   app.add_option("--mode", o.mode, "target, initiator or probe (first-use latency)")
       ->check(CLI::IsMember({"target", "initiator", "probe"}));
   app.add_option("--protocol", o.protocol, "efa, tcp, shm, verbs, sockets or auto");
-  app.add_option("--metadata_server", o.metadata_server, "p2p (P2PHANDSHAKE)");
+  app.add_option("--metadata", o.metadata, "p2p (P2PHANDSHAKE), etcd://HOST:PORT or http://HOST:PORT/PATH");
   app.add_option("--local_server_name", o.local_server_name, "host:port to bind and advertise (port 0: any)");
   app.add_option("--segment_id", o.segment_id, "initiator: the target's segment (host:port)")
       ->check([](const std::string& v) -> std::string {
@@ -513,7 +514,7 @@ int main(int argc, char** argv) {
   app.add_option("--duration", o.duration, "seconds to run (initiator)");
   app.add_option("--report_unit", o.report_unit, "GB|GiB|Gb|MB|MiB|Mb|KB|KiB|Kb")
       ->check(CLI::IsMember({"GB", "GiB", "Gb", "MB", "MiB", "Mb", "KB", "KiB", "Kb"}));
-  app.add_option("--device_name", o.device_name, "comma-separated NICs (libfabric domain names)");
+  app.add_option("--nic_filter", o.nic_filter, "comma-separated NICs (libfabric domain names); empty: all");
   app.add_flag("--verify", o.verify, "check every byte moved");
   app.add_flag("--use_vram", o.use_vram, "buffers in GPU memory (the CUDA driver is loaded at run time)");
   app.add_option("--gpu_id", o.gpu_id, "with --use_vram: the GPU, or -1 for every GPU (thread t on GPU t mod count)")
@@ -526,13 +527,14 @@ int main(int argc, char** argv) {
   for (const auto& s : Settings::Table())
     footer += "  " + s.env + " (default " + s.default_value + "; " + s.values + "): " + s.meaning + "\n";
   app.footer(footer);
+  tools::UseCurrentFlagNames(argc, argv, "kvfabric-bench");
   CLI11_PARSE(app, argc, argv);
 
   EngineConfig cfg;
   cfg.protocol = o.protocol;
-  cfg.metadata = o.metadata_server;
+  cfg.metadata = o.metadata;
   cfg.local_server_name = o.local_server_name;
-  cfg.nic_filter = o.device_name;
+  cfg.nic_filter = o.nic_filter;
   Status s = cfg.settings.ApplyEnvironment();
   if (!s.ok()) return Fail("settings", s);
   cfg.apply_environment = false;

@@ -50,6 +50,7 @@
 #include "net/socket.h"
 #include "store/control_client.h"
 #include "store/messages.h"
+#include "tools/common/flag_names.h"
 #include "tools/common/pattern.h"
 
 using namespace kvfabric;
@@ -61,8 +62,8 @@ struct Options {
   std::string protocol = "tcp";
   std::string metadata = "p2p";
   std::string members;
-  std::string engine_address = "127.0.0.1:0";
-  std::string nics;
+  std::string local_server_name = "127.0.0.1:0";
+  std::string nic_filter;
   std::vector<std::string> set;
   // serve
   uint64_t pool = 512ull << 20;
@@ -98,8 +99,8 @@ Status NewEngine(const Options& o, std::unique_ptr<Engine>* out) {
   EngineConfig cfg;
   cfg.protocol = o.protocol;
   cfg.metadata = o.metadata;
-  cfg.local_server_name = o.engine_address;
-  cfg.nic_filter = o.nics;
+  cfg.local_server_name = o.local_server_name;
+  cfg.nic_filter = o.nic_filter;
   cfg.settings.log_level = "warn";
   for (const auto& kv : o.set) KVF_RETURN_IF_ERROR(cfg.settings.Assign(kv));
   if (!o.members.empty()) cfg.settings.store_members = o.members;
@@ -707,8 +708,8 @@ int main(int argc, char** argv) {
     c->add_option("--metadata", o.metadata, "p2p (members from --members), etcd://host:port or http://host:port/path");
     c->add_option("--members", o.members, "static member list: control addresses host:port, comma-separated");
     c->add_option("--set", o.set, "a setting NAME=VALUE (repeatable), e.g. --set store_deadline_ms=2000");
-    c->add_option("--engine_address", o.engine_address, "host:port of the engine's handshake server (port 0: any)");
-    c->add_option("--nics", o.nics, "libfabric domains (rails) to use, comma-separated, e.g. b0,b1,b2,b3; empty: all");
+    c->add_option("--local_server_name", o.local_server_name, "host:port of the engine's handshake server (port 0: any)");
+    c->add_option("--nic_filter", o.nic_filter, "libfabric domains (rails) to use, comma-separated, e.g. b0,b1,b2,b3; empty: all");
   };
   auto drive = [&](CLI::App* c) {
     c->add_option("--op", o.op, "get, put, exists, mixed or lone")
@@ -744,6 +745,7 @@ int main(int argc, char** argv) {
   local->add_option("--nodes", o.nodes, "nodes to start")->check(CLI::Range(1, 32));
   local->add_option("--pool", o.pool, "each node's pool (K, M, G suffixes)")->transform(CLI::AsSizeValue(false));
   local->add_flag("--kill", o.kill, "afterwards, kill one node and read the working set again");
+  tools::UseCurrentFlagNames(argc, argv, "kvfabric-store-bench");
   CLI11_PARSE(app, argc, argv);
   if (serve->parsed()) return Serve(o);
   if (drv->parsed()) return Drive(o);

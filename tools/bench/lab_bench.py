@@ -55,7 +55,7 @@ def tool(a, name):
 def engine_target(a, rails):
     devices = ",".join("a%d" % i for i in range(rails))
     return start_target([LAB, "exec", "A", tool(a, "kvfabric-bench"), "--mode=target", "--protocol=tcp",
-                         "--device_name=" + devices, "--local_server_name=10.77.0.1:%d" % ENGINE_PORT,
+                         "--nic_filter=" + devices, "--local_server_name=10.77.0.1:%d" % ENGINE_PORT,
                          "--buffer_size=%d" % a.buffer], r"--segment_id=(\S+)")
 
 
@@ -64,7 +64,7 @@ def engine_points(a, seg, rails, op, blocks, batch, threads, duration, extra=())
     devices = ",".join("b%d" % i for i in range(rails))
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         cmd = [LAB, "exec", "B", tool(a, "kvfabric-bench"), "--mode=initiator", "--protocol=tcp",
-               "--device_name=" + devices, "--local_server_name=10.77.0.2:0", "--segment_id=" + seg,
+               "--nic_filter=" + devices, "--local_server_name=10.77.0.2:0", "--segment_id=" + seg,
                "--operation=" + op, "--block_size=" + ",".join(str(b) for b in blocks),
                "--batch_size=%d" % batch, "--threads=%d" % threads, "--duration=%g" % duration,
                "--json_out=" + out.name, *extra]
@@ -81,14 +81,14 @@ def bare_fabric(a, rails, op, block):
     try:
         for i in range(rails):
             t, addr = start_target([LAB, "exec", "A", tool(a, "kvfabric-fabric-bench"), "--mode=target",
-                                    "--protocol=tcp", "--device_name=a%d" % i,
+                                    "--protocol=tcp", "--nic_filter=a%d" % i,
                                     "--local_server_name=10.77.%d.1:%d" % (i, BARE_PORT + i),
-                                    "--buffer_size=%d" % (64 << 20)], r"--target=(\S+)")
+                                    "--buffer_size=%d" % (64 << 20)], r"--segment_id=(\S+)")
             targets.append((t, addr))
         for i, (_, addr) in enumerate(targets):
             inits.append(subprocess.Popen(
                 [LAB, "exec", "B", tool(a, "kvfabric-fabric-bench"), "--mode=initiator", "--protocol=tcp",
-                 "--device_name=b%d" % i, "--target=" + addr, "--operation=" + op, "--block_size=%d" % block,
+                 "--nic_filter=b%d" % i, "--segment_id=" + addr, "--operation=" + op, "--block_size=%d" % block,
                  "--queue_depth=16", "--duration=%g" % a.duration, "--json"],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         total = 0.0
@@ -161,7 +161,7 @@ def probe(a, rails):
         devices = ",".join("b%d" % i for i in range(rails))
         for _ in range(max(5, a.reps)):
             r = run_initiator([LAB, "exec", "B", tool(a, "kvfabric-bench"), "--mode=probe", "--protocol=tcp",
-                               "--device_name=" + devices, "--local_server_name=10.77.0.2:0",
+                               "--nic_filter=" + devices, "--local_server_name=10.77.0.2:0",
                                "--segment_id=" + seg, "--block_size=%d" % (1 << 20),
                                "--buffer_size=%d" % (1 << 20), "--json"])
             rows.append(r)

@@ -39,7 +39,7 @@ def main():
     target = None
     try:
         target = subprocess.Popen([LAB, "exec", "A", bench, "--mode=target", "--protocol=tcp",
-                                   "--device_name=a0,a1,a2,a3", "--local_server_name=10.77.0.1:17400",
+                                   "--nic_filter=a0,a1,a2,a3", "--local_server_name=10.77.0.1:17400",
                                    "--buffer_size=%d" % (64 << 20)], env=ENV, stdout=subprocess.PIPE,
                                   stderr=subprocess.DEVNULL, text=True)
         segment = None
@@ -58,7 +58,7 @@ def main():
                 with tempfile.NamedTemporaryFile(suffix=".json") as out:
                     subprocess.run([LAB, "exec", "B", "env", "KVF_TOPOLOGY_FILE=" + topo.name,
                                     "KVF_REGISTER_RAILS=" + rails, "KVF_REGISTER_PARALLEL=" + par, "KVF_LOG_LEVEL=warn",
-                                    bench, "--mode=initiator", "--protocol=tcp", "--device_name=b0,b1,b2,b3",
+                                    bench, "--mode=initiator", "--protocol=tcp", "--nic_filter=b0,b1,b2,b3",
                                     "--local_server_name=10.77.0.2:0", "--segment_id=" + segment,
                                     "--operation=write", "--block_size=65536", "--batch_size=1", "--threads=1",
                                     "--duration=0.05", "--buffer_size=%d" % a.bytes, "--json_out=" + out.name],

@@ -62,14 +62,14 @@ class Place:
                "--listen", self.members.split(",")[i], "--members", self.members]
         if self.lab:
             nics = ",".join("b%d" % r for r in range(self.a.rails))
-            return [LAB, "exec", "B"] + cmd + ["--engine_address", "10.77.0.2:0", "--nics", nics]
+            return [LAB, "exec", "B"] + cmd + ["--local_server_name", "10.77.0.2:0", "--nic_filter", nics]
         return cmd
 
     def drive_cmd(self, args):
         cmd = [self.tool(), "drive", "--protocol", self.a.protocol, "--members", self.members] + args
         if self.lab:
             nics = ",".join("a%d" % r for r in range(self.a.rails))
-            return [LAB, "exec", "A"] + cmd + ["--engine_address", "10.77.0.1:0", "--nics", nics]
+            return [LAB, "exec", "A"] + cmd + ["--local_server_name", "10.77.0.1:0", "--nic_filter", nics]
         return cmd
 
     def tool(self):

@@ -3,7 +3,7 @@
 // slicing), same provider, block size and completion semantics as the engine,
 // a fixed queue depth. Engine figures are printed beside this one.
 //   target:    kvfabric-fabric-bench --mode=target --protocol=tcp
-//   initiator: kvfabric-fabric-bench --mode=initiator --target=<host:port printed by the target>
+//   initiator: kvfabric-fabric-bench --mode=initiator --segment_id=<host:port printed by the target>
 // Only the exchange of addresses and keys uses a TCP socket.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -29,6 +29,7 @@
 #include "metadata/frame.h"
 #include "metadata/handshake.h"
 #include "tools/bench/units.h"
+#include "tools/common/flag_names.h"
 #include "net/address.h"
 
 using namespace kvfabric;
@@ -104,18 +105,19 @@ int main(int argc, char** argv) {
   CLI::App app{"kvfabric-fabric-bench: bare libfabric RMA throughput, the ceiling for kvfabric-bench"};
   app.add_option("--mode", mode)->check(CLI::IsMember({"target", "initiator"}));
   app.add_option("--protocol", protocol, "efa, tcp, shm, verbs or sockets");
-  app.add_option("--target", target, "initiator: host:port printed by the target");
+  app.add_option("--segment_id", target, "initiator: host:port printed by the target");
   app.add_option("--local_server_name", local, "target: host:port for the address exchange");
   app.add_option("--operation", operation)->check(CLI::IsMember({"read", "write"}));
   app.add_option("--block_size", block)->check(CLI::PositiveNumber);
   app.add_option("--queue_depth", depth, "operations kept in flight")->check(CLI::PositiveNumber);
   app.add_option("--buffer_size", buffer);
   app.add_option("--duration", duration);
-  app.add_option("--device_name", device, "the NIC (libfabric domain) to use");
+  app.add_option("--nic_filter", device, "the NIC (libfabric domain) to use");
   app.add_option("--report_unit", unit);
   app.add_flag("--json", json);
   app.add_flag("--transmit_complete", transmit_complete,
                "count writes complete when the source is reusable (default: delivered, as the engine)");
+  tools::UseCurrentFlagNames(argc, argv, "kvfabric-fabric-bench");
   CLI11_PARSE(app, argc, argv);
   if (buffer < block * depth) buffer = block * depth;
 
@@ -158,7 +160,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "kvfabric-fabric-bench: %s\n", s.ToString().c_str());
       return 1;
     }
-    std::printf("kvfabric-fabric-bench target ready (%s %s): run the initiator with --target=%s:%u\n",
+    std::printf("kvfabric-fabric-bench target ready (%s %s): run the initiator with --segment_id=%s:%u\n",
                 ep.provider.c_str(), chosen.front()->domain_attr->name, host.c_str(), server->port());
     std::fflush(stdout);
     // A passive target must drive progress for manual-progress providers.
