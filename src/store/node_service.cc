@@ -56,6 +56,7 @@ NodeService::NodeService(Engine* engine, const Settings& settings, uint64_t* ver
       keys_(keys),
       table_(static_cast<uint64_t>(settings.store_pool_bytes), std::chrono::milliseconds(settings.store_read_window_ms),
              kPoolAlignment, &versions_, keys_.valid() ? &keys_ : nullptr),
+      removed_(std::chrono::milliseconds(settings.store_handoff_ms), kMaxTombstones),
       reservations_(crypto::RandomU64()),
       pins_({static_cast<uint64_t>(settings.store_max_pins),
              static_cast<uint64_t>(settings.store_pool_bytes) / 100 *
@@ -481,6 +482,7 @@ std::string NodeService::Answer(uint64_t connection, Op op, std::string_view pay
       case Op::kExists: bits[i] = table_.Contains(keys[i], now); break;
       case Op::kRemove:
         bits[i] = table_.Remove(keys[i], now);
+        removed_.Add(keys[i], now);
         if (bits[i]) pins_.Forget(keys[i]);  // the key's pins went with its page
         break;
       // Only a pin this connection took: after a reconnect, or from another
@@ -601,8 +603,14 @@ std::vector<Status> NodeService::FinishPut(PutJob* job) {
   for (size_t i = 0; i < n; ++i) {
     if (!job->reserved[i]) continue;
     if (job->outcomes[i].ok()) {
-      if (put.if_absent && table_.Contains(put.items[i].key, now)) table_.Unreserve(job->offsets[i], now);
-      else if (table_.Commit(put.items[i].key, job->offsets[i], job->lengths[i], sums[i], now).generation != 0)
+      if (put.if_absent && removed_.Has(put.items[i].key, now)) {
+        table_.Unreserve(job->offsets[i], now);
+        job->results[i] = Status::Unavailable("store: '" + put.items[i].key +
+                                              "' was removed on its home during the hand-over: the older copy "
+                                              "stays where it was");
+      } else if (put.if_absent && table_.Contains(put.items[i].key, now)) {
+        table_.Unreserve(job->offsets[i], now);
+      } else if (table_.Commit(put.items[i].key, job->offsets[i], job->lengths[i], sums[i], now).generation != 0)
         counters_.stored_bytes += job->lengths[i];
     } else {
       table_.Abandon(job->offsets[i], now);

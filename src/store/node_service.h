@@ -40,6 +40,7 @@
 #include "store/control_server.h"
 #include "store/messages.h"
 #include "store/page_table.h"
+#include "store/tombstones.h"
 #include "store/pin_ledger.h"
 #include "store/put_queue.h"
 #include "store/region_versions.h"
@@ -112,6 +113,8 @@ class NodeService {
   // The pool's alignment (its allocator's) and the mapping that holds the
   // region versions.
   static constexpr uint64_t kPoolAlignment = 4096;
+  // Keys removed lately that a node remembers at most (Tombstones).
+  static constexpr size_t kMaxTombstones = 1 << 16;
   static constexpr size_t kVersionsMapBytes = SharedPool::kVersionsBytes;
   static_assert(RegionVersions::kBytes + sizeof(uint64_t) <= kVersionsMapBytes);  // the versions, then the epoch
 
@@ -175,6 +178,7 @@ class NodeService {
   size_t keys_bytes_ = 0;
   std::mutex table_mu_;
   PageTable table_;
+  Tombstones removed_;  // keys removed lately: a hand-over of one is refused (under table_mu_)
   Reservations reservations_;  // under table_mu_
   NodeStats counters_;  // the request counters (under table_mu_); the table's own come from table_.stats()
   PinLedger pins_;  // the pins each control connection holds (under table_mu_)

@@ -304,7 +304,9 @@ TEST_F(StoreVerifyTest, PeersCannotWriteANodesRegionVersions) {
   ASSERT_NE(versions, nullptr) << "no buffer of the versions' size";
   EXPECT_TRUE(versions->read_only);
   for (const RemoteBuffer& b : bufs)
-    if (&b != versions) EXPECT_FALSE(b.read_only) << "the pool is written by PUTs";
+    if (&b != versions) {
+      EXPECT_FALSE(b.read_only) << "the pool is written by PUTs";
+    }
 
   ASSERT_TRUE(client_engine_->Transfer({{OpCode::kRead, buf_, h, versions->addr, 4096}}).ok());
   std::vector<uint8_t> before(buf_, buf_ + 4096);
