@@ -139,19 +139,32 @@ print("ipv6 ok", b.get_engine().name)
 
 
 def test_device_names_as_users_pass_them():
-    """ibverbs names and comma lists map to the provider's domains; a name the
-    protocol does not have fails initialize, and the log lists what exists."""
+    """Comma lists map to the provider's domains; on tcp, as in Mooncake, names the provider does not have are
+    ignored with one info line (an RDMA device list passed everywhere still starts), while the names it has
+    still choose the NICs; on a provider that has devices, a name it lacks fails initialize and the log lists
+    what exists."""
     code = """
 from kvfabric.compat.mooncake import TransferEngine
 ok = TransferEngine()
 print("list", ok.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", " lo, lo "))
+print("rails", [r["domain"] for r in ok.get_engine().rails() if r["provider"].startswith("tcp")])
+rdma = TransferEngine()
+print("rdma names", rdma.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "mlx5_7,mlx5_8"))
+mixed = TransferEngine()
+print("mixed", mixed.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "ibp6s0,lo"))
+print("mixed rails", [r["domain"] for r in mixed.get_engine().rails() if r["provider"].startswith("tcp")])
 bad = TransferEngine()
-print("bad", bad.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "mlx5_7"))
+print("bad", bad.initialize("127.0.0.1", "P2PHANDSHAKE", "shm", "mlx5_7"))
 print("vendor", TransferEngine().initialize("127.0.0.1", "P2PHANDSHAKE", "nvlink", ""))
 """
     r = run_python(code)
-    assert "list 0" in r.stdout and "bad -1" in r.stdout and "vendor -1" in r.stdout, r.stdout + r.stderr
-    assert "device 'mlx5_7' is not a NIC of provider tcp;ofi_rxm (it has: " in r.stderr, r.stderr
+    out = r.stdout
+    assert "list 0" in out and "rails ['lo']" in out, out + r.stderr
+    assert "rdma names 0" in out and "mixed 0" in out and "mixed rails ['lo']" in out, out + r.stderr
+    assert "device name(s) mlx5_7, mlx5_8 ignored on tcp" in r.stderr and "using every NIC" in r.stderr, r.stderr
+    assert "device name(s) ibp6s0 ignored on tcp" in r.stderr and "using lo" in r.stderr, r.stderr
+    assert "bad -1" in out and "vendor -1" in out, out + r.stderr
+    assert "device 'mlx5_7' is not a NIC of provider shm (it has: " in r.stderr, r.stderr
     assert "vendor transport" in r.stderr
 
 

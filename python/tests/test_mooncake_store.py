@@ -329,3 +329,33 @@ def test_ranged_writes_in_a_session_put_whole_pages(mooncake_store):
     assert np.array_equal(dst[:(n - 1) * page], src[:(n - 1) * page])
     # A session left open at close is let go with it.
     assert store.batch_put_session_start(["layersave/open"], [page]) == [0]
+
+
+def test_sizes_as_mooncake_writes_them_and_rdma_devices_on_tcp(monkeypatch, capfd):
+    """setup takes sizes as Mooncake's own setup does ("16MB", "4 GB": powers of 1024), in the dict form LMCache
+    passes and the positional one; an invalid size is INVALID_PARAMS, never an exception; an RDMA device list
+    on tcp is ignored with an info line, as Mooncake ignores it there."""
+    nodes = Nodes("tcp", 1)
+    monkeypatch.setenv("KVF_STORE_MEMBERS", nodes.members)
+    monkeypatch.setenv("KVF_LOG_LEVEL", "info")
+    try:
+        store = MooncakeDistributedStore()
+        assert store.setup({"local_hostname": "127.0.0.1", "metadata_server": "P2PHANDSHAKE",
+                            "global_segment_size": "0MB", "local_buffer_size": "2 MB", "protocol": "tcp",
+                            "device_name": "ibp6s0,mlx5_1", "master_server_address": "127.0.0.1:50051"}) == 0
+        try:
+            assert store._buffer_bytes == 2 * MiB
+            assert store.put("sized", b"x" * 4096) == 0 and store.get("sized") == b"x" * 4096
+        finally:
+            assert store.close() == 0
+        assert "device name(s) ibp6s0, mlx5_1 ignored on tcp" in capfd.readouterr().err
+        for bad in ("50%", "-1", "16 parsecs", [16]):
+            again = MooncakeDistributedStore()
+            assert again.setup("127.0.0.1", "P2PHANDSHAKE", 0, bad, "tcp", "", "") == INVALID_PARAMS, bad
+            assert again.setup({"local_hostname": "127.0.0.1", "metadata_server": "P2PHANDSHAKE",
+                                "global_segment_size": bad, "protocol": "tcp"}) == INVALID_PARAMS, bad
+            err = capfd.readouterr().err
+            assert "local_buffer_size" in err and "global_segment_size" in err and "is not a byte count" in err \
+                or "is negative" in err, err
+    finally:
+        nodes.close()

@@ -369,6 +369,33 @@ class _ThroughputLog(threading.Thread):
             last, t0 = now, t1
 
 
+def tcp_devices(device_name: str) -> tuple[str, str]:
+    """The names of `device_name` (a comma list) that choose NICs of the tcp provider (an interface, or an
+    ibverbs device naming the interface it carries), the others left out with one info line: Mooncake ignores
+    device names on tcp, so code that passes its RDMA device list everywhere must still start there. Returns the
+    names kept and the info line to log once the engine is up ("" when nothing was left out)."""
+    names = [n.strip() for n in device_name.split(",") if n.strip()]
+    if not names:
+        return "", ""
+    from .. import _core
+
+    def chooses(name: str) -> bool:
+        try:
+            _core.local_topology("tcp", name)  # the engine's own device selection
+            return True
+        except KvfabricError:
+            return False
+
+    have = {d["domain"] for d in _core.fabric_domains("tcp")}
+    kept = [n for n in names if chooses(n)]
+    dropped = [n for n in names if n not in kept]
+    note = ""
+    if dropped:
+        note = (f"device name(s) {', '.join(dropped)} ignored on tcp, as Mooncake ignores them there (tcp's NICs: "
+                f"{', '.join(sorted(have)) or 'none'}); " + (f"using {', '.join(kept)}" if kept else "using every NIC"))
+    return ",".join(kept), note
+
+
 def start_engine(local_hostname: str, metadata_server: str, protocol: str, device_name: str = "",
                  metadata_type: str = "", settings: Optional[dict] = None) -> tuple[Engine, str]:
     """A kvfabric Engine made as Mooncake's ``initialize`` makes its own: the
@@ -388,15 +415,21 @@ def start_engine(local_hostname: str, metadata_server: str, protocol: str, devic
     proto, from_env = _environment_settings(PROTOCOLS[proto])
     settings = {**from_env, **(settings or {})}
     host, port = split_local_name(local_hostname or "127.0.0.1")
-    devices = device_name or ""
+    devices, note = tcp_devices(device_name or "") if proto == "tcp" else (device_name or "", "")
     if port is not None:
-        return Engine(join_host_port(host, port), metadata, proto, devices, settings), proto
+        engine = Engine(join_host_port(host, port), metadata, proto, devices, settings)
+        if note:
+            _log("info", note)  # after the engine's start, under its log level
+        return engine, proto
     # A bare host: like Mooncake, a free port of the RPC range; another
     # process may take it between the probe and the bind, so try a few.
     last: Optional[Exception] = None
     for p in _free_ports(host):
         try:
-            return Engine(join_host_port(host, p), metadata, proto, devices, settings), proto
+            engine = Engine(join_host_port(host, p), metadata, proto, devices, settings)
+            if note:
+                _log("info", note)
+            return engine, proto
         except KvfabricError as e:
             if "in use" not in str(e).lower():
                 raise

@@ -44,7 +44,7 @@ from typing import Any, List, Optional, Sequence
 from ..engine import Op, Request, TaskState
 from ..errors import KvfabricError
 from ..store import Store
-from ..units import runs_within
+from ..units import parse_bytes, runs_within
 from .mooncake import TransferEngine, _log, split_local_name, start_engine
 
 # Mooncake's ErrorCode values (mooncake-store/include/types.h).
@@ -220,23 +220,31 @@ class MooncakeDistributedStore:
         self._puts: dict = {}  # key -> (_PutArena, offset, size): ranged-write sessions
 
     # -- set-up -----------------------------------------------------------
-    def setup(self, local_hostname: Any, metadata_server: str = "", global_segment_size: int = 0,
-              local_buffer_size: int = 0, protocol: str = "tcp", rdma_devices: str = "",
+    def setup(self, local_hostname: Any, metadata_server: str = "", global_segment_size: Any = 0,
+              local_buffer_size: Any = 0, protocol: str = "tcp", rdma_devices: str = "",
               master_server_addr: str = "", engine: Any = None, **options: Any) -> int:
         """Joins the store: this process gives ``global_segment_size`` bytes of pool
         (0: a client only). Also takes Mooncake's dict form, ``setup({...})``.
-        0 on success, a negative ErrorCode otherwise."""
+        Sizes are byte counts or strings as Mooncake writes them ("16MB", "4 GB":
+        powers of 1024; "16MiB" too). 0 on success, a negative ErrorCode otherwise
+        (an invalid size is INVALID_PARAMS, never an exception)."""
         if isinstance(local_hostname, dict):
             cfg = dict(local_hostname)
             if not cfg.get("local_hostname") or not cfg.get("metadata_server"):
                 _log("error", "setup: the config needs local_hostname and metadata_server")
                 return INVALID_PARAMS
             return self.setup(cfg.pop("local_hostname"), cfg.pop("metadata_server"),
-                              int(cfg.pop("global_segment_size", 16 << 20)), int(cfg.pop("local_buffer_size", 16 << 20)),
+                              cfg.pop("global_segment_size", 16 << 20), cfg.pop("local_buffer_size", 16 << 20),
                               cfg.pop("protocol", "tcp"), cfg.pop("rdma_devices", cfg.pop("device_name", "")),
                               cfg.pop("master_server_address", cfg.pop("master_server_addr", "")), **cfg)
         if self._store is not None:
             _log("error", "setup: this store is set up already")
+            return INVALID_PARAMS
+        try:
+            pool = parse_bytes(global_segment_size or 0, "global_segment_size")
+            buffer_bytes = parse_bytes(local_buffer_size or 0, "local_buffer_size")
+        except (ValueError, TypeError) as e:
+            _log("error", f"setup: {e}")
             return INVALID_PARAMS
         if master_server_addr:
             _log("info", f"setup: master_server_addr {master_server_addr} ignored: kvfabric's store has no master "
@@ -257,8 +265,8 @@ class MooncakeDistributedStore:
                 kv_engine = te.get_engine()
                 self._own_engine = True
             self._te, self._kv_engine = te, kv_engine
-            self._buffer_bytes = int(local_buffer_size or 0)
-            self._store = Store(kv_engine, pool_bytes=int(global_segment_size or 0))
+            self._buffer_bytes = buffer_bytes
+            self._store = Store(kv_engine, pool_bytes=pool)
             return 0
         except (KvfabricError, ValueError, TypeError, OSError) as e:
             _log("error", f"setup: {e}")
@@ -291,7 +299,7 @@ class MooncakeDistributedStore:
             return INVALID_PARAMS
         self._te, self._kv_engine, self._own_engine = None, engine, True
         try:
-            self._buffer_bytes = int(local_buffer_size or 0)
+            self._buffer_bytes = parse_bytes(local_buffer_size or 0, "local_buffer_size")
             self._store = Store(engine, members=members)
             if not self._store.members():
                 _log("error", f"setup_dummy: no store node answers at {members} (start one: kvfabric store-node "
