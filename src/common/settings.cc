@@ -132,11 +132,7 @@ std::string ShowBytes(int64_t v) {
 std::string ShowDuration(int64_t v, int64_t unit_us) { return std::to_string(v) + UnitSuffix(unit_us); }
 
 // How bounds read in messages and docs/settings.md.
-std::string HumanBytes(int64_t v) {
-  for (auto [size, suffix] : kBinarySuffixes)
-    if (v != 0 && v % size == 0) return std::to_string(v / size) + " " + suffix;
-  return v == 0 ? "0" : std::to_string(v) + " bytes";
-}
+std::string HumanBytes(int64_t v) { return v <= 0 ? std::to_string(v) : text::Bytes(static_cast<uint64_t>(v)); }
 std::string HumanDuration(int64_t v, int64_t unit_us) {
   if (v == 0) return "0";
   // Bounds are checked at compile time not to overflow in microseconds.

@@ -1,7 +1,9 @@
 #include "metrics/families.h"
 
+#include <initializer_list>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "metrics/endpoint.h"
 
@@ -43,6 +45,11 @@ class Builder {
   }
   void Counter(const std::string& name, const std::string& help, Labels labels, uint64_t value) {
     Add(name, help, MetricType::Counter, std::move(labels), static_cast<double>(value));
+  }
+  // One counter per value of the label `key`: {label value, count} pairs.
+  void CountersBy(const std::string& name, const std::string& help, const std::string& key,
+                  std::initializer_list<std::pair<const char*, uint64_t>> counts) {
+    for (const auto& [label, count] : counts) Counter(name, help, {{key, label}}, count);
   }
   void Gauge(const std::string& name, const std::string& help, Labels labels, double value) {
     Add(name, help, MetricType::Gauge, std::move(labels), value);
@@ -109,8 +116,8 @@ std::vector<MetricFamily> EngineFamilies(const EngineStats& s) {
                 "Request latency from submit to completion, by op and size class (the largest size in the class)",
                 {{"op", l.op}, {"size", l.size_class}}, l.histogram);
   const char* reroutes = "Operations moved to another rail of the same peer, by why";
-  b.Counter("kvfabric_reroutes_total", reroutes, {{"reason", "failed"}}, s.reroutes_failed);
-  b.Counter("kvfabric_reroutes_total", reroutes, {{"reason", "stalled"}}, s.reroutes_stalled);
+  b.CountersBy("kvfabric_reroutes_total", reroutes, "reason",
+               {{"failed", s.reroutes_failed}, {"stalled", s.reroutes_stalled}});
   b.Counter("kvfabric_reroute_refusals_total", "Operations that failed or stalled with no other rail to take them",
             {}, s.reroutes_refused);
   for (const RegistrationStats& r : s.registrations) {
@@ -149,10 +156,9 @@ std::vector<MetricFamily> StoreFamilies(const std::string& engine, const std::st
   const char* misses = "Gets that found no usable page, by reason: absent (no page under the key), checksum (the "
                        "bytes did not verify), late (the READ missed its read window), node_down (member "
                        "unreachable, timeout, transfer error)";
-  b.Counter("kvfabric_store_misses_total", misses, {{"reason", "absent"}}, s.misses_absent);
-  b.Counter("kvfabric_store_misses_total", misses, {{"reason", "checksum"}}, s.misses_checksum);
-  b.Counter("kvfabric_store_misses_total", misses, {{"reason", "late"}}, s.misses_late);
-  b.Counter("kvfabric_store_misses_total", misses, {{"reason", "node_down"}}, s.get_failures);
+  b.CountersBy("kvfabric_store_misses_total", misses, "reason",
+               {{"absent", s.misses_absent}, {"checksum", s.misses_checksum}, {"late", s.misses_late},
+                {"node_down", s.get_failures}});
   b.Counter("kvfabric_store_location_cache_hits_total",
             "Pages read at once from a remembered location and confirmed", {}, s.get_cached);
   b.Counter("kvfabric_store_location_cache_stale_total", "Remembered locations their lookup did not confirm", {},
@@ -183,9 +189,8 @@ std::vector<MetricFamily> StoreFamilies(const std::string& engine, const std::st
   const char* served = "Bytes of pages this node served, by how: stored (puts it committed), located (lookup hits, "
                        "which clients read next), touched (read from a remembered location and reported by the "
                        "client, a key at most once per client every 200 ms: a lower bound)";
-  b.Counter("kvfabric_store_served_bytes_total", served, {{"how", "stored"}}, s.stored_bytes);
-  b.Counter("kvfabric_store_served_bytes_total", served, {{"how", "located"}}, s.located_bytes);
-  b.Counter("kvfabric_store_served_bytes_total", served, {{"how", "touched"}}, s.touched_bytes);
+  b.CountersBy("kvfabric_store_served_bytes_total", served, "how",
+               {{"stored", s.stored_bytes}, {"located", s.located_bytes}, {"touched", s.touched_bytes}});
   b.Gauge("kvfabric_store_members", "Members in placement now (reachable, with a pool)", {},
           static_cast<double>(s.members));
   for (const LatencyStats& l : latency)

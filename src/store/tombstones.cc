@@ -8,13 +8,7 @@ void Tombstones::Add(std::string_view key, Clock::time_point now) {
   Expire(now);
   last_[std::string(key)] = now;
   order_.emplace_back(std::string(key), now);
-  while (last_.size() > max_ || order_.size() > 2 * max_) {
-    // The oldest removal goes; its key stays only if removed again since.
-    auto& [oldest, when] = order_.front();
-    auto it = last_.find(oldest);
-    if (it != last_.end() && it->second == when) last_.erase(it);
-    order_.pop_front();
-  }
+  while (last_.size() > max_ || order_.size() > 2 * max_) PopOldest();
 }
 
 bool Tombstones::Has(std::string_view key, Clock::time_point now) const {
@@ -23,11 +17,15 @@ bool Tombstones::Has(std::string_view key, Clock::time_point now) const {
 }
 
 void Tombstones::Expire(Clock::time_point now) {
-  while (!order_.empty() && now - order_.front().second >= window_) {
-    auto it = last_.find(order_.front().first);
-    if (it != last_.end() && it->second == order_.front().second) last_.erase(it);
-    order_.pop_front();
-  }
+  while (!order_.empty() && now - order_.front().second >= window_) PopOldest();
+}
+
+void Tombstones::PopOldest() {
+  // The oldest removal goes; its key stays only if removed again since.
+  const auto& [oldest, when] = order_.front();
+  auto it = last_.find(oldest);
+  if (it != last_.end() && it->second == when) last_.erase(it);
+  order_.pop_front();
 }
 
 }  // namespace kvfabric::store

@@ -35,6 +35,7 @@ class Tombstones {
 
  private:
   void Expire(Clock::time_point now);
+  void PopOldest();  // order_'s first removal, and its key unless removed again since
 
   const std::chrono::milliseconds window_;
   const size_t max_;
