@@ -148,7 +148,13 @@ def buffer_address(buf: Local, length: int | None = None, writable: bool = False
         if not 0 < buf < 1 << 64 or buf + length > 1 << 64:
             raise InvalidArgumentError(f"address {buf:#x} with length {length} is outside the address space")
         return buf, length, "*"  # the engine asks the CUDA driver: host or cuda:N
-    addr, nbytes, dev_type, dev_id, readonly = _core.buffer_info(buf)
+    try:
+        addr, nbytes, dev_type, dev_id, readonly = _core.buffer_info(buf)
+    except TypeError:
+        span = _tensor_span(buf)
+        if span is None:
+            raise
+        addr, nbytes, dev_type, dev_id, readonly = span
     if readonly and writable:
         raise InvalidArgumentError(
             f"a read-only {type(buf).__name__} cannot be registered: peers could write into it; "
@@ -164,6 +170,21 @@ def buffer_address(buf: Local, length: int | None = None, writable: bool = False
             raise InvalidArgumentError(f"length {length} exceeds the buffer's {nbytes} bytes")
         nbytes = length
     return addr, nbytes, location
+
+
+def _tensor_span(buf: Any):
+    """buffer_info's answer for an object that offers only torch's ``data_ptr()``,
+    ``numel()`` and ``element_size()`` (a contiguous tensor-like, as SGLang's host
+    pools may hand over); None for anything else. Its device, when it names one
+    (``device.type`` "cuda", ``device.index``), says where the memory is."""
+    if not all(callable(getattr(buf, name, None)) for name in ("data_ptr", "numel", "element_size")):
+        return None
+    if callable(getattr(buf, "is_contiguous", None)) and not buf.is_contiguous():
+        raise InvalidArgumentError(f"a {type(buf).__name__} that is not contiguous has no one span of memory")
+    device = getattr(buf, "device", None)
+    cuda = getattr(device, "type", "cpu") == "cuda"
+    return (int(buf.data_ptr()), int(buf.numel()) * int(buf.element_size()), _DL_CUDA if cuda else _DL_CPU,
+            int(getattr(device, "index", 0) or 0) if cuda else 0, False)
 
 
 def _pin(buf: Local):

@@ -3,9 +3,11 @@
     python hicache_rank.py SPEC_JSON
 
 SPEC: {"kind": "mha"|"mla", "layout", "pool": {pool args}, "config": {HiCacheStorageConfig fields},
-"extra": {extra config}, "backend": "kvfabric" (default) | "mooncake"}. The backend is made by
-SGLang's StorageBackendFactory and given the host pool with register_mem_pool_host, as SGLang's
-cache controller does: kvfabric's through "dynamic"; with "mooncake", SGLang's own Mooncake
+"extra": {extra config}, "backend": "kvfabric" (default) | "mooncake", "register": "v1" (default) |
+"v2", "tensor_like": bool}. The backend is made by SGLang's StorageBackendFactory and given the host
+pool with register_mem_pool_host, as SGLang's cache controller does (or, "register": "v2", with
+register_mem_host_pool_v2 alone; "tensor_like": its buffer offers only data_ptr, numel and
+element_size): kvfabric's through "dynamic"; with "mooncake", SGLang's own Mooncake
 backend, unchanged, over kvfabric's mooncake.store (its extra config is Mooncake's, and
 "env" sets this process's environment first, as a user's shell would). Prints
 {"ready": true, "backend": its class, "store": its store's class (Mooncake's backend)}, then
@@ -24,7 +26,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "common"))
-from hicache_pools import content, make_pool  # noqa: E402  (tools/common)
+from hicache_pools import HandedOver, content, make_pool  # noqa: E402  (tools/common)
 from sglang_interface import load, load_mooncake  # noqa: E402  (tools/common)
 
 from json_process import qualified_name, serve  # noqa: E402
@@ -44,8 +46,14 @@ def make_backend(spec: dict):
                                  "class_name": "HiCacheKvfabric", "interface_v1": 1}
     extra.update(spec.get("extra", {}))
     config = config_cls(extra_config=extra, **fields)
-    backend = factory.create_backend("mooncake" if mooncake else "dynamic", config, pool)
-    backend.register_mem_pool_host(pool)
+    given = HandedOver(pool) if spec.get("tensor_like") else pool
+    backend = factory.create_backend("mooncake" if mooncake else "dynamic", config, given)
+    if spec.get("register", "v1") == "v2":
+        from sglang.srt.mem_cache.hicache_storage import PoolName
+
+        backend.register_mem_host_pool_v2(given, PoolName.KV)
+    else:
+        backend.register_mem_pool_host(given)
     return backend, pool
 
 

@@ -314,3 +314,29 @@ def test_hybrid_pools_through_the_v2_calls(nodes, backends):
         backend.batch_get_v2([PoolTransfer(PoolName.SWA, host_indices=kv.indices([0]), keys=["a"])])
     with pytest.raises(ValueError, match="block_groups"):
         exists(PoolTransfer(PoolName.DEEPSEEK_V4_C4, keys=hashes, hit_policy=Policy.BLOCK_GROUPS))
+
+
+def test_pools_as_sglang_hands_them_over(nodes, backends):
+    """A KV pool given through register_mem_host_pool_v2 alone, its buffer offering only
+    data_ptr(), numel() and element_size(), serves the v1 and v2 calls; a page the store
+    holds at another size is written again, not answered True unwritten."""
+    from sglang_interface import hicache_storage
+
+    hs = hicache_storage()
+    PoolTransfer, PoolName = hs.PoolTransfer, hs.PoolName
+    small, spool = new(backends, spec(nodes.protocol, nodes, "mla", pool={"layers": 2}))
+    s = spec(nodes.protocol, nodes, "mla", pool={"layers": 4})
+    backend, pool = new(backends, dict(s, register="v2", tensor_like=True))
+    hashes = [f"handed-{i}" for i in range(4)]
+    fill(spool, hashes[:2], [0, 1], 0)
+    assert small.batch_set_v1(hashes[:2], spool.indices([0, 1])) == [True, True]
+    fill(pool, hashes, range(4), 0)
+    done = backend.batch_set_v2([PoolTransfer(PoolName.KV, host_indices=pool.indices(range(4)), keys=hashes)])
+    assert done == {PoolName.KV: [True] * 4}
+    assert backend.stats()["put_keys"] == 4, "the two pages held at another size were written again"
+    reader, rpool = new(backends, s)
+    got = reader.batch_get_v1(hashes, rpool.indices(range(8, 12)))
+    assert got == [True] * 4 and check(rpool, hashes, range(8, 12), got, 0) == 0
+    got = backend.batch_get_v2([PoolTransfer(PoolName.KV, host_indices=pool.indices(range(4, 8)), keys=hashes)])
+    assert got == {PoolName.KV: [True] * 4} and check(pool, hashes, range(4, 8), got[PoolName.KV], 0) == 0
+    assert backend.batch_get_v1(hashes[:1], pool.indices([9])) == [True]

@@ -5,6 +5,8 @@ memory, and the page contents the HiCache tests write and check.
   ``page_first_direct`` give the same addresses): one buffer holds every k
   then every v, ``(2, tokens, layers, heads, head_dim)``; each page is a k
   and a v buffer, ``layers * page_size * heads * head_dim`` elements each.
+- ``HandedOver(pool)``: the same pool, its buffer offering only
+  ``data_ptr()``, ``numel()`` and ``element_size()``.
 - ``MLAPool``: SGLang's MLA host pool. ``page_first``: ``(tokens, layers, 1,
   dim)``, one buffer per page; ``layer_first``: ``(layers, tokens, 1, dim)``,
   one buffer per layer per page.
@@ -34,6 +36,35 @@ class Buffer(np.ndarray):
 
     def element_size(self) -> int:
         return self.itemsize
+
+
+class TensorLike:
+    """Memory as a tensor-like that offers only torch's ``data_ptr()``, ``numel()``
+    and ``element_size()``: no buffer protocol, no DLPack."""
+
+    def __init__(self, array: np.ndarray):
+        self._array = array
+
+    def data_ptr(self) -> int:
+        return self._array.ctypes.data
+
+    def numel(self) -> int:
+        return self._array.size
+
+    def element_size(self) -> int:
+        return self._array.itemsize
+
+
+class HandedOver:
+    """A pool as some SGLang pools are handed to a backend: the same pages, its
+    ``kv_buffer`` a TensorLike."""
+
+    def __init__(self, pool: "_Pool"):
+        self._pool = pool
+        self.kv_buffer = TensorLike(pool.kv_buffer)
+
+    def __getattr__(self, name: str):
+        return getattr(self._pool, name)
 
 
 class _Pool:

@@ -126,6 +126,8 @@ class HiCacheKvfabric(HiCacheStorage):
 
     def register_mem_host_pool_v2(self, host_pool: Any, host_pool_name: Any) -> None:
         super().register_mem_host_pool_v2(host_pool, host_pool_name)
+        if _tag(host_pool_name) == "kv" and self.mem_pool_host is None:
+            self.mem_pool_host = host_pool  # a KV pool handed over through v2 alone serves v1's calls too
         self._register_pool(host_pool)
 
     def _register_pool(self, pool: Any) -> None:
@@ -186,10 +188,11 @@ class HiCacheKvfabric(HiCacheStorage):
         return self._put_missing(self.scheme.keys(keys), self._pages(keys, host_indices), keys)
 
     def _put_missing(self, store_keys: List[str], pages: list, names: List[str]) -> List[bool]:
-        """Puts the pages the store lacks (one exists call, one put call); True where the page is stored."""
-        present = self.store.batch_exists(store_keys)
-        done = [bool(p) for p in present]
-        todo = [i for i, p in enumerate(present) if not p]
+        """Puts the pages the store lacks, or holds at another size (one lookup, one put
+        call); True where the page is stored at this size."""
+        codes, places = self.store.batch_locate(store_keys)
+        done = [c == 0 and place[2] == sum(n for _, n in page) for c, place, page in zip(codes, places, pages)]
+        todo = [i for i, d in enumerate(done) if not d]
         if todo:
             t0 = time.perf_counter()
             put = self.store.batch_put([store_keys[i] for i in todo], [pages[i] for i in todo])
