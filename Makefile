@@ -16,6 +16,12 @@ SGLANG_STAMP := $(SGLANG_SRC)/.unpacked-6
 VLLM_VERSION ?= 0.33.0
 VLLM_SRC := $(BUILD)/vllm-$(VLLM_VERSION)
 VLLM_STAMP := $(VLLM_SRC)/.unpacked-6
+# LMCache's release whose Mooncake connector the tests run, in a venv of its
+# own: `pip install lmcache` brings torch with CUDA's wheels (about 6 GB),
+# which import without a GPU; kvfabric's wheel and shim go in beside it.
+LMCACHE_VERSION ?= 0.5.6
+LMCACHE_VENV := $(BUILD)/lmcache-$(LMCACHE_VERSION)
+LMCACHE_STAMP := $(LMCACHE_VENV)/.installed-1
 # The virtual environment's packages; the stamp is renamed when the list grows.
 VENV_DEPS := $(VENV)/.deps-3
 # pytest with the released framework sources it loads, JOBS tests at
@@ -27,7 +33,7 @@ JOBS ?= $(shell nproc)
 # Wheels go here (make wheel).
 DIST ?= dist
 
-.PHONY: all deps build python wheel rust rust-bench run test check fuzz stress soak bench store-compare store-sweep lab-bench hicache-bench metrics-cost docs clean
+.PHONY: all deps build python wheel lmcache-env rust rust-bench run test check fuzz stress soak bench store-compare store-sweep lab-bench hicache-bench metrics-cost docs clean
 
 all: build
 
@@ -68,15 +74,26 @@ wheel: python
 	    $(BUILD)/wheel-raw/kvfabric-*.whl
 	@ls $(DIST)/kvfabric-*.whl
 
+$(LMCACHE_STAMP):
+	rm -rf $(LMCACHE_VENV)
+	$(PYTHON) -m venv $(LMCACHE_VENV)
+	$(LMCACHE_VENV)/bin/pip install -q lmcache==$(LMCACHE_VERSION)
+	touch $@
+
+# LMCache's venv with this tree's wheel and its mooncake shim installed.
+lmcache-env: wheel $(LMCACHE_STAMP)
+	$(LMCACHE_VENV)/bin/pip install -q --no-deps --force-reinstall $(DIST)/kvfabric-*.whl
+	$(LMCACHE_VENV)/bin/kvfabric mooncake-shim install >/dev/null
+
 # A target and an initiator on this host (p2p handshake, tcp and shm), each
 # engine figure beside the bare-fabric ceiling from the same run.
 run: build python
 	python3 tools/bench/compare.py --build $(BUILD) --reps 1 --duration 3 --verify
 	$(PY) tools/bench/python_vs_cpp.py --build $(BUILD) --reps 1 --duration 3
 
-test: build python wheel $(SGLANG_STAMP) $(VLLM_STAMP)
+test: build python wheel lmcache-env $(SGLANG_STAMP) $(VLLM_STAMP)
 	cd $(BUILD) && ctest --output-on-failure --timeout 300 -j$(JOBS)
-	KVF_WHEEL_DIR=$(DIST) $(PYTEST) python/tests
+	KVF_WHEEL_DIR=$(DIST) KVF_LMCACHE_PYTHON=$(LMCACHE_VENV)/bin/python $(PYTEST) python/tests
 	$(MAKE) rust
 	FUZZ_SECONDS=$(TEST_FUZZ_SECONDS) scripts/fuzz.sh
 	$(MAKE) stress STRESS_SECONDS=$(TEST_STRESS_SECONDS)

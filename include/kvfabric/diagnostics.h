@@ -63,7 +63,7 @@ int CudaDeviceOf(const void* addr);
 // stream) of `device`.
 Status CudaStreamSynchronize(uintptr_t stream, int device);
 
-// Writes one line to the engine's log at `level` (error, warn, info or
+// Writes one line to the engine's log at `level` (error, warn or warning, info or
 // debug; anything else is info), under KVF_LOG_LEVEL.
 void WriteLog(const std::string& level, const std::string& message);
 

@@ -41,6 +41,14 @@ struct StoreBuffer {
   size_t length = 0;
 };
 
+// How a PUT stores its pages (Store::BatchPut).
+struct StorePutOptions {
+  // Copies of each page, on the members placement ranks first for its key
+  // (1: its home alone); at most KVF_STORE_MAX_COPIES, at most the members
+  // with a pool. A key is OK once every copy is stored.
+  uint32_t copies = 1;
+};
+
 // Where a page is (Store::BatchLocate): its member's engine segment, the
 // page's address there, its length, and how long from the call the member
 // keeps the page's slot for it (the member's KVF_STORE_READ_WINDOW_MS).
@@ -97,9 +105,13 @@ class Store {
   // memory, GPU memory no rail exposes larger than KVF_STORE_BOUNCE_BYTES,
   // which such pages are copied through); Busy (the member's pool is full of pages in use: pinned, or
   // read moments ago); Unavailable (no member has a pool); NetworkError,
-  // Timeout.
+  // Timeout. With options.copies > 1, each copy is stored on its member
+  // (the key's next-ranked members hold the others): the key is OK once
+  // all are, else it has the first copy's failure that occurred; the call
+  // is InvalidArgument for copies of 0 or past KVF_STORE_MAX_COPIES, and a
+  // key whose copies outnumber the members with a pool is Unavailable.
   Status BatchPut(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
-                  std::vector<Status>* results);
+                  std::vector<Status>* results, const StorePutOptions& options = {});
   // Reads each page into its buffers (their total must be at least the
   // page's length; the page fills them in order). Per key: OK with
   // (*lengths)[i] the page's length; NotFound, a miss (absent, evicted, or

@@ -135,10 +135,15 @@ class Store:
         self._errors.last = [StoreError(i, keys[i], code, message) for i, code, message in failed]
         return codes
 
-    def batch_put(self, keys: Sequence[str], buffers: Sequence[Any]) -> list[int]:
-        """Stores each key's page (its buffers' bytes in order). Per key: 0, or a negated status code."""
+    def batch_put(self, keys: Sequence[str], buffers: Sequence[Any], copies: int = 1) -> list[int]:
+        """Stores each key's page (its buffers' bytes in order), ``copies`` copies of it on the
+        members placement ranks first for the key (at most KVF_STORE_MAX_COPIES: a GET reads the
+        next copy when a member fails). Per key: 0 once every copy is stored, or a negated status
+        code."""
         keys, addrs, lengths = self._lists(keys, buffers, writable=False)
-        return self._results(keys, self._core.batch_put(keys, addrs, lengths))
+        if isinstance(copies, bool) or not isinstance(copies, int) or not 0 < copies < 1 << 32:
+            raise InvalidArgumentError(f"copies {copies!r} is not a positive count")
+        return self._results(keys, self._core.batch_put(keys, addrs, lengths, copies))
 
     def batch_get(self, keys: Sequence[str], buffers: Sequence[Any]) -> list[int]:
         """Reads each key's page into its buffers. Per key: the page's length, or a negated status code

@@ -371,12 +371,12 @@ class PyStore {
   std::vector<std::string> members() const { return store_->Members(); }
 
   Results Put(const std::vector<std::string>& keys, const std::vector<std::vector<uint64_t>>& addrs,
-                           const std::vector<std::vector<uint64_t>>& lengths) {
+                           const std::vector<std::vector<uint64_t>>& lengths, uint32_t copies) {
     auto bufs = Buffers(keys.size(), addrs, lengths);
     std::vector<Status> st;
     {
       nb::gil_scoped_release r;
-      Check(store_->BatchPut(keys, bufs, &st));
+      Check(store_->BatchPut(keys, bufs, &st, kvfabric::StorePutOptions{copies}));
     }
     return Codes(st, nullptr);
   }
@@ -656,7 +656,7 @@ NB_MODULE(_native, m) {
       .def("close", &PyStore::Close)
       .def_prop_ro("name", &PyStore::name)
       .def("members", &PyStore::members)
-      .def("batch_put", &PyStore::Put, nb::arg("keys"), nb::arg("addrs"), nb::arg("lengths"))
+      .def("batch_put", &PyStore::Put, nb::arg("keys"), nb::arg("addrs"), nb::arg("lengths"), nb::arg("copies") = 1)
       .def("batch_get", &PyStore::Get, nb::arg("keys"), nb::arg("addrs"), nb::arg("lengths"))
       .def("batch_exists", &PyStore::Exists, nb::arg("keys"))
       .def("key_op", &PyStore::KeyOp, nb::arg("op"), nb::arg("keys"))

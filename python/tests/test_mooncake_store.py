@@ -359,3 +359,156 @@ def test_sizes_as_mooncake_writes_them_and_rdma_devices_on_tcp(monkeypatch, capf
                 or "is negative" in err, err
     finally:
         nodes.close()
+
+
+def test_values_in_parts_and_buffer_handles_as_lmcache_calls_them(mooncake_store):
+    """LMCache's default path: put_parts(key, header, payload) stores one value;
+    batch_get_buffer answers handles with the buffer protocol (None for a miss)."""
+    store = mooncake_store
+    header, payload = bytes(range(48)), np.arange(300_000, dtype=np.uint16).view(np.uint8)
+    assert store.put_parts("mc/parts", header, payload) == 0
+    assert store.put_parts("mc/parts2", b"x", memoryview(b"yz")) == 0
+    got = store.batch_get_buffer(["mc/parts", "mc/absent", "mc/parts2"])
+    assert got[1] is None and bytes(got[2]) == b"xyz"
+    handle = got[0]
+    assert handle.size() == len(handle) == 48 + payload.nbytes and handle.ptr() != 0
+    view = memoryview(handle)
+    assert bytes(view[:48]) == header and np.array_equal(np.frombuffer(view[48:], dtype=np.uint8), payload)
+    assert bytes(store.get_buffer("mc/parts2")) == b"xyz" and store.get_buffer("mc/absent") is None
+    with pytest.raises(RuntimeError, match="1-D bytes"):
+        store.put_parts("mc/2d", np.zeros((2, 2), dtype=np.uint8))
+    with pytest.raises(RuntimeError, match="1-D bytes"):
+        store.put_parts("mc/wide", np.zeros(4, dtype=np.uint32))
+    assert store.put_parts("mc/none") == INVALID_PARAMS
+    assert store.is_exist("mc/2d") == 0 and store.is_exist("mc/none") == 0
+
+
+def test_upserts_replace_and_a_config_without_copies_is_refused(mooncake_store):
+    store = mooncake_store
+    src = np.arange(64 << 10, dtype=np.uint8)
+    assert store.register_buffer(src.ctypes.data, src.nbytes) == 0
+    assert store.upsert("mc/u", b"first") == 0 and store.upsert("mc/u", b"second!") == 0
+    assert store.get("mc/u") == b"second!"
+    assert store.upsert_parts("mc/u", b"th", b"ird") == 0 and store.get("mc/u") == b"third"
+    assert store.upsert_batch(["mc/u", "mc/v"], [b"4", b"5"]) == 0 and store.get_batch(["mc/u", "mc/v"]) == [b"4", b"5"]
+    assert store.upsert_from("mc/u", src.ctypes.data, 100) == 0 and store.get_size("mc/u") == 100
+    assert store.batch_upsert_from(["mc/u", "mc/w"], [src.ctypes.data, src.ctypes.data + 7], [10, 20]) == [0, 0]
+    assert store.get("mc/w") == src[7:27].tobytes()
+    none = ReplicateConfig()
+    none.replica_num = 0
+    assert store.put("mc/zero", b"x", none) == INVALID_PARAMS
+    assert store.batch_put_from(["mc/zero"], [src.ctypes.data], [8], none) == [INVALID_PARAMS]
+    assert store.put_from("mc/zero", src.ctypes.data, 8, none) == INVALID_PARAMS
+    assert store.is_exist("mc/zero") == 0
+    assert store.unregister_buffer(src.ctypes.data) == 0
+
+
+def test_ranges_of_pages_land_where_each_buffer_asks(mooncake_store):
+    store = mooncake_store
+    rng = np.random.default_rng(11)
+    pages = {f"mc/r{i}": rng.integers(0, 256, 40_000 + i, dtype=np.uint8) for i in range(3)}
+    for key, page in pages.items():
+        assert store.put(key, page) == 0
+    a, b = np.zeros(8192, dtype=np.uint8), np.zeros(4096, dtype=np.uint8)
+    assert store.register_buffer(a.ctypes.data, a.nbytes) == 0 and store.register_buffer(b.ctypes.data, b.nbytes) == 0
+    got = store.get_into_ranges(
+        [a.ctypes.data, b.ctypes.data],
+        [["mc/r0", "mc/r2"], ["mc/r1", "mc/absent"]],
+        [[[0, 1000], [2000]], [[0, 100], [0]]],  # offsets into each buffer
+        [[[5, 39_000], [40_001]], [[123, 40_001], [0]]],  # offsets into each page
+        [[[1000, 1000], [1]], [[100, 1], [16]]])  # sizes
+    assert got == [[[1000, 1000], [1]], [[100, INVALID_PARAMS], [OBJECT_NOT_FOUND]]], \
+        "bytes per range; a range past its page's end is -600, an absent key -704"
+    assert np.array_equal(a[:1000], pages["mc/r0"][5:1005]) and np.array_equal(a[1000:2000], pages["mc/r0"][39_000:])
+    assert a[2000] == pages["mc/r2"][40_001] and np.array_equal(b[:100], pages["mc/r1"][123:223])
+    assert store.get_into_ranges([a.ctypes.data], [["mc/r0"], ["mc/r1"]], [[[0]]], [[[0]]], [[[1]]]) == [[[INVALID_PARAMS]]]
+    assert store.unregister_buffer(a.ctypes.data) == 0 and store.unregister_buffer(b.ctypes.data) == 0
+
+
+def test_a_dummy_clients_pool_memory_is_registered_for_zero_copy_calls(monkeypatch):
+    nodes = Nodes("tcp", 1)
+    monkeypatch.setenv("KVF_LOG_LEVEL", "error")
+    monkeypatch.delenv("KVF_STORE_MEMBERS", raising=False)
+    try:
+        store = MooncakeDistributedStore()
+        assert store.alloc_from_mem_pool(4096) == 0, "not set up"
+        assert store.setup_dummy(64 * MiB, 2 * MiB, nodes.names[0]) == 0
+        ptr = store.alloc_from_mem_pool(1 * MiB)
+        assert ptr != 0 and store.alloc_from_mem_pool(0) == 0 and store.alloc_from_mem_pool(-1) == 0
+        import ctypes
+
+        ctypes.memmove(ptr, b"pool bytes" * 100, 1000)
+        assert store.put_from("dummy/pool", ptr, 1000) == 0
+        ctypes.memset(ptr, 0, 1000)
+        assert store.get_into("dummy/pool", ptr + 4096, 1000) == 1000
+        assert ctypes.string_at(ptr + 4096, 1000) == b"pool bytes" * 100
+        assert store.close() == 0
+    finally:
+        nodes.close()
+
+
+def test_put_options_are_checked_as_mooncakes_binding_checks_them():
+    from kvfabric.compat.mooncake_store import SoftPinAction
+
+    cfg = ReplicateConfig()
+    assert [a.name for a in SoftPinAction] == ["PRESERVE", "ENABLE", "DISABLE"]
+    cfg.soft_pin_action = SoftPinAction.ENABLE
+    cfg.soft_pin_ttl_ms = 30_000
+    cfg.soft_pin_ttl_ms = None
+    cfg.replica_num = 2
+    cfg.group_ids = ["a", "b"]
+    cfg.preferred_segments = ["127.0.0.1:17000"]
+    for field, value in [("soft_pin_ttl_ms", -1), ("soft_pin_ttl_ms", 1 << 64), ("replica_num", -1),
+                         ("replica_num", "2"), ("replica_num", 2.0), ("soft_pin_action", 1),
+                         ("data_type", 3), ("group_ids", [1, 2]), ("preferred_segment", None),
+                         ("preferred_segments", "one")]:
+        with pytest.raises(TypeError, match=field):
+            setattr(cfg, field, value)
+    with pytest.raises(AttributeError):
+        cfg.replicas = 2
+    assert (cfg.replica_num, cfg.soft_pin_action, cfg.group_ids) == (2, SoftPinAction.ENABLE, ["a", "b"])
+    assert ReplicateConfig().soft_pin_ttl_ms is None and ReplicateConfig().preferred_segments == []
+
+
+def test_tensor_headers_are_laid_out_as_mooncakes():
+    """The 304-byte header of a tensor value, packed and checked without torch."""
+    import struct
+
+    from kvfabric.compat.mooncake_tensor import HEADER_BYTES, pack_header, parse_header
+
+    header = pack_header(12, [4, 6], [4, 3], 4 * 3 * 2, tp=(1, 2, 1))  # a bfloat16 shard
+    assert len(header) == HEADER_BYTES == 304
+    magic, version, size, dtype, ndim, kind = struct.unpack_from("<IHHiiI", header)
+    assert (magic, version, size, dtype, ndim, kind) == (0x4D4F4F4E, 1, 304, 12, 2, 1)
+    value = header + bytes(24)
+    layout = parse_header(value, len(value))
+    assert layout.shape == (4, 3) and layout.data_offset == 304 and layout.data_bytes == 24
+    assert parse_header(value, len(value) + 1) is None, "the bytes must be what the header says"
+    assert parse_header(value[:300], 300) is None
+    assert parse_header(b"\0" * 400, 400) is None
+    whole = pack_header(0, [], [], 4) + bytes(4)  # a float32 scalar
+    assert parse_header(whole, len(whole)).shape == ()
+
+
+def test_replica_num_copies_each_page_on_that_many_nodes(monkeypatch):
+    nodes = Nodes("tcp", 2, {"KVF_STORE_MAX_COPIES": "2"})
+    monkeypatch.setenv("KVF_STORE_MEMBERS", nodes.members)
+    monkeypatch.setenv("KVF_LOG_LEVEL", "error")
+    try:
+        two = ReplicateConfig()
+        two.replica_num = 2
+        store = MooncakeDistributedStore()
+        assert store.setup("127.0.0.1", "P2PHANDSHAKE", 0, 4 * MiB, "tcp", "", "") == 0
+        assert store.put("mc/two", b"x" * 1000, two) == INVALID_PARAMS, "more copies than KVF_STORE_MAX_COPIES"
+        assert store.close() == 0
+        monkeypatch.setenv("KVF_STORE_MAX_COPIES", "2")
+        store = MooncakeDistributedStore()
+        assert store.setup("127.0.0.1", "P2PHANDSHAKE", 0, 4 * MiB, "tcp", "", "") == 0
+        assert store.put_batch([f"mc/two{i}" for i in range(10)], [bytes([i]) * 1000 for i in range(10)], two) == 0
+        assert store.put_parts("mc/parts", b"a", b"b", config=two) == 0
+        assert [nodes.stats(i)["pages"] for i in range(2)] == [11, 11], "a copy of every page on each node"
+        nodes.kill(0)
+        assert store.get_batch([f"mc/two{i}" for i in range(10)]) == [bytes([i]) * 1000 for i in range(10)]
+        assert store.close() == 0
+    finally:
+        nodes.close()

@@ -360,3 +360,49 @@ def test_members_joining_and_leaving_are_logged(http_metadata_uri, capfd):
     err = capfd.readouterr().err
     assert f"store member {node.name} joined placement" in err
     assert f"store member {node.name} left: its record is gone from" in err
+
+
+@pytest.mark.parametrize("protocol", ["tcp", "shm"])
+def test_copies_survive_a_node_and_nothing_older_is_read_after(protocol):
+    """Pages put with two copies all come back, byte exact, with the first copy's node
+    killed (before and after the others drop it); a remove reaches both copies; a put
+    of one copy takes the older second copy away, so a later failure never reads it."""
+    settings = {"KVF_STORE_MAX_COPIES": "2", "KVF_LOG_LEVEL": "error"}
+    nodes = Nodes(protocol, 3, settings)
+    engine = kvfabric.Engine(protocol=protocol, settings={"KVF_LOG_LEVEL": "error"})
+    store = kvfabric.Store(engine, members=nodes.members,
+                           settings={"KVF_STORE_DEADLINE_MS": 2000, "KVF_STORE_DOWN_RETRY_MS": 300,
+                                     "KVF_STORE_MAX_COPIES": 2})
+    try:
+        src = pages(engine, 48, 9)
+        keys = [k for k, _, _ in src]
+        bufs = [[a, b] for _, a, b in src]
+        assert store.batch_put(keys, bufs, copies=2) == [0] * 48
+        held = [nodes.stats(i)["pages"] for i in range(3)]
+        assert sum(held) == 96 and min(held) > 0, f"two copies of each page: {held}"
+        with pytest.raises(kvfabric.InvalidArgumentError, match="KVF_STORE_MAX_COPIES"):
+            store.batch_put(keys[:1], bufs[:1], copies=3)
+
+        # Six keys removed (both copies go), six put again with one copy (the older second goes).
+        assert store.batch_remove(keys[:6]) == [0] * 6
+        assert store.batch_put(keys[6:12], bufs[6:12], copies=1) == [0] * 6
+        assert sum(nodes.stats(i)["pages"] for i in range(3)) == 96 - 12 - 6
+
+        nodes.kill(0)
+        out = [[np.zeros_like(a), np.zeros_like(b)] for _, a, b in src]
+        engine.register_many([x for pair in out for x in pair])
+        for attempt in ("as it dies", "once it is left out"):
+            got = store.batch_get(keys, out)
+            lost = [k for k, g in zip(keys[12:], got[12:]) if g <= 0]
+            assert not lost, f"{attempt}: pages with a copy left were lost: {lost[:3]} {store.last_errors[:2]}"
+            for (_, a, b), (ga, gb), g in zip(src[12:], out[12:], got[12:]):
+                assert g == a.nbytes + b.nbytes and np.array_equal(a, ga) and np.array_equal(b, gb)
+            assert all(g < 0 for g in got[:6]), "removed keys stay removed (a miss, or the dead home's failure)"
+        # Keys put with one copy since: back whole where their one copy lived, else a failure or a
+        # miss, never the older page that their second copy held.
+        for (_, a, b), (ga, gb), g in zip(src[6:12], out[6:12], got[6:12]):
+            assert g < 0 or (np.array_equal(a, ga) and np.array_equal(b, gb))
+    finally:
+        store.close()
+        engine.close()
+        nodes.close()

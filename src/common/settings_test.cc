@@ -22,7 +22,7 @@ TEST(SettingsTest, DefaultsComeFromTheDeclaration) {
   EXPECT_EQ(s.store_verify_overlap, "auto");
   EXPECT_EQ(s.post_burst_us, 20);
   EXPECT_TRUE(s.store_share_pools);
-  EXPECT_EQ(Settings::Table().size(), 64u);
+  EXPECT_EQ(Settings::Table().size(), 65u);
   for (const auto& i : Settings::Table()) {
     EXPECT_EQ(i.env.rfind("KVF_", 0), 0u) << i.env;
     EXPECT_FALSE(i.meaning.empty()) << i.env;
@@ -224,7 +224,7 @@ TEST(SettingsTest, EveryNumericSettingHoldsItsDeclaredRange) {
     EXPECT_NE(Refusal(&s, i.env, "-1"), "") << i.env << ": no numeric setting takes a negative value";
     EXPECT_TRUE(s.Validate().ok()) << i.env;
   }
-  EXPECT_EQ(numeric, 40);
+  EXPECT_EQ(numeric, 41);
 }
 
 TEST(SettingsTest, ByteSizesTakeBinarySuffixes) {

@@ -93,7 +93,7 @@ Status CudaStreamSynchronize(uintptr_t stream, int device) { return memory::cuda
 void WriteLog(const std::string& level, const std::string& message) {
   if (level == "error")
     KVF_LOG_ERROR("{}", message);
-  else if (level == "warn")
+  else if (level == "warn" || level == "warning")
     KVF_LOG_WARN("{}", message);
   else if (level == "debug")
     KVF_LOG_DEBUG("{}", message);

@@ -72,6 +72,12 @@ void Handoff::FreeScratch() {
   scratch_bytes_ = 0;
 }
 
+bool Handoff::HoldsCopy(const Placement& placement, std::string_view key, size_t me) const {
+  if (settings_.store_max_copies <= 1) return placement.Home(key) == me;
+  const std::vector<size_t> ranked = placement.Place(key, static_cast<size_t>(settings_.store_max_copies));
+  return std::find(ranked.begin(), ranked.end(), me) != ranked.end();
+}
+
 Handoff::Moved Handoff::Pass(bool last) {
   Moved moved;
   const auto snap = members_->Current();
@@ -87,7 +93,7 @@ Handoff::Moved Handoff::Pass(bool last) {
   Status first_refusal;
   for (;;) {
     const std::vector<NodeService::CopiedPage> pages = node_->CopyPagesHomedElsewhere(
-        [&](std::string_view key) { return snap->placement.Home(key) != me && !refused.contains(std::string(key)); },
+        [&](std::string_view key) { return !HoldsCopy(snap->placement, key, me) && !refused.contains(std::string(key)); },
         scratch_.get(), scratch_bytes_);
     if (pages.empty()) break;
     std::vector<std::string> keys;

@@ -7,7 +7,9 @@
 //
 // While a member of the snapshot is recent (MemberSnapshot::Recent, within
 // KVF_STORE_HANDOFF_MS), and once more after, every
-// KVF_STORE_MEMBERSHIP_REFRESH_MS: the pages are copied out of the pool
+// KVF_STORE_MEMBERSHIP_REFRESH_MS: the pages of keys this node holds no
+// copy of by placement (it ranks past KVF_STORE_MAX_COPIES for them) are
+// copied out of the pool
 // (unpinned ones: a pinned page stays until a pass after its unpin), a
 // page the new home has already is dropped here (its copy came from a
 // process that routes there: the same bytes for a KV cache, see
@@ -56,6 +58,9 @@ class Handoff {
 
  private:
   void Run();
+  // Whether member `me` ranks for one of `key`'s KVF_STORE_MAX_COPIES
+  // copies (with 1, whether it is the key's home): its page stays here.
+  bool HoldsCopy(const Placement& placement, std::string_view key, size_t me) const;
   Status EnsureScratch();
   void FreeScratch();
 

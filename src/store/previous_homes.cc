@@ -3,24 +3,18 @@
 // the home it had before. Processes that had not yet seen the new member
 // put such keys there; the node holding them hands them over within
 // KVF_STORE_HANDOFF_MS (Handoff), and until then they are found where they
-// are. A PUT to a new home removes the key from the previous one.
+// are. A PUT to a new home removes the key from the previous one (unless
+// it holds one of the PUT's copies: copies.cc).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <string_view>
 
+#include "store/pick.h"
 #include "store/store_client.h"
 
 namespace kvfabric::store {
 namespace {
-
-template <typename T>
-std::vector<T> Pick(const std::vector<T>& all, const std::vector<size_t>& which) {
-  std::vector<T> out;
-  out.reserve(which.size());
-  for (size_t i : which) out.push_back(all[i]);
-  return out;
-}
 
 constexpr std::string_view kAbsent = "store: no page under key '";
 
@@ -79,11 +73,12 @@ std::vector<size_t> StoreClient::HomedOnNewMembers(const std::vector<std::string
 
 void StoreClient::Get(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
                       std::vector<Status>* results, std::vector<uint64_t>* lengths) {
-  GetVia(Route::kHome, keys, buffers, results, lengths);
+  const std::shared_ptr<const MemberSnapshot> asked = members_->Current();  // ranks the other copies
+  GetVia(Route::Home(), keys, buffers, results, lengths);
   FollowHandOver(HomedOnNewMembers(keys, Missed(*results)), [&](bool previous, const std::vector<size_t>& which) {
     std::vector<Status> found;
     std::vector<uint64_t> length;
-    GetVia(previous ? Route::kPreviousHome : Route::kHome, Pick(keys, which), Pick(buffers, which), &found, &length);
+    GetVia(previous ? Route::PreviousHome() : Route::Home(), Pick(keys, which), Pick(buffers, which), &found, &length);
     std::vector<size_t> absent;
     for (size_t j = 0; j < which.size(); ++j) {
       if (IsAbsent(found[j])) absent.push_back(which[j]);
@@ -93,6 +88,7 @@ void StoreClient::Get(const std::vector<std::string>& keys, const std::vector<st
     }
     return absent;
   });
+  if (settings_.store_max_copies > 1) ReadOtherCopies(*asked, keys, buffers, results, lengths);
   Add(counters_.get_keys, keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
     if ((*results)[i].ok()) {
@@ -108,11 +104,12 @@ void StoreClient::Get(const std::vector<std::string>& keys, const std::vector<st
 
 void StoreClient::Locate(const std::vector<std::string>& keys, std::vector<StorePage>* pages,
                          std::vector<Status>* results) {
-  LocateVia(Route::kHome, keys, pages, results);
+  const std::shared_ptr<const MemberSnapshot> asked = members_->Current();  // ranks the other copies
+  LocateVia(Route::Home(), keys, pages, results);
   FollowHandOver(HomedOnNewMembers(keys, Missed(*results)), [&](bool previous, const std::vector<size_t>& which) {
     std::vector<StorePage> found;
     std::vector<Status> status;
-    LocateVia(previous ? Route::kPreviousHome : Route::kHome, Pick(keys, which), &found, &status);
+    LocateVia(previous ? Route::PreviousHome() : Route::Home(), Pick(keys, which), &found, &status);
     std::vector<size_t> absent;
     for (size_t j = 0; j < which.size(); ++j) {
       if (IsAbsent(status[j])) absent.push_back(which[j]);
@@ -122,17 +119,18 @@ void StoreClient::Locate(const std::vector<std::string>& keys, std::vector<Store
     }
     return absent;
   });
+  if (settings_.store_max_copies > 1) LocateOtherCopies(*asked, keys, pages, results);
 }
 
 void StoreClient::Exists(const std::vector<std::string>& keys, std::vector<bool>* found) {
   uint64_t local = 0;
-  ExistsVia(Route::kHome, keys, found, &local);
+  ExistsVia(Route::Home(), keys, found, &local);
   std::vector<size_t> absent;
   for (size_t i = 0; i < keys.size(); ++i)
     if (!(*found)[i]) absent.push_back(i);
   FollowHandOver(HomedOnNewMembers(keys, absent), [&](bool previous, const std::vector<size_t>& which) {
     std::vector<bool> there;
-    ExistsVia(previous ? Route::kPreviousHome : Route::kHome, Pick(keys, which), &there, &local);
+    ExistsVia(previous ? Route::PreviousHome() : Route::Home(), Pick(keys, which), &there, &local);
     std::vector<size_t> still;
     for (size_t j = 0; j < which.size(); ++j) {
       if (there[j]) (*found)[which[j]] = true;
@@ -148,11 +146,11 @@ void StoreClient::Exists(const std::vector<std::string>& keys, std::vector<bool>
 void StoreClient::ExistsAtHomes(const std::vector<std::string>& keys, const std::string& except,
                                 std::vector<bool>* found) {
   uint64_t local = 0;
-  ExistsVia(Route::kHome, keys, found, &local, &except);
+  ExistsVia(Route::Home(), keys, found, &local, &except);
 }
 
 void StoreClient::RemoveFromPreviousHomes(const std::vector<std::string>& keys, const std::vector<Status>& results,
-                                          const std::shared_ptr<const MemberSnapshot>& routed) {
+                                          const std::shared_ptr<const MemberSnapshot>& routed, uint32_t copies) {
   // Every PUT passes here: no work unless a member is new. The removes go
   // by the snapshot the PUT was placed with, and only while it is still
   // the current one: placed by a newer view, the previous home could be
@@ -164,8 +162,14 @@ void StoreClient::RemoveFromPreviousHomes(const std::vector<std::string>& keys, 
   for (size_t i = 0; i < keys.size(); ++i)
     if (results[i].ok()) put.push_back(i);
   std::vector<std::vector<std::string_view>> by_node(routed->nodes.size());
-  for (size_t i : HomedOnNewMembers(keys, put, *routed))
-    by_node[routed->PreviousHome(keys[i], routed->placement.Home(keys[i]))].push_back(keys[i]);
+  for (size_t i : HomedOnNewMembers(keys, put, *routed)) {
+    const size_t previous = routed->PreviousHome(keys[i], routed->placement.Home(keys[i]));
+    if (copies > 1) {  // a copy just put there stays
+      const std::vector<size_t> holders = routed->placement.Place(keys[i], copies);
+      if (std::find(holders.begin(), holders.end(), previous) != holders.end()) continue;
+    }
+    by_node[previous].push_back(keys[i]);
+  }
   std::vector<NodeCall> calls;
   for (size_t n = 0; n < by_node.size(); ++n)
     if (!by_node[n].empty()) calls.push_back(NodeCall{routed->nodes[n], {}, EncodeKeys(Op::kRemove, by_node[n]), {}, {}});
@@ -188,7 +192,14 @@ void StoreClient::PutIfAbsent(const std::vector<std::string>& keys,
 }
 
 void StoreClient::KeyOp(Op op, const std::vector<std::string>& keys, std::vector<Status>* results) {
-  KeyOpVia(Route::kHome, op, keys, results);
+  KeyOpVia(Route::Home(), op, keys, results);
+  // A remove reaches every member that may hold a copy: OK when any had one.
+  for (uint32_t rank = 1; op == Op::kRemove && rank < static_cast<uint32_t>(settings_.store_max_copies); ++rank) {
+    std::vector<Status> copy;
+    KeyOpVia(Route::Ranked(rank), op, keys, &copy);
+    for (size_t i = 0; i < keys.size(); ++i)
+      if (copy[i].ok() && (*results)[i].code() == Status::Code::kNotFound) (*results)[i] = copy[i];
+  }
   // A pin or unpin that missed is tried where the page may still be; a
   // remove goes there too when it found the page on the home, so that no
   // older copy is handed over to the home afterwards.
@@ -199,7 +210,7 @@ void StoreClient::KeyOp(Op op, const std::vector<std::string>& keys, std::vector
   }
   FollowHandOver(HomedOnNewMembers(keys, candidates), [&](bool previous, const std::vector<size_t>& which) {
     std::vector<Status> there;
-    KeyOpVia(previous ? Route::kPreviousHome : Route::kHome, op, Pick(keys, which), &there);
+    KeyOpVia(previous ? Route::PreviousHome() : Route::Home(), op, Pick(keys, which), &there);
     std::vector<size_t> absent;
     for (size_t j = 0; j < which.size(); ++j) {
       if (there[j].ok()) (*results)[which[j]] = there[j];

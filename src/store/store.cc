@@ -180,10 +180,14 @@ Status CheckShape(size_t keys, size_t buffers) {
 }  // namespace
 
 Status Store::BatchPut(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
-                       std::vector<Status>* results) {
+                       std::vector<Status>* results, const StorePutOptions& options) {
   return impl_->Timed(impl_->put_latency, [&] {
     KVF_RETURN_IF_ERROR(CheckShape(keys.size(), buffers.size()));
-    impl_->client->Put(keys, buffers, results);
+    const int64_t most = impl_->settings.store_max_copies;
+    if (options.copies == 0 || options.copies > most)
+      return Status::InvalidArgument("store: " + std::to_string(options.copies) + " copies asked; a PUT stores 1 to " +
+                                     std::to_string(most) + " (KVF_STORE_MAX_COPIES, the same on every process)");
+    impl_->client->Put(keys, buffers, results, options.copies);
     return Status::OK();
   });
 }

@@ -148,7 +148,27 @@ std::vector<StoreClient::NodeCall> StoreClient::GroupByHome(const std::vector<st
   for (size_t i : which) {
     if (!(*results)[i].ok()) continue;
     size_t home = snap->placement.Home(keys[i]);
-    if (route == Route::kPreviousHome && home < snap->nodes.size()) {
+    if (route.kind == Route::Kind::kRanked && route.rank > 0 && home < snap->nodes.size()) {
+      const std::vector<size_t> ranked = snap->placement.Place(keys[i], route.rank + 1);
+      if (ranked.size() <= route.rank) {
+        (*results)[i] = Status::Unavailable("store: key '" + keys[i] + "' asks for copy " +
+                                            std::to_string(route.rank + 1) + " but only " +
+                                            std::to_string(ranked.size()) + " member(s) with a pool are reachable");
+        continue;
+      }
+      home = ranked[route.rank];
+    }
+    if (route.kind == Route::Kind::kNamed) {
+      const std::string& name = (*route.named)[i];
+      const auto named = std::find_if(snap->nodes.begin(), snap->nodes.end(),
+                                      [&](const auto& node) { return node->name == name; });
+      if (named == snap->nodes.end()) {
+        (*results)[i] = Status::Unavailable("store: member " + name + " of key '" + keys[i] + "' is not reachable");
+        continue;
+      }
+      home = static_cast<size_t>(named - snap->nodes.begin());
+    }
+    if (route == Route::PreviousHome() && home < snap->nodes.size()) {
       home = snap->PreviousHome(keys[i], home);
       if (home >= snap->nodes.size()) {  // the members changed since the home was asked
         (*results)[i] = Absent(keys[i]);
@@ -308,7 +328,7 @@ void StoreClient::CheckBuffers(const std::vector<std::string>& keys,
 }
 
 void StoreClient::Put(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
-                      std::vector<Status>* results) {
+                      std::vector<Status>* results, uint32_t copies) {
   const CallScope scope(&active_calls_);
   SweepCredits();
   const std::shared_ptr<const MemberSnapshot> routed = members_->Current();  // see RemoveFromPreviousHomes
@@ -320,11 +340,16 @@ void StoreClient::Put(const std::vector<std::string>& keys, const std::vector<st
     if (TotalBytes(buffers[i]) > static_cast<uint64_t>(settings_.store_max_page_bytes))
       (*results)[i] = Status::InvalidArgument("store: the page of key '" + keys[i] +
                                               "' is larger than KVF_STORE_MAX_PAGE_BYTES");
+    else if (memory[i] == Memory::kDeviceLocal && copies > 1)
+      (*results)[i] = Status::InvalidArgument("store: key '" + keys[i] + "' asks for " + std::to_string(copies) +
+                                              " copies of GPU memory no rail exposes to peers; put it from host "
+                                              "memory, or with 1 copy");
     else (memory[i] == Memory::kDeviceLocal ? bounced : direct).push_back(i);
   }
-  if (!direct.empty()) PutFrom(keys, buffers, memory, direct, results);
+  if (!direct.empty()) PutCopies(keys, buffers, memory, direct, copies, results);
   if (!bounced.empty()) PutBounced(keys, buffers, bounced, results);
-  RemoveFromPreviousHomes(keys, *results, routed);
+  RemoveFromPreviousHomes(keys, *results, routed, copies);
+  if (copies < settings_.store_max_copies) RemoveCopiesPast(keys, *results, copies);
   Add(counters_.put_keys, keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
     if ((*results)[i].ok()) Add(counters_.put_bytes, TotalBytes(buffers[i]));
@@ -334,10 +359,10 @@ void StoreClient::Put(const std::vector<std::string>& keys, const std::vector<st
 
 void StoreClient::PutFrom(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& sources,
                           const std::vector<Memory>& memory, const std::vector<size_t>& which,
-                          std::vector<Status>* results, bool grants) {
-  if (settings_.store_put_mode == "pull") return PullFrom(keys, sources, which, results);
+                          std::vector<Status>* results, bool grants, Route route) {
+  if (settings_.store_put_mode == "pull") return PullFrom(keys, sources, which, results, false, nullptr, route);
   grants = grants && settings_.store_put_grants;
-  std::vector<NodeCall> calls = GroupByHome(keys, which, results);
+  std::vector<NodeCall> calls = GroupByHome(keys, which, results, route);
   if (calls.empty()) return;
   const int64_t deadline_ms = settings_.store_deadline_ms;
   const net::Deadline deadline = net::DeadlineIn(deadline_ms);
@@ -483,7 +508,7 @@ void StoreClient::PutFrom(const std::vector<std::string>& keys, const std::vecto
                                                   "' were gone (it restarted, or they outlived their time), and no "
                                                   "time was left to put it again");
   }
-  if (in_time) PutFrom(keys, sources, memory, again, results, false);
+  if (in_time) PutFrom(keys, sources, memory, again, results, false, route);
 }
 
 void StoreClient::TakeStaleLocked(const std::string& home, std::vector<Credit>* held,
@@ -676,8 +701,8 @@ void StoreClient::StartWrites(const std::vector<std::string>& keys, const std::v
 
 void StoreClient::PullFrom(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& sources,
                            const std::vector<size_t>& which, std::vector<Status>* results, bool if_absent,
-                           const std::string* except) {
-  std::vector<NodeCall> calls = GroupByHome(keys, which, results);
+                           const std::string* except, Route route) {
+  std::vector<NodeCall> calls = GroupByHome(keys, which, results, route);
   for (size_t i : TakeCallTo(&calls, except))
     (*results)[i] = Status::Unavailable("store: key '" + keys[i] + "' homes on " + *except);
   const int64_t deadline_ms = settings_.store_deadline_ms;

@@ -36,8 +36,11 @@ class StoreClient {
               NodeService* self);
   ~StoreClient();  // unregisters and frees the bounce buffer
 
+  // `copies` (1 to KVF_STORE_MAX_COPIES, checked by Store): the home's copy
+  // as below, the others pulled by the key's next-ranked members at the
+  // same time (PutCopies).
   void Put(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
-           std::vector<Status>* results);
+           std::vector<Status>* results, uint32_t copies = 1);
   // Get, Locate, Exists and KeyOp look for a key on its home; one that
   // misses there while its home is new to the store (MemberSnapshot::
   // Recent) is looked for on its previous home, then, still absent, on its
@@ -81,9 +84,40 @@ class StoreClient {
   };
 
  private:
-  // Where a call sends a key: its home, or the home it had before its
-  // home entered the store.
-  enum class Route : uint8_t { kHome, kPreviousHome };
+  // Where a call sends a key: its home, the home it had before its home
+  // entered the store, or the member placement ranks `rank` for it (0: its
+  // home; 1..: the members that hold its other copies).
+  // Or, kNamed, the member (*named)[i] for keys[i], wherever it ranks now.
+  struct Route {
+    enum class Kind : uint8_t { kHome, kPreviousHome, kRanked, kNamed };
+    Kind kind = Kind::kHome;
+    uint32_t rank = 0;
+    const std::vector<std::string>* named = nullptr;
+    static constexpr Route Home() { return {}; }
+    static constexpr Route PreviousHome() { return {Kind::kPreviousHome, 0, nullptr}; }
+    static constexpr Route Ranked(uint32_t rank) { return {Kind::kRanked, rank, nullptr}; }
+    static constexpr Route Named(const std::vector<std::string>* named) { return {Kind::kNamed, 0, named}; }
+    bool operator==(const Route&) const = default;
+  };
+  // After a PUT of `copies` copies, removes the keys put (results OK) from
+  // their members ranked `copies` to KVF_STORE_MAX_COPIES - 1: an older PUT
+  // with more copies left pages there that a GET reads if the first fail.
+  void RemoveCopiesPast(const std::vector<std::string>& keys, const std::vector<Status>& results, uint32_t copies);
+  // One try of a call on the keys `which` at `route`: a status per key of
+  // `which`, the outputs of those that are OK written where they belong.
+  using CopyAttempt = std::function<std::vector<Status>(Route route, const std::vector<size_t>& which)>;
+  // Tries the keys whose home failed them (unreachable, late, a page that
+  // did not verify: not a miss, not a caller's error) on the members
+  // `asked` ranked next for them, one rank at a time up to
+  // KVF_STORE_MAX_COPIES: the first copy that answers OK stands.
+  void TryOtherCopies(const MemberSnapshot& asked, const std::vector<std::string>& keys,
+                      std::vector<Status>* results, const CopyAttempt& attempt);
+  // TryOtherCopies of a GET (the first copy that comes back whole) and of a Locate.
+  void ReadOtherCopies(const MemberSnapshot& asked, const std::vector<std::string>& keys,
+                       const std::vector<std::vector<StoreBuffer>>& buffers, std::vector<Status>* results,
+                       std::vector<uint64_t>* lengths);
+  void LocateOtherCopies(const MemberSnapshot& asked, const std::vector<std::string>& keys,
+                         std::vector<StorePage>* pages, std::vector<Status>* results);
   // The keys among `which` whose home entered the store within
   // KVF_STORE_HANDOFF_MS and that have a previous home: a miss on the
   // home may still lie there.
@@ -95,8 +129,9 @@ class StoreClient {
   // home: an older page left there would be read, or handed over, once the
   // new page is evicted. `routed`: the snapshot the PUT was placed with,
   // taken before it started; nothing is removed when it is not current.
+  // Keys whose previous home now holds one of their `copies` are left there.
   void RemoveFromPreviousHomes(const std::vector<std::string>& keys, const std::vector<Status>& results,
-                               const std::shared_ptr<const MemberSnapshot>& routed);
+                               const std::shared_ptr<const MemberSnapshot>& routed, uint32_t copies);
   // The calls' bodies, to the homes `route` names; GetVia and ExistsVia
   // count nothing (their callers count each key once).
   void GetVia(Route route, const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
@@ -115,16 +150,23 @@ class StoreClient {
     kDevice,        // GPU memory peers reach (FI_HMEM): not verified (no checksum on device memory)
     kDeviceLocal,   // GPU memory no rail registered: a PUT copies it through the bounce buffer
   };
+  // The PUT of the keys `which` with `copies` copies: each by PutFrom, to
+  // the key's home and its next-ranked members (Route::Ranked), all at the
+  // same time. A key keeps the failure of the first of its copies that
+  // failed, annotated with the copy.
+  void PutCopies(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& sources,
+                 const std::vector<Memory>& memory, const std::vector<size_t>& which, uint32_t copies,
+                 std::vector<Status>* results);
   // The keys of the batch grouped by home. A key whose results[i] is not
   // OK already is left out; a key with no home (no member has a pool) gets
   // Unavailable in `results` and is left out too.
   std::vector<NodeCall> GroupByHome(const std::vector<std::string>& keys, std::vector<Status>* results,
-                                    Route route = Route::kHome) const;
+                                    Route route = Route::Home()) const;
   // The same for the keys `which` only (those whose results are OK). With
   // kPreviousHome, each key goes to the home it had before its home
   // entered (MemberSnapshot::PreviousHome).
   std::vector<NodeCall> GroupByHome(const std::vector<std::string>& keys, const std::vector<size_t>& which,
-                                    std::vector<Status>* results, Route route = Route::kHome) const;
+                                    std::vector<Status>* results, Route route = Route::Home()) const;
   // Takes the call to `member` (none when null) out of `calls`; the keys it had.
   static std::vector<size_t> TakeCallTo(std::vector<NodeCall>* calls, const std::string* member);
   // The replies of one fan-out, in the order they arrive (store_client.cc).
@@ -319,9 +361,10 @@ class StoreClient {
   // pages in host memory itself.
   // `grants`: whether slots homes granted ahead (KVF_STORE_PUT_GRANTS) may
   // be used; a retry of keys whose grant failed passes false.
+  // `route`: where each key goes (its home, or Route::Ranked for a copy).
   void PutFrom(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& sources,
                const std::vector<Memory>& memory, const std::vector<size_t>& which, std::vector<Status>* results,
-               bool grants = true);
+               bool grants = true, Route route = Route::Home());
   // A home's part of a PUT by WRITE.
   struct Push {
     Slots slots;                     // its reserve's reply, or the slots it granted ahead
@@ -393,7 +436,7 @@ class StoreClient {
   // `except` (when not null) fail with Unavailable, unsent.
   void PullFrom(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& sources,
                 const std::vector<size_t>& which, std::vector<Status>* results, bool if_absent = false,
-                const std::string* except = nullptr);
+                const std::string* except = nullptr, Route route = Route::Home());
   // The keys `which` (GPU memory peers cannot reach) copied into the bounce
   // buffer and put from there, as many at a time as it holds.
   void PutBounced(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,

@@ -83,6 +83,7 @@ struct Options {
   double warmup = 0.5;
   size_t rounds = 3;
   bool check = false;
+  uint32_t copies = 1;  // copies of each page a PUT stores
   bool checksum_off_too = false;
   bool json = false;
   // local
@@ -103,6 +104,7 @@ Status NewEngine(const Options& o, std::unique_ptr<Engine>* out) {
   cfg.nic_filter = o.nic_filter;
   cfg.settings.log_level = "warn";
   for (const auto& kv : o.set) KVF_RETURN_IF_ERROR(cfg.settings.Assign(kv));
+  cfg.settings.store_max_copies = std::max<int64_t>(cfg.settings.store_max_copies, o.copies);
   if (!o.members.empty()) cfg.settings.store_members = o.members;
   return Engine::Create(cfg, out);
 }
@@ -274,7 +276,7 @@ class Driver {
         bufs.push_back({{p, o_.page}});
       }
       std::vector<Status> st;
-      KVF_RETURN_IF_ERROR(store_->BatchPut(keys, bufs, &st));
+      KVF_RETURN_IF_ERROR(store_->BatchPut(keys, bufs, &st, StorePutOptions{o_.copies}));
       for (size_t i = 0; i < st.size(); ++i)
         if (!st[i].ok()) return st[i].Annotate("filling " + keys[i]);
     }
@@ -384,7 +386,7 @@ class Driver {
     Rate r;
     r.ops = 1;
     r.keys = o_.batch;
-    if (!store_->BatchPut(keys, bufs, &st).ok()) return r;
+    if (!store_->BatchPut(keys, bufs, &st, StorePutOptions{o_.copies}).ok()) return r;
     for (const Status& s : st) {
       if (s.ok()) {
         r.bytes += o_.page;
@@ -611,6 +613,7 @@ std::vector<std::string> ServeArgs(const char* self, const Options& o, const std
   std::vector<std::string> a = {self, "serve", "--protocol", o.protocol, "--pool", std::to_string(o.pool),
                                 "--listen", listen, "--members", members, "--metadata", o.metadata,
                                 "--ceiling", std::to_string(ceiling)};
+  if (o.copies > 1) a.insert(a.end(), {"--set", "store_max_copies=" + std::to_string(o.copies)});
   for (const auto& kv : o.set) a.insert(a.end(), {"--set", kv});
   return a;
 }
@@ -725,6 +728,10 @@ int main(int argc, char** argv) {
     c->add_option("--rounds", o.rounds, "alternating windows (bare READ, bare WRITE for put, store) whose medians are reported")
         ->check(CLI::Range(1, 100));
     c->add_flag("--check", o.check, "pattern every page by its key and check every byte a GET returns");
+    c->add_option("--copies", o.copies,
+                  "copies of each page a PUT stores, on the key's first-ranked nodes (sets store_max_copies on "
+                  "every process this run starts)")
+        ->check(CLI::Range(1, 8));
     c->add_flag("--checksum_off_too", o.checksum_off_too, "also measure GETs without verification (what it costs)");
     c->add_flag("--json", o.json, "print one JSON object with every round");
   };
