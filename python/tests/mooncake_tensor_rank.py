@@ -12,7 +12,7 @@ import sys
 
 import torch
 
-from mooncake.store import MooncakeDistributedStore
+from mooncake.store import MooncakeDistributedStore, ReplicateConfig
 
 
 def tensors() -> dict:
@@ -36,7 +36,10 @@ def put(store, t: dict) -> dict:
               "put_tensor_with_tp": store.put_tensor_with_tp("t/w", t["tp"], tp_rank=0, tp_size=2, split_dim=1) == 0,
               "uneven_tp_refused": store.put_tensor_with_tp("t/odd", t["full"], tp_size=2, split_dim=1) == -600,
               "not_a_tensor_refused": store.put_tensor("t/list", [1, 2, 3]) == -600,
-              "bytes": store.put("t/bytes", b"not a tensor value" * 40) == 0}
+              "bytes": store.put("t/bytes", b"not a tensor value" * 40) == 0,
+              "pub_tensor": store.pub_tensor("t/pub", t["a"] * 2, ReplicateConfig()) == 0,
+              "with_parallelism": store.put_tensor_with_parallelism("t/par", t["b"]) == 0,
+              "a_spec_refused": store.put_tensor_with_parallelism("t/spec", t["b"], parallelism=object()) == -600}
     # A value laid out by the caller ([header][bytes]) in registered memory.
     scratch = torch.zeros(1 << 16, dtype=torch.uint8)
     assert store.register_buffer(scratch.data_ptr(), scratch.numel()) == 0
@@ -64,7 +67,10 @@ def get(store, t: dict) -> dict:
               "put_tensor_from": same(store.get_tensor("t/from"), t["from"]),
               "tp_from": all(same(store.get_tensor_with_tp("t/wf", r, 4), t["from"][16 * r:16 * (r + 1)])
                              for r in range(4)),
-              "junk_refused": store.is_exist("t/junk") == 0 and store.is_exist("t/odd_tp_0") == 0}
+              "junk_refused": store.is_exist("t/junk") == 0 and store.is_exist("t/odd_tp_0") == 0,
+              "pub_tensor": same(store.get_tensor("t/pub"), t["a"] * 2),
+              "with_parallelism": same(store.get_tensor_with_parallelism("t/par"), t["b"])
+              and store.is_exist("t/spec") == 0}
     into = torch.zeros(1 << 16, dtype=torch.uint8)
     assert store.register_buffer(into.data_ptr(), into.numel()) == 0
     got = store.get_tensor_into("t/a", into.data_ptr(), into.numel())

@@ -2,6 +2,8 @@
 positional forms and integer return codes, over kvfabric's store with its nodes
 in other processes; every byte checked."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -512,3 +514,37 @@ def test_replica_num_copies_each_page_on_that_many_nodes(monkeypatch):
         assert store.close() == 0
     finally:
         nodes.close()
+
+
+def test_a_store_clients_port_and_soft_pin_options_follow_mooncake(mooncake_store):
+    store = mooncake_store
+    port = int(store.get_hostname().rsplit(":", 1)[1])
+    assert 12300 <= port <= 14300, "a bare host name takes a port of MC_STORE_CLIENT_MIN_PORT..MAX_PORT"
+    from kvfabric.compat.mooncake_store import SoftPinAction
+
+    pinned = ReplicateConfig()
+    pinned.soft_pin_action = SoftPinAction.ENABLE
+    pinned.soft_pin_ttl_ms = 1000
+    assert store.put("mc/soft", b"x", pinned) == 0
+    for action in (SoftPinAction.PRESERVE, SoftPinAction.DISABLE):
+        ttl_only = ReplicateConfig()
+        ttl_only.soft_pin_action = action
+        ttl_only.soft_pin_ttl_ms = 1000
+        assert store.upsert("mc/soft", b"y", ttl_only) == INVALID_PARAMS, "a TTL goes with ENABLE only"
+    assert store.get("mc/soft") == b"x"
+
+
+def test_lines_logged_before_any_engine_obey_kvf_log_level():
+    """setup logs (the master address it ignores) before it makes its engine: those lines
+    follow KVF_LOG_LEVEL from the environment as the engine's own do."""
+    import subprocess
+    import sys
+
+    code = ("from kvfabric import _core; _core.log('info', 'an info line'); _core.log('error', 'an error line')")
+    quiet = subprocess.run([sys.executable, "-c", code], env={**os.environ, "KVF_LOG_LEVEL": "error"},
+                           capture_output=True, text=True, timeout=60)
+    assert "an error line" in quiet.stderr and "an info line" not in quiet.stderr, quiet.stderr
+    loud = subprocess.run([sys.executable, "-c", code], env={k: v for k, v in os.environ.items()
+                                                              if k != "KVF_LOG_LEVEL"},
+                          capture_output=True, text=True, timeout=60)
+    assert "an info line" in loud.stderr, "info by default"

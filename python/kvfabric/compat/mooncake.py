@@ -32,7 +32,7 @@ import random
 import socket
 import threading
 import time
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, NamedTuple, Optional, Sequence
 
 from ..engine import Engine, OpCode, TaskState, buffer_address, unsigned
 from ..errors import InvalidArgumentError, KvfabricError
@@ -53,7 +53,18 @@ PROTOCOLS = {"rdma": "rdma", "efa": "efa", "tcp": "tcp", "verbs": "verbs", "shm"
 # Mooncake transports that are not libfabric fabrics: refused with the reason.
 VENDOR_PROTOCOLS = ("nvlink", "nvlink_intra", "hip", "musa", "ascend", "cxl", "barex", "xgmi", "cxi", "ubshmem")
 
-_DEFAULT_RPC_PORTS = (15000, 17000)  # Mooncake's MC_MIN_RPC_PORT, MC_MAX_RPC_PORT
+class PortRange(NamedTuple):
+    """Where an engine for a bare host name takes its port: the variables that bound it, and their defaults."""
+
+    low_var: str
+    high_var: str
+    low: int
+    high: int
+
+
+# The transfer engine's RPC range, and the range a store client (setup) takes its port from.
+RPC_PORTS = PortRange("MC_MIN_RPC_PORT", "MC_MAX_RPC_PORT", 15000, 17000)
+STORE_CLIENT_PORTS = PortRange("MC_STORE_CLIENT_MIN_PORT", "MC_STORE_CLIENT_MAX_PORT", 12300, 14300)
 # What a call turns into Mooncake's failure codes (AttributeError: no engine).
 _FAILURES = (KvfabricError, ValueError, TypeError, OverflowError, AttributeError)
 
@@ -255,22 +266,22 @@ def segment_name(target: str) -> str:
     return _core.mooncake_name(target)
 
 
-def _port_range() -> tuple[int, int]:
-    lo, hi = _DEFAULT_RPC_PORTS
+def _port_range(ports: PortRange) -> tuple[int, int]:
+    lo, hi = ports.low, ports.high
     try:
-        lo = int(os.environ.get("MC_MIN_RPC_PORT", lo))
-        hi = int(os.environ.get("MC_MAX_RPC_PORT", hi))
+        lo = int(os.environ.get(ports.low_var, lo))
+        hi = int(os.environ.get(ports.high_var, hi))
     except ValueError:
-        lo, hi = _DEFAULT_RPC_PORTS
+        lo, hi = ports.low, ports.high
     if not (0 < lo <= hi < 65536):
-        lo, hi = _DEFAULT_RPC_PORTS
+        lo, hi = ports.low, ports.high
     return lo, hi
 
 
-def _free_ports(host: str, tries: int = 32):
-    """Ports of Mooncake's RPC range (MC_MIN_RPC_PORT..MC_MAX_RPC_PORT,
+def _free_ports(host: str, ports: PortRange, tries: int = 32):
+    """Ports of a Mooncake range (RPC_PORTS: MC_MIN_RPC_PORT..MC_MAX_RPC_PORT,
     15000-17000 by default) that bind on ``host`` now, from a random start."""
-    lo, hi = _port_range()
+    lo, hi = _port_range(ports)
     start = random.randint(lo, hi)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     found = 0
@@ -308,9 +319,9 @@ def _environment_settings(protocol: str) -> tuple[str, dict]:
                             f"KVF_TRANSFER_TIMEOUT_MS={seconds * 1000}")
             except ValueError:
                 used.append(f"MC_TRANSFER_TIMEOUT={os.environ['MC_TRANSFER_TIMEOUT']!r} is not a number: ignored")
-    known = {"MC_FORCE_TCP", "MC_TRANSFER_TIMEOUT", "MC_TE_METRIC", "MC_TE_METRIC_INTERVAL_SECONDS",
-             "MC_MIN_RPC_PORT", "MC_MAX_RPC_PORT"}
-    for k in ("MC_MIN_RPC_PORT", "MC_MAX_RPC_PORT"):
+    ranges = (RPC_PORTS.low_var, RPC_PORTS.high_var, STORE_CLIENT_PORTS.low_var, STORE_CLIENT_PORTS.high_var)
+    known = {"MC_FORCE_TCP", "MC_TRANSFER_TIMEOUT", "MC_TE_METRIC", "MC_TE_METRIC_INTERVAL_SECONDS", *ranges}
+    for k in ranges:
         if k in os.environ:
             used.append(f"{k}={os.environ[k]}: the port range a bare local host name picks from")
     if _metric_interval() is not None:
@@ -397,11 +408,12 @@ def tcp_devices(device_name: str) -> tuple[str, str]:
 
 
 def start_engine(local_hostname: str, metadata_server: str, protocol: str, device_name: str = "",
-                 metadata_type: str = "", settings: Optional[dict] = None) -> tuple[Engine, str]:
+                 metadata_type: str = "", settings: Optional[dict] = None,
+                 ports: PortRange = RPC_PORTS) -> tuple[Engine, str]:
     """A kvfabric Engine made as Mooncake's ``initialize`` makes its own: the
     metadata server as Mooncake names it (``P2PHANDSHAKE``, ``etcd://``,
     ``http://``), its protocols (``rdma`` is efa or verbs), its ``MC_*``
-    variables, and for a bare host a free port of its RPC range; ``settings``
+    variables, and for a bare host a free port of ``ports``; ``settings``
     (KVF_* by name) go over what the MC_* variables ask. Returns the engine
     and the kvfabric protocol; raises ValueError, OSError or KvfabricError
     saying what is wrong."""
@@ -424,7 +436,7 @@ def start_engine(local_hostname: str, metadata_server: str, protocol: str, devic
     # A bare host: like Mooncake, a free port of the RPC range; another
     # process may take it between the probe and the bind, so try a few.
     last: Optional[Exception] = None
-    for p in _free_ports(host):
+    for p in _free_ports(host, ports):
         try:
             engine = Engine(join_host_port(host, p), metadata, proto, devices, settings)
             if note:
@@ -434,8 +446,8 @@ def start_engine(local_hostname: str, metadata_server: str, protocol: str, devic
             if "in use" not in str(e).lower():
                 raise
             last = e
-    lo, hi = _port_range()
-    raise OSError(f"no free port for {host} in {lo}-{hi} (MC_MIN_RPC_PORT/MC_MAX_RPC_PORT)"
+    lo, hi = _port_range(ports)
+    raise OSError(f"no free port for {host} in {lo}-{hi} ({ports.low_var}/{ports.high_var})"
                   + (f": {last}" if last else ""))
 
 
@@ -443,6 +455,7 @@ class TransferEngine:
     """The Mooncake ``TransferEngine`` API on a kvfabric engine."""
 
     TransferOpcode = TransferOpcode
+    ports = RPC_PORTS  # where initialize takes a port for a bare host name
 
     def __init__(self) -> None:
         self._engine: Optional[Engine] = None
@@ -480,7 +493,8 @@ class TransferEngine:
             _log("error", f"initialize: already initialized as {self._engine.name}")
             return -1
         try:
-            self._engine, proto = start_engine(local_hostname, metadata_server, protocol, device_name, metadata_type)
+            self._engine, proto = start_engine(local_hostname, metadata_server, protocol, device_name, metadata_type,
+                                               ports=self.ports)
             self._core = self._engine._core
             self._protocol = proto
             interval = _metric_interval()

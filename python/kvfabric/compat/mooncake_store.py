@@ -47,7 +47,7 @@ from typing import Any, List, Optional, Sequence
 from ..errors import KvfabricError
 from ..store import Store
 from ..units import parse_bytes
-from .mooncake import TransferEngine, _log, split_local_name, start_engine
+from .mooncake import STORE_CLIENT_PORTS, TransferEngine, _log, split_local_name, start_engine
 from .mooncake_bytes import LocalBufferCalls
 from .mooncake_ranges import RangedCalls
 from .mooncake_tensor import TensorCalls
@@ -112,6 +112,7 @@ class MooncakeDistributedStore(LocalBufferCalls, RangedCalls, TensorCalls):
                     raise ValueError("the engine given is not initialized")
             else:
                 te = TransferEngine()
+                te.ports = STORE_CLIENT_PORTS  # a store client's port, as Mooncake's setup takes one
                 if te.initialize(local_hostname, metadata_server, protocol, rdma_devices or "") != 0:
                     return INVALID_PARAMS  # initialize logged why
                 kv_engine = te.get_engine()
@@ -145,7 +146,7 @@ class MooncakeDistributedStore(LocalBufferCalls, RangedCalls, TensorCalls):
         _log("info", f"setup_dummy: a store client (no pool) of {members}"
                      + ("" if os.environ.get("KVF_STORE_MEMBERS") else " (KVF_STORE_MEMBERS names them all)"))
         try:
-            engine, _ = start_engine(host, "P2PHANDSHAKE", "auto")
+            engine, _ = start_engine(host, "P2PHANDSHAKE", "auto", ports=STORE_CLIENT_PORTS)
         except (KvfabricError, ValueError, OSError) as e:
             _log("error", f"setup_dummy: {e}")
             return INVALID_PARAMS
@@ -195,6 +196,8 @@ class MooncakeDistributedStore(LocalBufferCalls, RangedCalls, TensorCalls):
     def register_buffer(self, buffer_ptr: int, size: int) -> int:
         if self._store is None:
             return INVALID_PARAMS
+        if self._pool_memory.holds(int(buffer_ptr), int(size)):
+            return 0  # alloc_from_mem_pool registered it already
         try:
             self._engine().register(int(buffer_ptr), int(size))
             return 0

@@ -155,9 +155,10 @@ class TensorCalls:
 
     # -- puts ----------------------------------------------------------------
     def _put_tensors(self, call: str, keys: Sequence[str], tensors: Sequence[Any],
-                     tp: Optional[tuple] = None) -> List[int]:
-        """Puts each tensor (or, with ``tp`` = (size, split_dim), all its shards). Per key 0
-        or a negative ErrorCode (the first shard's failure)."""
+                     tp: Optional[tuple] = None, config: Any = None) -> List[int]:
+        """Puts each tensor (or, with ``tp`` = (size, split_dim), all its shards), with the
+        copies ``config`` asks for. Per key 0 or a negative ErrorCode (the first shard's
+        failure)."""
         if len(keys) != len(tensors):
             _log("error", f"{call}: {len(keys)} keys but {len(tensors)} tensors")
             return [INVALID_PARAMS] * len(keys)
@@ -174,7 +175,7 @@ class TensorCalls:
                 names.append(name)
                 views.append(parts)
                 owner.append(i)
-        for i, code in zip(owner, self._put_views(call, names, views, None)):
+        for i, code in zip(owner, self._put_views(call, names, views, config)):
             if code != 0 and out[i] == 0:
                 out[i] = code
         return out
@@ -205,15 +206,19 @@ class TensorCalls:
                               sizes: Sequence[int]) -> List[int]:
         """Puts values already laid out as [header][bytes] in registered memory, each
         header checked first (-600 for one that is not valid)."""
+        return self._put_tensor_values("batch_put_tensor_from", keys, buffer_ptrs, sizes, None)
+
+    def _put_tensor_values(self, call: str, keys: Sequence[str], buffer_ptrs: Sequence[int], sizes: Sequence[int],
+                           config: Any) -> List[int]:
         if len(keys) != len(buffer_ptrs) or len(keys) != len(sizes):
             return [INVALID_PARAMS] * len(keys)
         valid = [i for i, (p, n) in enumerate(zip(buffer_ptrs, sizes))
                  if p and parse_header(_at(int(p), min(int(n), HEADER_BYTES)), int(n)) is not None]
         out = [INVALID_PARAMS] * len(keys)
         if len(valid) < len(keys):
-            _log("error", f"batch_put_tensor_from: {len(keys) - len(valid)} buffers hold no valid tensor header")
+            _log("error", f"{call}: {len(keys) - len(valid)} buffers hold no valid tensor header")
         for i, code in zip(valid, self.batch_put_from([keys[i] for i in valid], [buffer_ptrs[i] for i in valid],
-                                                      [sizes[i] for i in valid])):
+                                                      [sizes[i] for i in valid], config)):
             out[i] = code
         return out
 
@@ -245,6 +250,30 @@ class TensorCalls:
             return [INVALID_PARAMS] * len(base_keys)
         tensors = self._tensors_at("batch_put_tensor_with_tp_from", buffer_ptrs, sizes)
         return self._put_tensors("batch_put_tensor_with_tp_from", base_keys, tensors, (tp_size, split_dim))
+
+    # Publishing is putting with a ReplicateConfig (its copies).
+    def pub_tensor(self, key: str, tensor: Any, config: Any = None) -> int:
+        return self._put_tensors("pub_tensor", [key], [tensor], None, config)[0]
+
+    def batch_pub_tensor(self, keys: Sequence[str], tensors_list: Sequence[Any], config: Any = None) -> List[int]:
+        return self._put_tensors("batch_pub_tensor", keys, tensors_list, None, config)
+
+    def pub_tensor_with_tp(self, key: str, tensor: Any, config: Any = None, tp_rank: int = 0, tp_size: int = 1,
+                           split_dim: int = 0) -> int:
+        tp = (tp_size, split_dim) if tp_size > 1 else None
+        return self._put_tensors("pub_tensor_with_tp", [key], [tensor], tp, config)[0]
+
+    def batch_pub_tensor_with_tp(self, base_keys: Sequence[str], tensors_list: Sequence[Any], config: Any = None,
+                                 tp_rank: int = 0, tp_size: int = 1, split_dim: int = 0) -> List[int]:
+        tp = (tp_size, split_dim) if tp_size > 1 else None
+        return self._put_tensors("batch_pub_tensor_with_tp", base_keys, tensors_list, tp, config)
+
+    def upsert_pub_tensor(self, key: str, tensor: Any, config: Any = None) -> int:
+        return self.pub_tensor(key, tensor, config)
+
+    def batch_upsert_pub_tensor(self, keys: Sequence[str], tensors_list: Sequence[Any],
+                                config: Any = None) -> List[int]:
+        return self.batch_pub_tensor(keys, tensors_list, config)
 
     # Upserts replace, as kvfabric's puts do.
     def upsert_tensor(self, key: str, tensor: Any) -> int:
@@ -301,4 +330,63 @@ class TensorCalls:
     def batch_get_tensor_with_tp_into(self, base_keys: Sequence[str], buffer_ptrs: Sequence[int],
                                       sizes: Sequence[int], tp_rank: int = 0, tp_size: int = 1) -> List[Any]:
         keys = list(base_keys) if tp_size <= 1 else [tp_key(k, tp_rank) for k in base_keys]
+        return self.batch_get_tensor_into(keys, buffer_ptrs, sizes)
+
+    # -- Mooncake's parallelism specs: the whole tensor only ---------------------
+    def _whole(self, call: str, *specs: Any) -> bool:
+        """Whether no parallelism spec, writer partition or read target is given (the whole
+        tensor, which these calls then put or get); one that is given is logged and refused."""
+        given = [x for x in specs if x is not None and not (isinstance(x, (list, tuple)) and all(y is None for y in x))]
+        if given:
+            _log("error", f"{call}: parallelism specs, writer partitions and read targets are not taken here; "
+                          "put the shards with put_tensor_with_tp, or the whole tensor with none")
+        return not given
+
+    def put_tensor_with_parallelism(self, key: str, tensor: Any, parallelism: Any = None, config: Any = None,
+                                    writer_partition: Any = None) -> int:
+        if not self._whole("put_tensor_with_parallelism", parallelism, writer_partition):
+            return INVALID_PARAMS
+        return self.pub_tensor(key, tensor, config)
+
+    def batch_put_tensor_with_parallelism(self, keys: Sequence[str], tensors_list: Sequence[Any],
+                                          parallelisms: Any = None, config: Any = None,
+                                          writer_partitions: Any = None) -> List[int]:
+        if not self._whole("batch_put_tensor_with_parallelism", parallelisms, writer_partitions):
+            return [INVALID_PARAMS] * len(keys)
+        return self.batch_pub_tensor(keys, tensors_list, config)
+
+    def put_tensor_with_parallelism_from(self, key: str, buffer_ptr: int, size: int, parallelism: Any = None,
+                                         config: Any = None, writer_partition: Any = None) -> int:
+        return self.batch_put_tensor_with_parallelism_from([key], [buffer_ptr], [size], parallelism and [parallelism],
+                                                           config, writer_partition and [writer_partition])[0]
+
+    def batch_put_tensor_with_parallelism_from(self, keys: Sequence[str], buffer_ptrs: Sequence[int],
+                                               sizes: Sequence[int], parallelisms: Any = None, config: Any = None,
+                                               writer_partitions: Any = None) -> List[int]:
+        if not self._whole("batch_put_tensor_with_parallelism_from", parallelisms, writer_partitions):
+            return [INVALID_PARAMS] * len(keys)
+        return self._put_tensor_values("batch_put_tensor_with_parallelism_from", keys, buffer_ptrs, sizes, config)
+
+    upsert_tensor_with_parallelism = put_tensor_with_parallelism
+    batch_upsert_tensor_with_parallelism = batch_put_tensor_with_parallelism
+    upsert_tensor_with_parallelism_from = put_tensor_with_parallelism_from
+    batch_upsert_tensor_with_parallelism_from = batch_put_tensor_with_parallelism_from
+
+    def get_tensor_with_parallelism(self, key: str, target: Any = None) -> Any:
+        return self.get_tensor(key) if self._whole("get_tensor_with_parallelism", target) else None
+
+    def batch_get_tensor_with_parallelism(self, keys: Sequence[str], targets: Any = None) -> List[Any]:
+        if not self._whole("batch_get_tensor_with_parallelism", targets):
+            return [None] * len(keys)
+        return self.batch_get_tensor(keys)
+
+    def get_tensor_with_parallelism_into(self, key: str, buffer_ptr: int, size: int, target: Any = None) -> Any:
+        if not self._whole("get_tensor_with_parallelism_into", target):
+            return None
+        return self.get_tensor_into(key, buffer_ptr, size)
+
+    def batch_get_tensor_with_parallelism_into(self, keys: Sequence[str], buffer_ptrs: Sequence[int],
+                                               sizes: Sequence[int], targets: Any = None) -> List[Any]:
+        if not self._whole("batch_get_tensor_with_parallelism_into", targets):
+            return [INVALID_PARAMS] * len(keys)
         return self.batch_get_tensor_into(keys, buffer_ptrs, sizes)

@@ -173,6 +173,9 @@ def config_refused(config: Any) -> Optional[str]:
         return f"config is a {type(config).__name__}, not a ReplicateConfig"
     if config.replica_num == 0:
         return "config.replica_num is 0: a put stores at least one copy"
+    if config.soft_pin_ttl_ms is not None and config.soft_pin_action != SoftPinAction.ENABLE:
+        return (f"config.soft_pin_ttl_ms is set with soft_pin_action {config.soft_pin_action.name}: "
+                "a soft-pin TTL goes with ENABLE only")
     return None
 
 
@@ -246,6 +249,11 @@ class HostMemory:
     def addresses(self) -> List[int]:
         with self._lock:
             return list(self._maps)
+
+    def holds(self, ptr: int, size: int) -> bool:
+        """Whether [ptr, ptr + size) lies in one mapping handed out here."""
+        with self._lock:
+            return any(a <= ptr and ptr + size <= a + len(m) for a, m in self._maps.items())
 
 
 class MooncakeHostMemAllocator:
