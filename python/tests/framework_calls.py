@@ -25,7 +25,8 @@ from mooncake.engine import TransferEngine, TransferOpcode  # noqa: E402  (as th
 from patterns import pattern  # noqa: E402
 
 KiB, MiB = 1 << 10, 1 << 20
-SCENARIO, PROTOCOL, PEER, PEER_ADDR, PEER_SIZE = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+SCENARIO, PROTOCOL, PEER = sys.argv[1], sys.argv[2], sys.argv[3]
+PEER_ADDR, PEER_SIZE = int(sys.argv[4]), int(sys.argv[5])
 GPU = len(sys.argv) > 6 and sys.argv[6] == "gpu"
 
 

@@ -7,6 +7,7 @@ trainer and a rollout worker would. Runs with an interpreter that has torch.
 The store's members come from KVF_STORE_MEMBERS. Prints one JSON line: per
 check, whether it held."""
 
+import ctypes
 import json
 import sys
 
@@ -78,6 +79,12 @@ def get(store, t: dict) -> dict:
     both = store.batch_get_tensor_into(["t/b", "t/never"], [into.data_ptr(), into.data_ptr() + 32768], [32768] * 2)
     checks["batch_get_tensor_into"] = same(both[0], t["b"]) and both[1] is None
     checks["tp_into"] = same(store.get_tensor_with_tp_into("t/w", into.data_ptr(), into.numel(), 1, 2), t["tp"][:, 3:])
+    import mooncake.store as module
+
+    header, ptr, nbytes, owner = module._serialize_tensor(t["full"])
+    payload = header + bytes((ctypes.c_char * nbytes).from_address(ptr))
+    checks["serialize_round_trip"] = (len(header) == module._tensor_metadata_size() == 304
+                                      and same(module._deserialize_tensor(payload), t["full"]))
     store.unregister_buffer(into.data_ptr())
     return checks
 

@@ -26,7 +26,8 @@ def known_names() -> set:
 
 
 def test_every_kvf_name_the_docs_use_exists():
-    docs = {p: open(p).read() for p in [os.path.join(ROOT, "README.md"), *glob.glob(os.path.join(ROOT, "docs", "*.md"))]}
+    pages = [os.path.join(ROOT, "README.md"), *glob.glob(os.path.join(ROOT, "docs", "*.md"))]
+    docs = {p: open(p).read() for p in pages}
     known = known_names()
     unknown = sorted({(os.path.relpath(p, ROOT), n) for p, text in docs.items() for n in NAME.findall(text)
                       if n not in known})

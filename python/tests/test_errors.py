@@ -96,9 +96,9 @@ def test_task_states_and_op_codes_are_enums_of_the_declaration(enum_name, list_n
 
 
 def test_released_state_and_op_numbers():
-    S, O = kvfabric.TaskState, kvfabric.OpCode
+    S, Op = kvfabric.TaskState, kvfabric.OpCode
     assert (S.PENDING, S.COMPLETED, S.FAILED, S.TIMEOUT) == (0, 1, 2, 3)
-    assert (O.READ, O.WRITE) == (0, 1)
+    assert (Op.READ, Op.WRITE) == (0, 1)
 
 
 def test_transfers_report_the_enum():

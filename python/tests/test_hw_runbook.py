@@ -13,7 +13,8 @@ RUNBOOK = os.path.join(HERE, "..", "..", "tests", "hw", "frameworks.sh")
 
 def run(tmp_path, *args, **env):
     out = tmp_path / "report.md"
-    p = subprocess.run([RUNBOOK, "--python", sys.executable, "--protocol", "tcp", "--pool", "64mb", "--out", str(out), *args],
+    p = subprocess.run([RUNBOOK, "--python", sys.executable, "--protocol", "tcp", "--pool", "64mb", "--out", str(out),
+                        *args],
                        capture_output=True, text=True, timeout=300, env=dict(os.environ, **env))
     return p, out.read_text() if out.exists() else ""
 

@@ -32,7 +32,7 @@ import pytest
 from test_store import Nodes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PYTHON = os.environ.get("KVF_LMCACHE_PYTHON")
+PYTHON = os.environ.get("KVF_LMCACHE_PYTHON") and os.path.abspath(os.environ["KVF_LMCACHE_PYTHON"])
 CHUNK = 256  # tokens, as lmcache_rank.py configures LMCache
 CHUNK_BYTES = 2 * 4 * CHUNK * 128 * 2  # k and v, 4 layers, 2 heads x 64, bfloat16
 # What LMCache logs when a put or a get went wrong, or what Python prints when

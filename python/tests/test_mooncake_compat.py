@@ -150,8 +150,9 @@ def test_managed_buffers():
 
 
 def test_cli():
-    run = lambda *a: subprocess.run([sys.executable, "-m", "kvfabric", *a], capture_output=True, text=True,
-                                    timeout=60)
+    def run(*a):
+        return subprocess.run([sys.executable, "-m", "kvfabric", *a], capture_output=True, text=True, timeout=60)
+
     r = run("--help")
     assert r.returncode == 0 and "doctor" in r.stdout
     r = run("doctor", "--json")
@@ -180,7 +181,9 @@ def test_shim_serves_mooncake_imports(tmp_path):
     (a site directory of the test's own: the environment is not touched)."""
     import os
 
-    run = lambda *a, **kw: subprocess.run([sys.executable, *a], capture_output=True, text=True, timeout=60, **kw)
+    def run(*a, **kw):
+        return subprocess.run([sys.executable, *a], capture_output=True, text=True, timeout=60, **kw)
+
     site = str(tmp_path)
     r = run("-m", "kvfabric", "mooncake-shim", "install", "--site_dir", site)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -249,14 +252,18 @@ def test_bad_numbers_are_logged_clearly_and_change_nothing(peer_factory, capfd):
         assert te.register_memory(base, MiB) == 0
         capfd.readouterr()
         cases = [
-            (lambda: te.transfer_sync_write(peer.name, base, -1, 16), -1, "peer_buffer_addresses[0] -1 is out of range"),
-            (lambda: te.transfer_sync_read(peer.name, 1.5, peer.addr, 16), -1, "buffers[0] must be an integer, not float"),
+            (lambda: te.transfer_sync_write(peer.name, base, -1, 16), -1,
+             "peer_buffer_addresses[0] -1 is out of range"),
+            (lambda: te.transfer_sync_read(peer.name, 1.5, peer.addr, 16), -1,
+             "buffers[0] must be an integer, not float"),
             (lambda: te.batch_transfer_sync_write(peer.name, [base, base], [peer.addr, 1 << 64], [16, 16]), -1,
              "peer_buffer_addresses[1] 18446744073709551616 is out of range"),
             (lambda: te.batch_transfer_sync_read(peer.name, [base], [peer.addr], [16.0]), -1,
              "lengths[0] must be an integer"),
-            (lambda: te.batch_transfer_async_write(peer.name, [base], [peer.addr], [-1]), 0, "lengths[0] -1 is out of range"),
-            (lambda: te.transfer_submit_write(peer.name, base, peer.addr, 1 << 64), 0, "lengths[0] 18446744073709551616"),
+            (lambda: te.batch_transfer_async_write(peer.name, [base], [peer.addr], [-1]), 0,
+             "lengths[0] -1 is out of range"),
+            (lambda: te.transfer_submit_write(peer.name, base, peer.addr, 1 << 64), 0,
+             "lengths[0] 18446744073709551616"),
             (lambda: te.transfer_sync(peer.name, base, peer.addr, 16, 7), -1, "opcode 7"),
             (lambda: te.batch_transfer_async(peer.name, [base], [peer.addr], [16], 1 << 64), 0, "opcode"),
             (lambda: te.transfer_check_status(-1), -1, "batch id -1 is out of range"),

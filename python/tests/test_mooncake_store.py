@@ -230,7 +230,8 @@ def test_workers_that_give_memory_find_each_other_through_etcd(etcd_uri, monkeyp
         keys = [f"hicache/{i}" for i in range(64)]
         ptrs = [src.ctypes.data + i * 65536 for i in range(64)]
         assert store.batch_put_from(keys, ptrs, [65536] * 64) == [0] * 64
-        assert store.batch_get_into(keys, [dst.ctypes.data + i * 65536 for i in range(64)], [65536] * 64) == [65536] * 64
+        at = [dst.ctypes.data + i * 65536 for i in range(64)]
+        assert store.batch_get_into(keys, at, [65536] * 64) == [65536] * 64
         assert np.array_equal(src, dst)
     finally:
         store.close()
@@ -423,7 +424,8 @@ def test_ranges_of_pages_land_where_each_buffer_asks(mooncake_store):
         "bytes per range; a range past its page's end is -600, an absent key -704"
     assert np.array_equal(a[:1000], pages["mc/r0"][5:1005]) and np.array_equal(a[1000:2000], pages["mc/r0"][39_000:])
     assert a[2000] == pages["mc/r2"][40_001] and np.array_equal(b[:100], pages["mc/r1"][123:223])
-    assert store.get_into_ranges([a.ctypes.data], [["mc/r0"], ["mc/r1"]], [[[0]]], [[[0]]], [[[1]]]) == [[[INVALID_PARAMS]]]
+    mismatched = store.get_into_ranges([a.ctypes.data], [["mc/r0"], ["mc/r1"]], [[[0]]], [[[0]]], [[[1]]])
+    assert mismatched == [[[INVALID_PARAMS]]]
     assert store.unregister_buffer(a.ctypes.data) == 0 and store.unregister_buffer(b.ctypes.data) == 0
 
 
@@ -469,6 +471,13 @@ def test_put_options_are_checked_as_mooncakes_binding_checks_them():
     with pytest.raises(AttributeError):
         cfg.replicas = 2
     assert (cfg.replica_num, cfg.soft_pin_action, cfg.group_ids) == (2, SoftPinAction.ENABLE, ["a", "b"])
+    import copy
+
+    for twin in (copy.copy(cfg), copy.deepcopy(cfg)):
+        assert (twin.replica_num, twin.soft_pin_action, twin.group_ids) == (2, SoftPinAction.ENABLE, ["a", "b"])
+        twin.group_ids.append("c")
+        twin.replica_num = 3
+    assert (cfg.replica_num, cfg.group_ids) == (2, ["a", "b"]), "a copy is a config of its own"
     assert ReplicateConfig().soft_pin_ttl_ms is None and ReplicateConfig().preferred_segments == []
 
 
@@ -518,6 +527,10 @@ def test_replica_num_copies_each_page_on_that_many_nodes(monkeypatch):
 
 def test_a_store_clients_port_and_soft_pin_options_follow_mooncake(mooncake_store):
     store = mooncake_store
+    longest = MooncakeDistributedStore()  # Mooncake's positional form to its end: engine, SSD offload, ...
+    assert longest.setup("127.0.0.1", "P2PHANDSHAKE", 0, MiB, "tcp", "", "", None, False, "", "default", False,
+                         9300) == 0
+    assert longest.close() == 0
     port = int(store.get_hostname().rsplit(":", 1)[1])
     assert 12300 <= port <= 14300, "a bare host name takes a port of MC_STORE_CLIENT_MIN_PORT..MAX_PORT"
     from kvfabric.compat.mooncake_store import SoftPinAction

@@ -17,7 +17,7 @@ import pytest
 from test_store import Nodes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PYTHON = os.environ.get("KVF_LMCACHE_PYTHON")
+PYTHON = os.environ.get("KVF_LMCACHE_PYTHON") and os.path.abspath(os.environ["KVF_LMCACHE_PYTHON"])
 
 pytestmark = pytest.mark.skipif(not PYTHON, reason="no interpreter with torch (make test sets KVF_LMCACHE_PYTHON)")
 

@@ -216,7 +216,9 @@ def test_a_table_entry_without_its_kvfabric_module_is_not_answered(monkeypatch):
 def test_enable_keeps_one_finder_where_the_mode_says(monkeypatch):
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
     monkeypatch.delenv(shim.ENV, raising=False)
-    finders = lambda: [f for f in sys.meta_path if isinstance(f, shim._Finder)]
+    def finders():
+        return [f for f in sys.meta_path if isinstance(f, shim._Finder)]
+
     shim.enable()
     shim.enable()
     assert len(finders()) == 1 and sys.meta_path[-1] is finders()[0] and not finders()[0].force

@@ -50,7 +50,8 @@ class Target:
     def __init__(self, extra_env=None):
         devices = ",".join("a%d" % i for i in range(RAILS))
         self.proc = subprocess.Popen(
-            [LAB, "exec", "A", "env", *["%s=%s" % kv for kv in (extra_env or {}).items()], bench(), "--mode=target", "--protocol=tcp", "--nic_filter=" + devices,
+            [LAB, "exec", "A", "env", *["%s=%s" % kv for kv in (extra_env or {}).items()], bench(), "--mode=target",
+             "--protocol=tcp", "--nic_filter=" + devices,
              "--local_server_name=10.77.0.1:%d" % PORT, "--buffer_size=%d" % (256 << 20)],
             env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.time() + 30
@@ -258,7 +259,9 @@ class MultiRailTest(unittest.TestCase):
             self.skipTest("libfabric before 1.18: a stalled rail's READs move without their connection closed "
                           "(KVF_CLOSE_CONNECTIONS=auto), and may land later")
         tool = os.path.join(BUILD, "tests", "kvfabric-lab-late-landing")
-        nics = lambda h: ",".join("%s%d" % (h, i) for i in range(RAILS))
+        def nics(h):
+            return ",".join("%s%d" % (h, i) for i in range(RAILS))
+
         target = subprocess.Popen([LAB, "exec", "A", tool, "target", nics("a"), "10.77.0.1:%d" % (PORT + 1)], env=ENV,
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         initiator = None

@@ -92,7 +92,8 @@ def main():
     ap.add_argument("--block", type=int, default=1 << 20)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--queue_depth", type=int, default=0, help="bare tool operations in flight (default: threads x batch, as the engine)")
+    ap.add_argument("--queue_depth", type=int, default=0,
+                    help="bare tool operations in flight (default: threads x batch, as the engine)")
     ap.add_argument("--buffer", type=int, default=1 << 28)
     ap.add_argument("--duration", type=float, default=3)
     ap.add_argument("--reps", type=int, default=3)

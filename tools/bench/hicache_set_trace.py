@@ -68,7 +68,8 @@ def main():
                 raise SystemExit(f"round {r}: the store's put failed")
             puts.append(time.perf_counter() - t0)
         ms = lambda xs: round(statistics.median(xs) * 1e3, 2)  # noqa: E731
-        print(json.dumps({"protocol": a.protocol, "pages": a.pages, "page_bytes": pool.page_nbytes(), "rounds": a.rounds,
+        print(json.dumps({"protocol": a.protocol, "pages": a.pages, "page_bytes": pool.page_nbytes(),
+                          "rounds": a.rounds,
                           "median_ms": {"set": ms(sets), "its exists": ms(timed["exists"]),
                                         "its put": ms(timed["put in set"]), "store put": ms(puts)}}))
         backend.close()

@@ -96,7 +96,7 @@ def bare_fabric(a, rails, op, block):
             out, err = p.communicate(timeout=300)
             if p.returncode != 0:
                 raise RuntimeError("bare initiator failed: " + err[-2000:])
-            total += next(json.loads(l) for l in out.splitlines() if l.startswith("{"))["bytes_per_s"]
+            total += next(json.loads(line) for line in out.splitlines() if line.startswith("{"))["bytes_per_s"]
         return total
     finally:
         for t, _ in targets:

@@ -1,4 +1,5 @@
-"""(The HiCache tests and tools/bench/hicache_bench.py.) Host pools that answer ``get_page_buffer_meta`` as SGLang's do, over numpy
+"""(The HiCache tests and tools/bench/hicache_bench.py.) Host pools that answer
+``get_page_buffer_meta`` as SGLang's do, over numpy
 memory, and the page contents the HiCache tests write and check.
 
 - ``MHAPool``: SGLang's MHA host pool, page-first (``page_first`` and

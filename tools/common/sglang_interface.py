@@ -51,7 +51,8 @@ def load():
     """(StorageBackendFactory, HiCacheStorageConfig, HiCacheStorageExtraInfo), SGLang's own."""
     root = source_dir()
     if root is None:
-        raise RuntimeError("SGLang's HiCache sources are not unpacked: run `make check` or set KVF_SGLANG_SRC (tools/common/sglang_interface.py)")
+        raise RuntimeError("SGLang's HiCache sources are not unpacked: run `make check` or set KVF_SGLANG_SRC "
+                           "(tools/common/sglang_interface.py)")
     if "torch" not in sys.modules:
         torch = types.ModuleType("torch")
         torch.Tensor = type("Tensor", (), {})

@@ -89,8 +89,9 @@ def account(missing: dict, events: list, ended: dict, entered: dict = None, lag_
     its node ended, before the question ended: something newer took its room, or no replica could outlive its
     node. A page still in the pool of a node that began to serve less than `lag_s` before the question ended
     is "on a member not seen yet": the client asked where the key lived before that node entered (a documented
-    miss, until its next refresh). Anything else is a loss: "lost: " and what happened instead (nothing stored, removed or overwritten
-    with no request to, handed over to no node, or still in its pool while the store said it had no page).
+    miss, until its next refresh). Anything else is a loss: "lost: " and what happened instead (nothing stored,
+    removed or overwritten with no request to, handed over to no node, or still in its pool while the store said
+    it had no page).
     `path` lists the events followed."""
     begin, until = missing["put_start"] - SLACK_S, missing["audit_end"] + SLACK_S
     stored = [e for e in events if e.what == "stored" and begin <= e.at <= missing["put_end"] + SLACK_S]
@@ -98,9 +99,9 @@ def account(missing: dict, events: list, ended: dict, entered: dict = None, lag_
         return "lost: no node stored it during its put", []
     page, path = stored[-1], [stored[-1]]
     while True:
-        gone = next((e for e in events if (e.node, e.incarnation, e.generation) ==
-                     (page.node, page.incarnation, page.generation) and e.what != "stored" and e.at >= page.at - SLACK_S),
-                    None)
+        same = (page.node, page.incarnation, page.generation)
+        gone = next((e for e in events if (e.node, e.incarnation, e.generation) == same
+                     and e.what != "stored" and e.at >= page.at - SLACK_S), None)
         end = ended.get((page.node, page.incarnation))
         if gone is None or gone.at > until:
             if end is not None and end <= until:

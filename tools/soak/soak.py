@@ -91,7 +91,9 @@ def run_initiator(index: int, count: int, targets: list, duration: float, seed: 
     shadow = {t["name"]: np.zeros(slice_len, dtype=np.uint8) for t in targets}
     dirty = {t["name"]: True for t in targets}  # slice content unknown: rewrite first
     stats = {"ops": 0, "bytes": 0, "failures": [], "data_errors": 0, "resyncs": 0}
-    base_of = lambda t: t["addr"] + index * slice_len
+    def base_of(t):
+        return t["addr"] + index * slice_len
+
 
     def transfer(t, reqs):
         t0 = time.monotonic()
@@ -135,7 +137,7 @@ def run_initiator(index: int, count: int, targets: list, duration: float, seed: 
                 time.sleep(0.05)
             continue
         nreq = rng.randint(1, 8)
-        reqs, spans, total = [], [], 0
+        spans, total = [], 0
         for _ in range(nreq):
             n = rng.choice([4096, 65536, 256 << 10, MiB, 4 * MiB])
             n = min(n, 8 * MiB - total)
@@ -155,12 +157,14 @@ def run_initiator(index: int, count: int, targets: list, duration: float, seed: 
             # WRITE random bytes, then READ them back into the other half of local.
             data = np.frombuffer(rng.randbytes(total), dtype=np.uint8)
             local[:total] = data
-            w = [kvfabric.Request(kvfabric.Op.WRITE, local.ctypes.data + lo, base_of(t) + off, n) for lo, off, n in spans]
+            w = [kvfabric.Request(kvfabric.Op.WRITE, local.ctypes.data + lo, base_of(t) + off, n)
+                 for lo, off, n in spans]
             if not transfer(t, w):
                 continue
             for lo, off, n in spans:
                 shadow[t["name"]][off:off + n] = local[lo:lo + n]
-        r = [kvfabric.Request(kvfabric.Op.READ, local.ctypes.data + 8 * MiB + lo, base_of(t) + off, n) for lo, off, n in spans]
+        r = [kvfabric.Request(kvfabric.Op.READ, local.ctypes.data + 8 * MiB + lo, base_of(t) + off, n)
+             for lo, off, n in spans]
         if not transfer(t, r):
             continue
         for lo, off, n in spans:

@@ -202,8 +202,9 @@ def summarize(clients: list, nodes: list, kills: list, client_logs: list = (), j
     verdicts, lost = account_missing(total["missing"], nodes)
     page_events = page_ledger.count_events([path for n in nodes for path in n.logs])
     c = total["counts"]
-    return {"page_events": page_events, "audited": c["audited"], "audit_missing": len(total["missing"]), "missing_verdicts": dict(verdicts),
-            "lost_pages": lost, "store_ops": c["calls"], "store_gb": (c["put_bytes"] + c["hit_bytes"]) / 1e9, "puts": c["puts"],
+    return {"page_events": page_events, "audited": c["audited"], "audit_missing": len(total["missing"]),
+            "missing_verdicts": dict(verdicts), "lost_pages": lost, "store_ops": c["calls"],
+            "store_gb": (c["put_bytes"] + c["hit_bytes"]) / 1e9, "puts": c["puts"],
             "put_failures": c["put_failures"], "gets": c["gets"], "hits": c["hits"], "misses": c["misses"],
             "misses_by_reason": dict(misses), "stale": c["stale"], "exists": c["exists"],
             "exists_hits": c["exists_hits"], "removes": c["removes"], "removed": c["removed"], "pins": c["pins"],
@@ -211,7 +212,8 @@ def summarize(clients: list, nodes: list, kills: list, client_logs: list = (), j
             "refusals_pinned": c["refusals_pinned"], "pins_left": pins_left, "unpins_failed": unpins_failed,
             "node_counters": dict(node_totals), "errors_by_code": dict(total["errors_by_code"]),
             "explained_issues": dict(explained), "explained": explained_list, "unexplained": unexplained,
-            "wrong_bytes": total["wrong"], "node_restarts": len(kills), "node_kills": kills, "nodes": len(nodes), "clients": len(clients)}
+            "wrong_bytes": total["wrong"], "node_restarts": len(kills), "node_kills": kills, "nodes": len(nodes),
+            "clients": len(clients)}
 
 
 def summary_line(s: dict) -> str:

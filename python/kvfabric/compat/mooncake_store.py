@@ -50,7 +50,7 @@ from ..units import parse_bytes
 from .mooncake import STORE_CLIENT_PORTS, TransferEngine, _log, split_local_name, start_engine
 from .mooncake_bytes import LocalBufferCalls
 from .mooncake_ranges import RangedCalls
-from .mooncake_tensor import TensorCalls
+from .mooncake_tensor import TensorCalls, deserialize_tensor, serialize_tensor, tensor_metadata_size
 from .mooncake_types import (INTERNAL_ERROR, INVALID_PARAMS, LEASE_EXPIRED, NO_AVAILABLE_HANDLE,
                              OBJECT_ALREADY_EXISTS, OBJECT_NOT_FOUND, RPC_FAIL, RPC_TIMEOUT, TRANSFER_FAIL,
                              BufferHandle, HostMemory, MooncakeHostMemAllocator, ObjectDataType, ReplicaDescriptor,
@@ -74,7 +74,9 @@ class MooncakeDistributedStore(LocalBufferCalls, RangedCalls, TensorCalls):
     # -- set-up -----------------------------------------------------------
     def setup(self, local_hostname: Any, metadata_server: str = "", global_segment_size: Any = 0,
               local_buffer_size: Any = 0, protocol: str = "tcp", rdma_devices: str = "",
-              master_server_addr: str = "", engine: Any = None, **options: Any) -> int:
+              master_server_addr: str = "", engine: Any = None, enable_ssd_offload: bool = False,
+              ssd_offload_path: str = "", tenant_id: str = "default", enable_client_http_server: bool = False,
+              client_http_port: Any = None, **options: Any) -> int:
         """Joins the store: this process gives ``global_segment_size`` bytes of pool
         (0: a client only). Also takes Mooncake's dict form, ``setup({...})``.
         Sizes are byte counts or strings as Mooncake writes them ("16MB", "4 GB":
@@ -101,6 +103,8 @@ class MooncakeDistributedStore(LocalBufferCalls, RangedCalls, TensorCalls):
         if master_server_addr:
             _log("info", f"setup: master_server_addr {master_server_addr} ignored: kvfabric's store has no master "
                          "(members come from the metadata backend, or KVF_STORE_MEMBERS with P2PHANDSHAKE)")
+        options.update(enable_ssd_offload=enable_ssd_offload, ssd_offload_path=ssd_offload_path, tenant_id=tenant_id,
+                       enable_client_http_server=enable_client_http_server)
         ignored = sorted(k for k, v in options.items() if v not in (None, False, "", "default", 0))
         if ignored:
             _log("info", f"setup: {', '.join(ignored)} accepted and ignored (no tenants, SSD offload or HTTP server)")
@@ -221,7 +225,8 @@ class MooncakeDistributedStore(LocalBufferCalls, RangedCalls, TensorCalls):
         if self._store is None:
             return [INVALID_PARAMS] * len(keys)
         if len(ptrs) != len(keys) or len(sizes) != len(keys) or any(len(p) != len(s) for p, s in zip(ptrs, sizes)):
-            _log("error", f"{'put' if put else 'get'}: {len(keys)} keys, {len(ptrs)} pointer and {len(sizes)} size lists")
+            _log("error", f"{'put' if put else 'get'}: {len(keys)} keys, {len(ptrs)} pointer and "
+                          f"{len(sizes)} size lists")
             return [INVALID_PARAMS] * len(keys)
         try:
             names = [k.decode() if isinstance(k, bytes) else str(k) for k in keys]
@@ -385,6 +390,12 @@ class MooncakeDistributedStore(LocalBufferCalls, RangedCalls, TensorCalls):
             self.close()
         except Exception:  # interpreter shutdown: nothing left to release to
             pass
+
+
+# Module functions Mooncake's binding has beside the class (its structured object store uses them).
+_serialize_tensor = serialize_tensor
+_deserialize_tensor = deserialize_tensor
+_tensor_metadata_size = tensor_metadata_size
 
 
 def _cpu_list(text: str) -> set:

@@ -144,6 +144,34 @@ def decode(value: Any, total: int) -> Any:
     return flat.view(dtype).reshape(layout.shape)
 
 
+def tensor_metadata_size() -> int:
+    """The bytes of a tensor value's header (Mooncake's ``_tensor_metadata_size``)."""
+    return HEADER_BYTES
+
+
+def serialize_tensor(tensor: Any) -> tuple:
+    """Mooncake's ``_serialize_tensor``: (the header, the data's address, its bytes, the
+    tensor that owns them: the caller's, or a contiguous copy). ValueError for anything
+    that is not a torch tensor of a dtype Mooncake has a code for."""
+    torch = _torch()
+    name = str(getattr(tensor, "dtype", "")).replace("torch.", "")
+    if not isinstance(tensor, torch.Tensor) or name not in DTYPES or tensor.dim() > MAX_DIMS:
+        raise ValueError("unsupported tensor for Mooncake tensor serialization")
+    owner = tensor.contiguous()
+    nbytes = owner.numel() * owner.element_size()
+    shape = list(owner.shape)
+    return pack_header(DTYPES.index(name), shape, shape, nbytes), owner.data_ptr(), nbytes, owner
+
+
+def deserialize_tensor(payload: bytes) -> Any:
+    """Mooncake's ``_deserialize_tensor``: the tensor a header and its bytes make, owning a
+    copy of them; ValueError for a payload that is not one."""
+    value = bytearray(payload)
+    if parse_header(value, len(value)) is None:
+        raise ValueError("invalid serialized Mooncake tensor payload")
+    return decode(value, len(value))
+
+
 def _at(ptr: int, size: int):
     """``size`` bytes of memory at ``ptr`` as a writable buffer (no copy)."""
     return (ctypes.c_char * size).from_address(ptr)

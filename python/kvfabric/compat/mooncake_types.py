@@ -155,6 +155,16 @@ class ReplicateConfig:
             raise AttributeError(f"'ReplicateConfig' object has no attribute '{name}'")
         object.__setattr__(self, "_" + name, _FIELDS[name][1](name, value))
 
+    def __copy__(self) -> "ReplicateConfig":
+        out = ReplicateConfig()
+        for name in _FIELDS:
+            value = getattr(self, name)
+            object.__setattr__(out, "_" + name, list(value) if isinstance(value, list) else value)
+        return out
+
+    def __deepcopy__(self, memo: dict) -> "ReplicateConfig":
+        return self.__copy__()
+
     def __str__(self) -> str:
         return (f"ReplicateConfig(replica_num={self.replica_num}, with_hard_pin={self.with_hard_pin}, "
                 f"soft_pin_action={self.soft_pin_action.name}, preferred_segment={self.preferred_segment!r})")

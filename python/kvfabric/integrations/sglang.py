@@ -314,7 +314,8 @@ class HiCacheKvfabric(HiCacheStorage):
     def _chunks(self, sizes: List[int]):
         """Runs of indices whose sizes fit the staging buffer together (ValueError for one that never fits)."""
         return runs_within(sizes, self.config.staging_bytes,
-                           "kvfabric HiCache backend: a page of {size} bytes is larger than staging_bytes ({capacity}); "
+                           "kvfabric HiCache backend: a page of {size} bytes is larger than staging_bytes "
+                           "({capacity}); "
                            "raise staging_bytes or use interface_v1")
 
     def batch_get(self, keys: List[str], target_locations: Optional[Any] = None,
