@@ -303,7 +303,7 @@ TEST(StoreNodeMemoryTest, APoolLargerThanTheMemoryAvailableIsRefusedAtStart) {
   EXPECT_EQ(store, nullptr);
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, StoreHardeningTest, kTransports, TransportName);
+INSTANTIATE_TEST_SUITE_P(Transports, StoreHardeningTest, ::testing::ValuesIn(StoreTransports()), TransportName);
 
 }  // namespace
 }  // namespace kvfabric

@@ -863,7 +863,7 @@ TEST_P(StoreTest, AKilledNodesMappedPoolIsNotReadFrom) {
   EXPECT_GT(on_dead, 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, StoreTest, kTransports, TransportName);
+INSTANTIATE_TEST_SUITE_P(Transports, StoreTest, ::testing::ValuesIn(StoreTransports()), TransportName);
 
 // Members from a real etcd and kvfabric-metadata-server: a killed node
 // leaves when its lease (TTL) runs out, with no call failing first.

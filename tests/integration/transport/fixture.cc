@@ -6,7 +6,7 @@
 #include <sstream>
 #include <thread>
 
-#include "fabric/fabric_info.h"
+#include "tests/support/providers.h"
 #include "tests/support/servers.h"
 #include "tools/common/pattern.h"
 
@@ -29,28 +29,10 @@ std::string CaseName(const ::testing::TestParamInfo<TransportCase>& info) { retu
 
 namespace {
 
-// The provider behind `protocol` as an engine would look it up: OK when
-// libfabric lists a usable domain of it, Unavailable when the provider is not
-// built in or has no device here, another error when the lookup itself failed.
-Status ProbeProvider(const std::string& protocol) {
-  std::string provider;
-  Status s = fabric::ProviderForProtocol(protocol, &provider);
-  if (!s.ok()) return s;
-  fabric::InfoList infos;
-  return fabric::InfoList::Query(provider, &infos);
-}
-
 std::vector<TransportCase> FindProviderCases() {
-  // Libfabric reads its environment once, at its first use in the process:
-  // set what the engines of these tests would set (FI_HMEM, the rxm
-  // settings) before probing, as Engine::Create does.
-  (void)PrepareLibfabric(Settings{});
-  std::vector<TransportCase> cases = {{"tcp", "tcp", Where::kProcess}, {"shm", "shm", Where::kProcess}};
-  for (const char* protocol : {"efa", "verbs"}) {
-    const Status s = ProbeProvider(protocol);
-    if (s.code() == Status::Code::kUnavailable) continue;  // not on this host
-    cases.push_back({protocol, protocol, Where::kProcess, "", "", s.ok() ? "" : s.ToString()});
-  }
+  std::vector<TransportCase> cases;
+  for (const FoundProvider& p : FabricProviders())
+    cases.push_back({p.protocol, p.protocol, Where::kProcess, "", "", p.probe_error});
   return cases;
 }
 

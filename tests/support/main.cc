@@ -1,9 +1,11 @@
-// transport_test's main: gtest's, plus one check. ctest runs each case by the
-// full name it listed at discovery (--gtest_filter=Suite.Test/case). The
-// cases come from the providers found when the binary starts, so a case
-// listed then but not generated now (an efa or verbs provider gone since
-// discovery, or tests discovered on another host) would match no test and
-// pass having run nothing: that is a failure, with the reason.
+// The main of the suites whose cases come from the providers found at run
+// time (transport_test, store_test): gtest's, plus one check. ctest runs
+// each case by the full name it listed at discovery
+// (--gtest_filter=Suite.Test/case). The cases come from the providers found
+// when the binary starts, so a case listed then but not generated now (an
+// efa or verbs provider gone since discovery, or tests discovered on another
+// host) would match no test and pass having run nothing: that is a failure,
+// with the reason.
 #include <gtest/gtest.h>
 
 #include <cstdio>
