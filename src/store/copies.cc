@@ -1,11 +1,11 @@
 // StoreClient's copies of a page: a PUT of n copies stores them on the n
 // members placement ranks first for the key (its home, then the next), all
-// at once, each as a PUT to its home would be; a GET whose home fails the key reads the next copy; a PUT of
-// fewer copies than KVF_STORE_MAX_COPIES removes what an older PUT of more
-// left past them, so no GET ever reads an older page there. When a member
-// leaves, the next-ranked member becomes the key's home (rendezvous
-// placement moves only the keys the member ranked first for) and holds
-// the copy already.
+// at once, each as a PUT to its home would be; a GET whose home fails the
+// key reads the next copy; a PUT of fewer copies than KVF_STORE_MAX_COPIES
+// removes what an older PUT of more left past them, so no GET ever reads an
+// older page there. When a member leaves, the next-ranked member becomes
+// the key's home (rendezvous placement moves only the keys the member
+// ranked first for) and holds the copy already.
 #include <algorithm>
 #include <future>
 
@@ -18,13 +18,13 @@ void StoreClient::PutCopies(const std::vector<std::string>& keys, const std::vec
                             const std::vector<Memory>& memory, const std::vector<size_t>& which, uint32_t copies,
                             std::vector<Status>* results) {
   std::vector<std::vector<Status>> others(copies > 1 ? copies - 1 : 0, *results);
-  std::vector<std::future<void>> pulls;
+  std::vector<std::future<void>> puts;
   for (uint32_t rank = 1; rank < copies; ++rank)
-    pulls.push_back(std::async(std::launch::async, [&, rank] {
+    puts.push_back(std::async(std::launch::async, [&, rank] {
       PutFrom(keys, sources, memory, which, &others[rank - 1], true, Route::Ranked(rank));
     }));
   PutFrom(keys, sources, memory, which, results);
-  for (auto& pull : pulls) pull.wait();
+  for (auto& put : puts) put.wait();
   for (size_t i : which) {
     for (uint32_t rank = 1; rank < copies && (*results)[i].ok(); ++rank) {
       const Status& copy = others[rank - 1][i];

@@ -37,8 +37,8 @@ class StoreClient {
   ~StoreClient();  // unregisters and frees the bounce buffer
 
   // `copies` (1 to KVF_STORE_MAX_COPIES, checked by Store): the home's copy
-  // as below, the others pulled by the key's next-ranked members at the
-  // same time (PutCopies).
+  // as below, the others PUT to the key's next-ranked members at the same
+  // time (PutCopies).
   void Put(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
            std::vector<Status>* results, uint32_t copies = 1);
   // Get, Locate, Exists and KeyOp look for a key on its home; one that
@@ -85,9 +85,9 @@ class StoreClient {
 
  private:
   // Where a call sends a key: its home, the home it had before its home
-  // entered the store, or the member placement ranks `rank` for it (0: its
-  // home; 1..: the members that hold its other copies).
-  // Or, kNamed, the member (*named)[i] for keys[i], wherever it ranks now.
+  // entered the store, the member placement ranks `rank` for it (0: its
+  // home; 1..: the members that hold its other copies), or (kNamed) the
+  // member (*named)[i] for keys[i], wherever it ranks now.
   struct Route {
     enum class Kind : uint8_t { kHome, kPreviousHome, kRanked, kNamed };
     Kind kind = Kind::kHome;
