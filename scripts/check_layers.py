@@ -5,7 +5,8 @@ The layers of src/, lowest first (docs/design.md, "Layers"): a folder may
 include its own headers and those of the folders listed for it, nothing
 else. Public headers (include/kvfabric/) sit where they are listed: the
 vocabulary headers (status, settings) at the bottom, the engine API and
-diagnostics with the engine, the C API with capi. Besides:
+diagnostics with the engine, the C API with capi. The store's folders
+(store/wire, store/members, ...) are layers of their own. Besides:
   - fabric/ reads no Settings: the engine resolves options and passes them;
   - nothing under src/ or tools/ includes test code (tests/);
   - the Python binding (python/src) includes public headers only.
@@ -30,6 +31,9 @@ PUBLIC = {
     "kvfabric.h": "c_api",
 }
 
+# What every folder of the store may use.
+STORE_BELOW = {"vocabulary", "settings", "common", "net", "metadata", "stats", "api", "store_api", "metrics"}
+
 # folder (or public group) -> what it may include besides itself
 ALLOWED = {
     "common": {"vocabulary", "settings"},
@@ -41,7 +45,15 @@ ALLOWED = {
     "metrics": {"vocabulary", "settings", "common", "stats", "api", "store_api"},
     "engine": {"vocabulary", "settings", "common", "net", "fabric", "memory", "metadata", "topology", "stats", "api",
                "metrics"},
-    "store": {"vocabulary", "settings", "common", "net", "metadata", "stats", "api", "store_api", "metrics"},
+    # The store's own folders: what store processes share (wire), who is in
+    # the store (members), how pages move (mover), then the two roles, which
+    # never include each other; store/ itself assembles them into a Store.
+    "store/wire": STORE_BELOW,
+    "store/members": STORE_BELOW | {"store/wire"},
+    "store/mover": STORE_BELOW | {"store/wire"},
+    "store/node": STORE_BELOW | {"store/wire", "store/mover"},
+    "store/client": STORE_BELOW | {"store/wire", "store/members", "store/mover"},
+    "store": STORE_BELOW | {"store/wire", "store/members", "store/mover", "store/node", "store/client"},
     "capi": {"vocabulary", "settings", "stats", "api", "store_api", "c_api"},
 }
 
@@ -51,7 +63,10 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 def layer_of_include(path: str) -> str | None:
     if path in PUBLIC:
         return PUBLIC[path]
-    head = path.split("/", 1)[0]
+    parts = path.split("/")
+    head = parts[0]
+    if head == "store" and len(parts) > 2:
+        return "/".join(parts[:2])
     if head in ALLOWED:
         return head
     if head == "tests":
@@ -64,7 +79,8 @@ def check(root: Path) -> list[str]:
     for f in sorted((root / "src").rglob("*")):
         if f.suffix not in (".h", ".cc", ".c") or f.name.endswith("_test.cc"):
             continue
-        layer = f.relative_to(root / "src").parts[0]
+        parts = f.relative_to(root / "src").parts
+        layer = "/".join(parts[:2]) if parts[0] == "store" and len(parts) > 2 else parts[0]
         allowed = ALLOWED.get(layer)
         if allowed is None:
             bad.append(f"{f.relative_to(root)}: folder src/{layer} has no place in the layer table of {__file__}")
@@ -102,21 +118,23 @@ def self_test() -> int:
 
     with tempfile.TemporaryDirectory() as d:
         root = Path(d)
-        for sub in ("src/fabric", "src/engine", "tools/bench", "python/src"):
+        for sub in ("src/fabric", "src/engine", "src/store/node", "src/store/client", "tools/bench", "python/src"):
             (root / sub).mkdir(parents=True)
         (root / "src/engine/ok.cc").write_text('#include "fabric/rail.h"\n#include "kvfabric/engine.h"\n')
         (root / "src/fabric/rail.h").write_text('#include "common/log.h"\n')
+        (root / "src/store/client/c.cc").write_text('#include "store/wire/messages.h"\n')
         if check(root):
             print("self-test: a clean tree was reported")
             return 1
         (root / "src/fabric/up.cc").write_text('#include "engine/poster.h"\n')
         (root / "tools/bench/b.cc").write_text('#include "tests/support/pattern.h"\n')
         (root / "python/src/core.cc").write_text('#include "fabric/rail.h"\n')
+        (root / "src/store/node/n.cc").write_text('#include "store/client/store_client.h"\n')
         found = check(root)
-        if len(found) != 3:
-            print("self-test: expected 3 violations, got", found)
+        if len(found) != 4:
+            print("self-test: expected 4 violations, got", found)
             return 1
-    print("self-test: upward, test-code and private includes are caught")
+    print("self-test: upward, sideways (store node to client), test-code and private includes are caught")
     return 0
 
 

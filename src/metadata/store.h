@@ -9,7 +9,7 @@
 //
 // Descriptors' keys are KVF_METADATA_PREFIX + the engine's name
 // ("host:port"). Other records (the KV-cache store's members,
-// store/membership.h) use the generic calls, with keys as given. Every call
+// store/members/membership.h) use the generic calls, with keys as given. Every call
 // ends within KVF_HANDSHAKE_TIMEOUT_MS, its whole exchange included (per
 // endpoint tried, for etcd), or fails with Timeout; calls share no lock, so
 // any number run at once. With KVF_AUTH_TOKEN set, http writes carry the

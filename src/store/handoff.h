@@ -30,9 +30,9 @@
 
 #include "kvfabric/engine.h"
 #include "kvfabric/settings.h"
-#include "store/member_view.h"
-#include "store/node_service.h"
-#include "store/store_client.h"
+#include "store/members/member_view.h"
+#include "store/node/node_service.h"
+#include "store/client/store_client.h"
 
 namespace kvfabric::store {
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <string>
 #include <utility>
@@ -14,12 +15,12 @@
 #include "metrics/endpoint.h"
 #include "metrics/families.h"
 #include "metrics/histogram.h"
-#include "store/control_client.h"
+#include "store/wire/control_client.h"
 #include "store/handoff.h"
-#include "store/member_view.h"
-#include "store/membership.h"
-#include "store/node_service.h"
-#include "store/store_client.h"
+#include "store/members/member_view.h"
+#include "store/members/membership.h"
+#include "store/node/node_service.h"
+#include "store/client/store_client.h"
 
 namespace kvfabric {
 
@@ -125,7 +126,15 @@ Status Store::Create(Engine* engine, const Settings& settings, std::unique_ptr<S
   }
   s.members = std::make_unique<store::MemberView>(engine, s.control.get(), s.membership.get(), settings);
   s.members->Start();
-  s.client = std::make_unique<store::StoreClient>(engine, settings, s.control.get(), s.members.get(), s.node.get());
+  std::optional<store::LocalNode> local;
+  if (s.node) {
+    store::NodeService* node = s.node.get();
+    local = store::LocalNode{s.name, [node](std::string request, store::ControlClient::Done done) {
+                               node->Handle(store::NodeService::kLocal, std::move(request), std::move(done));
+                             }};
+  }
+  s.client = std::make_unique<store::StoreClient>(engine, settings, s.control.get(), s.members.get(),
+                                                  local ? &*local : nullptr);
   if (s.node) {
     // Pages put here for a member that entered the store meanwhile go to it.
     s.handoff = std::make_unique<store::Handoff>(engine, s.node.get(), s.client.get(), s.members.get(), settings);

@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "store/messages.h"
+#include "store/wire/messages.h"
 
 using namespace kvfabric::store;
 

@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "store/membership.h"
+#include "store/members/membership.h"
 
 using namespace kvfabric;
 

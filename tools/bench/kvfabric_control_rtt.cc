@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "kvfabric/settings.h"
-#include "store/control_client.h"
-#include "store/control_server.h"
+#include "store/wire/control_client.h"
+#include "store/wire/control_server.h"
 
 namespace {
 

@@ -48,8 +48,8 @@
 #include "kvfabric/engine.h"
 #include "kvfabric/store.h"
 #include "net/socket.h"
-#include "store/control_client.h"
-#include "store/messages.h"
+#include "store/wire/control_client.h"
+#include "store/wire/messages.h"
 #include "tools/common/flag_names.h"
 #include "tools/common/pattern.h"
 

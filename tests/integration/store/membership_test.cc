@@ -3,7 +3,7 @@
 // is gone at once, one that stops renewing (stopped or killed, in a process
 // of its own) is gone within the ttl, and one cut off that long comes back
 // when it can renew again.
-#include "store/membership.h"
+#include "store/members/membership.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>

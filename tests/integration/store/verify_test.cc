@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "kvfabric/store.h"
-#include "store/node_service.h"
-#include "store/shared_pool.h"
+#include "store/node/node_service.h"
+#include "store/wire/shared_pool.h"
 
 namespace kvfabric {
 namespace {
