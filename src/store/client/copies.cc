@@ -42,9 +42,9 @@ void StoreClient::RemoveCopiesPast(const std::vector<std::string>& keys, const s
   if (put.empty()) return;
   std::vector<NodeCall> calls;  // one per member, whatever ranks it has for the keys
   std::vector<std::vector<std::string_view>> names;
-  for (uint32_t rank = copies; rank < static_cast<uint32_t>(settings_.store_max_copies); ++rank) {
+  for (uint32_t rank = copies; rank < static_cast<uint32_t>(parts_.settings.store_max_copies); ++rank) {
     std::vector<Status> placed(keys.size());  // a key with no member of that rank is skipped
-    for (NodeCall& call : GroupByHome(keys, put, &placed, Route::Ranked(rank))) {
+    for (NodeCall& call : parts_.router.Group(keys, put, &placed, Route::Ranked(rank))) {
       auto same = std::find_if(calls.begin(), calls.end(), [&](const NodeCall& c) { return c.node == call.node; });
       if (same == calls.end()) {
         calls.push_back(NodeCall{call.node, {}, {}, {}, {}});
@@ -57,7 +57,7 @@ void StoreClient::RemoveCopiesPast(const std::vector<std::string>& keys, const s
   for (size_t n = 0; n < calls.size(); ++n) calls[n].request = EncodeKeys(Op::kRemove, names[n]);
   // Answers unused: a member that cannot be reached now holds nothing a
   // GET reads before the members ranked ahead of it fail.
-  if (!calls.empty()) CallNodes(&calls, net::DeadlineIn(settings_.store_deadline_ms), Wait::kPollFirst);
+  if (!calls.empty()) parts_.caller.CallAll(&calls, net::DeadlineIn(parts_.settings.store_deadline_ms), Wait::kPollFirst);
 }
 
 void StoreClient::TryOtherCopies(const MemberSnapshot& asked, const std::vector<std::string>& keys,
@@ -67,7 +67,7 @@ void StoreClient::TryOtherCopies(const MemberSnapshot& asked, const std::vector<
     const Status& s = (*results)[i];
     if (!s.ok() && !IsAbsent(s) && s.code() != Status::Code::kInvalidArgument) failed.push_back(i);
   }
-  const auto most = static_cast<size_t>(settings_.store_max_copies);
+  const auto most = static_cast<size_t>(parts_.settings.store_max_copies);
   for (size_t rank = 1; rank < most && !failed.empty(); ++rank) {
     std::vector<size_t> which;
     std::vector<std::string> members;

@@ -15,23 +15,11 @@
 
 namespace kvfabric::store {
 namespace {
-
-constexpr std::string_view kAbsent = "store: no page under key '";
-
-}  // namespace
-
-Status StoreClient::Absent(const std::string& key) { return Status::NotFound(std::string(kAbsent) + key + "'"); }
-
-bool StoreClient::IsAbsent(const Status& s) {
-  return s.code() == Status::Code::kNotFound && s.message().starts_with(kAbsent);
-}
-
-namespace {
 // The keys whose home holds no page of them.
 std::vector<size_t> Missed(const std::vector<Status>& results) {
   std::vector<size_t> out;
   for (size_t i = 0; i < results.size(); ++i)
-    if (StoreClient::IsAbsent(results[i])) out.push_back(i);
+    if (IsAbsent(results[i])) out.push_back(i);
   return out;
 }
 
@@ -51,7 +39,7 @@ void FollowHandOver(const std::vector<size_t>& moved, Ask ask) {
 
 std::vector<size_t> StoreClient::HomedOnNewMembers(const std::vector<std::string>& keys,
                                                    const std::vector<size_t>& which) const {
-  return HomedOnNewMembers(keys, which, *members_->Current());
+  return HomedOnNewMembers(keys, which, *parts_.members->Current());
 }
 
 std::vector<size_t> StoreClient::HomedOnNewMembers(const std::vector<std::string>& keys,
@@ -60,7 +48,7 @@ std::vector<size_t> StoreClient::HomedOnNewMembers(const std::vector<std::string
   std::vector<size_t> out;
   if (which.empty()) return out;
   const auto now = std::chrono::steady_clock::now();
-  const std::chrono::milliseconds window(settings_.store_handoff_ms);
+  const std::chrono::milliseconds window(parts_.settings.store_handoff_ms);
   if (!snap.AnyRecent(now, window)) return out;
   const std::vector<bool> recent = snap.Recent(now, window);
   for (size_t i : which) {
@@ -73,7 +61,7 @@ std::vector<size_t> StoreClient::HomedOnNewMembers(const std::vector<std::string
 
 void StoreClient::Get(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
                       std::vector<Status>* results, std::vector<uint64_t>* lengths) {
-  const std::shared_ptr<const MemberSnapshot> asked = members_->Current();  // ranks the other copies
+  const std::shared_ptr<const MemberSnapshot> asked = parts_.members->Current();  // ranks the other copies
   GetVia(Route::Home(), keys, buffers, results, lengths);
   FollowHandOver(HomedOnNewMembers(keys, Missed(*results)), [&](bool previous, const std::vector<size_t>& which) {
     std::vector<Status> found;
@@ -88,23 +76,23 @@ void StoreClient::Get(const std::vector<std::string>& keys, const std::vector<st
     }
     return absent;
   });
-  if (settings_.store_max_copies > 1) ReadOtherCopies(*asked, keys, buffers, results, lengths);
-  Add(counters_.get_keys, keys.size());
+  if (parts_.settings.store_max_copies > 1) ReadOtherCopies(*asked, keys, buffers, results, lengths);
+  ClientCounters::Add(parts_.counters.get_keys, keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
     if ((*results)[i].ok()) {
-      Add(counters_.get_hits, 1);
-      Add(counters_.get_bytes, (*lengths)[i]);
+      ClientCounters::Add(parts_.counters.get_hits, 1);
+      ClientCounters::Add(parts_.counters.get_bytes, (*lengths)[i]);
     } else if (IsAbsent((*results)[i])) {
-      Add(counters_.misses_absent, 1);
+      ClientCounters::Add(parts_.counters.misses_absent, 1);
     } else if ((*results)[i].code() != Status::Code::kNotFound) {
-      Add(counters_.get_failures, 1);
+      ClientCounters::Add(parts_.counters.get_failures, 1);
     }
   }
 }
 
 void StoreClient::Locate(const std::vector<std::string>& keys, std::vector<StorePage>* pages,
                          std::vector<Status>* results) {
-  const std::shared_ptr<const MemberSnapshot> asked = members_->Current();  // ranks the other copies
+  const std::shared_ptr<const MemberSnapshot> asked = parts_.members->Current();  // ranks the other copies
   LocateVia(Route::Home(), keys, pages, results);
   FollowHandOver(HomedOnNewMembers(keys, Missed(*results)), [&](bool previous, const std::vector<size_t>& which) {
     std::vector<StorePage> found;
@@ -119,7 +107,7 @@ void StoreClient::Locate(const std::vector<std::string>& keys, std::vector<Store
     }
     return absent;
   });
-  if (settings_.store_max_copies > 1) LocateOtherCopies(*asked, keys, pages, results);
+  if (parts_.settings.store_max_copies > 1) LocateOtherCopies(*asked, keys, pages, results);
 }
 
 void StoreClient::Exists(const std::vector<std::string>& keys, std::vector<bool>* found) {
@@ -138,9 +126,9 @@ void StoreClient::Exists(const std::vector<std::string>& keys, std::vector<bool>
     }
     return still;
   });
-  Add(counters_.exists_keys, keys.size());
-  Add(counters_.exists_hits, static_cast<uint64_t>(std::count(found->begin(), found->end(), true)));
-  Add(counters_.exists_local, local);
+  ClientCounters::Add(parts_.counters.exists_keys, keys.size());
+  ClientCounters::Add(parts_.counters.exists_hits, static_cast<uint64_t>(std::count(found->begin(), found->end(), true)));
+  ClientCounters::Add(parts_.counters.exists_local, local);
 }
 
 void StoreClient::ExistsAtHomes(const std::vector<std::string>& keys, const std::string& except,
@@ -155,8 +143,8 @@ void StoreClient::RemoveFromPreviousHomes(const std::vector<std::string>& keys, 
   // by the snapshot the PUT was placed with, and only while it is still
   // the current one: placed by a newer view, the previous home could be
   // where the page just went.
-  if (!routed->AnyRecent(std::chrono::steady_clock::now(), std::chrono::milliseconds(settings_.store_handoff_ms)) ||
-      members_->Current() != routed)
+  if (!routed->AnyRecent(std::chrono::steady_clock::now(), std::chrono::milliseconds(parts_.settings.store_handoff_ms)) ||
+      parts_.members->Current() != routed)
     return;
   std::vector<size_t> put;
   for (size_t i = 0; i < keys.size(); ++i)
@@ -176,13 +164,13 @@ void StoreClient::RemoveFromPreviousHomes(const std::vector<std::string>& keys, 
   if (calls.empty()) return;
   // Answers unused: a copy a failed remove leaves is found on the home by
   // its hand-over, and dropped.
-  CallNodes(&calls, net::DeadlineIn(settings_.store_deadline_ms), Wait::kPollFirst);
+  parts_.caller.CallAll(&calls, net::DeadlineIn(parts_.settings.store_deadline_ms), Wait::kPollFirst);
 }
 
 void StoreClient::PutIfAbsent(const std::vector<std::string>& keys,
                               const std::vector<std::vector<StoreBuffer>>& buffers, const std::string& except,
                               std::vector<Status>* results) {
-  const CallScope scope(&active_calls_);
+  const NodeCaller::Scope scope(&parts_.caller);
   std::vector<Memory> memory;
   CheckBuffers(keys, buffers, results, &memory);
   std::vector<size_t> which;
@@ -194,7 +182,7 @@ void StoreClient::PutIfAbsent(const std::vector<std::string>& keys,
 void StoreClient::KeyOp(Op op, const std::vector<std::string>& keys, std::vector<Status>* results) {
   KeyOpVia(Route::Home(), op, keys, results);
   // A remove reaches every member that may hold a copy: OK when any had one.
-  for (uint32_t rank = 1; op == Op::kRemove && rank < static_cast<uint32_t>(settings_.store_max_copies); ++rank) {
+  for (uint32_t rank = 1; op == Op::kRemove && rank < static_cast<uint32_t>(parts_.settings.store_max_copies); ++rank) {
     std::vector<Status> copy;
     KeyOpVia(Route::Ranked(rank), op, keys, &copy);
     for (size_t i = 0; i < keys.size(); ++i)
