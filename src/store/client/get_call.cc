@@ -174,7 +174,7 @@ std::vector<GetCall::Versions> GetCall::AwaitVersions() {
   PageReads::Flight& f = reads_.flights()[probe_.flight];
   const auto now = Clock::now();
   const net::Deadline until = now + std::max<net::Deadline::duration>(kVersionsWait, (deadline_ - now) / 4);
-  if (parts_->verify_short_as_they_land || parts_->verify_long_as_they_land || f.flight.copies.job != nullptr) {
+  if (parts_->verify_short_as_they_land || parts_->verify_long_as_they_land || f.flight.AnyLandsMeanwhile()) {
     LandingPace pace(std::chrono::microseconds(parts_->settings.store_spin_us));
     for (size_t next = 0; next < reads_.pages().size() && Clock::now() < until;) {
       if (reads_.ChecksumLanded(probe_.flight, &next)) pace.Landed();

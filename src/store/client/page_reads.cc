@@ -135,11 +135,11 @@ bool PageReads::ChecksumLanded(size_t flight, size_t* next) {
       continue;
     }
     const BatchRunner::Flight& f = flights_[flight].flight;
-    // Pages copied on the Copier's thread are checksummed beside its copies
-    // of the next ones, whatever the rails.
-    const bool copying = f.copies.job != nullptr && f.copied[read.group];
-    // The others as VerifiesAsItLands says; if not, Verified checksums them once the flight has landed.
-    if (!copying && !parts_->VerifiesAsItLands(read.where.length)) continue;
+    // Pages that land on another thread (copies on the Copier's) are
+    // checksummed beside the moves of the next ones, whatever the rails;
+    // the others as VerifiesAsItLands says (if not, Verified checksums them
+    // once the flight has landed).
+    if (!f.LandsMeanwhile(read.group) && !parts_->VerifiesAsItLands(read.where.length)) continue;
     Status failure;
     if (!parts_->runner.GroupEnded(f, read.group, &failure)) break;
     if (!failure.ok()) continue;  // a failed READ is not checksummed: its outcome fails it

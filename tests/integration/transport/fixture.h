@@ -10,6 +10,7 @@
 //   failure_test.cc  PeerFailureTest       the target dies, stops or restarts
 //   lifecycle_test.cc EngineLifecycleTest  Close while threads call, fork()
 //   metrics_test.cc  MetricsTest           the metrics endpoint against what moved
+//   movement_test.cc FabricMovementTest    the store's fabric way of moving pages
 #pragma once
 
 #include <gtest/gtest.h>
