@@ -4,7 +4,9 @@
 // FI_THREAD_SAFE on EFA), paced by credits taken from the depths the provider
 // reports, with a pending queue instead of failures when out of credit.
 // Its peers are kept in a PeerTable, its health (throughput, stalls) in a
-// RailHealth.
+// RailHealth. Its code, by role: rail.cc (opening, closing, registration),
+// rail_peers.cc, rail_posting.cc (posting, credits, completions) and
+// rail_stall.cc.
 #pragma once
 
 #include <rdma/fabric.h>
@@ -210,6 +212,16 @@ class Rail {
   // Names the rail from `info` and takes the options that need no libfabric
   // call; Open does the rest.
   Rail(const fi_info* info, const RailOptions& options, size_t index);
+  // Open's steps: the fabric, domain and address vector; the CQ (waitable
+  // where the provider allows; `depth` lowered to what it holds); the
+  // shared endpoint, bound, enabled and named.
+  Status OpenDomain(const fi_info* info);
+  Status OpenCq(const RailOptions& options, size_t* depth);
+  Status OpenEndpoint(const fi_info* info, const RailOptions& options);
+  // The remote-access counter (TakeRemoteActivity), where the provider has one.
+  void OpenRemoteCounter();
+  // The owner of name probes (ProbeUnreadNames): nobody waits for them.
+  static SliceOwner* NameProbe();
   // Posts queued slices while credits last; caller holds post_mu_. With
   // `burst_ns` > 0, stops once its posts have taken that long and returns
   // true (slices are left for the caller's next poll, after it has read
@@ -249,18 +261,20 @@ class Rail {
   // holds post_mu_.
   void QueueNameProbeLocked(fi_addr_t slot, RemotePeer* p);
   // Progress thread: when health_ finds the rail stalled (work in flight
-  // and nothing completing for KVF_RAIL_STALL_MS), offers every queued
-  // slice to its owner to move elsewhere; the rail is then out of service
-  // for KVF_RAIL_RETRY_MS. Posted operations: where the rail may close
-  // connections on a stall (cuts_stalled_connections_), it closes the
-  // connection to each peer whose posted slices would all move
-  // (SliceOwner::CanMove; CutPeer), so they fail and move as failed slices
-  // do and none lands later (the link may come back: a late READ would land
-  // in a buffer its caller has reused); the others stay until the link or
-  // their deadline's cut ends them. Elsewhere (efa, shm, libfabric 1.17's
-  // tcp by default) each posted slice is offered to its owner and, if
-  // moved, detached: it may still complete.
+  // and nothing completing for KVF_RAIL_STALL_MS), moves its posted
+  // operations as ActionOnStalledPeer says for each peer (closing the
+  // connection where the rail may: cuts_stalled_connections_) and offers
+  // every queued slice to its owner to move elsewhere; the rail is then
+  // out of service for KVF_RAIL_RETRY_MS.
   void CheckStall(int64_t now);
+  struct StallMoves {
+    size_t moved = 0, kept = 0, cut = 0;  // slices moved, left in place; peers whose connection closed
+  };
+  void MovePostedOnStall(StallMoves* moves);
+  void MoveQueuedOnStall(StallMoves* moves);
+  // Offers a posted operation to its owner; moved, it is detached (the
+  // provider keeps it, and it may still complete).
+  void OfferStalled(OpContext* op, StallMoves* moves);
   // When every slice queued waits for a peer in a run of refused posts, the
   // latest start of those runs; 0 when some does not (or none waits).
   // Takes the post and queue locks.

@@ -6,6 +6,11 @@ bool StallIsThePeers(bool in_flight, bool waiting, int64_t latest_refusal_ns, in
   return !in_flight && waiting && latest_refusal_ns != 0 && last_completed_ns > latest_refusal_ns;
 }
 
+StalledPeerAction ActionOnStalledPeer(bool may_cut_connections, bool all_may_move) {
+  if (!may_cut_connections) return StalledPeerAction::kOffer;
+  return all_may_move ? StalledPeerAction::kCut : StalledPeerAction::kLeave;
+}
+
 bool RailHealth::Completed(int64_t now_ns) {
   last_progress_ns_.store(now_ns, std::memory_order_relaxed);
   last_completed_ns_.store(now_ns, std::memory_order_relaxed);

@@ -23,6 +23,20 @@ namespace kvfabric::fabric {
 // `last_completed_ns`. A link that is down completes nothing, so it stalls.
 bool StallIsThePeers(bool in_flight, bool waiting, int64_t latest_refusal_ns, int64_t last_completed_ns);
 
+// What a stalled rail does with the operations it has posted to one peer:
+//  - kCut: close the peer's connection (Rail::CutPeer), so that they fail
+//    at once and move as failed slices do, and none lands later (the link
+//    may come back: a late READ would land in a buffer its caller has
+//    reused); where the rail may close stalled connections and every one
+//    of them may move;
+//  - kLeave: leave them to the link, or to their deadline's cut; where it
+//    may close connections but some may not move;
+//  - kOffer: offer each to its owner, which moves it while the provider
+//    keeps it (it may still complete when the link comes back); where
+//    closing a connection is not safe (efa, shm, tcp without AV cleanup).
+enum class StalledPeerAction : uint8_t { kCut, kLeave, kOffer };
+StalledPeerAction ActionOnStalledPeer(bool may_cut_connections, bool all_may_move);
+
 class RailHealth {
  public:
   // A window counts towards throughput only with at least this many bytes

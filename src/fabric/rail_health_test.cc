@@ -156,5 +156,15 @@ TEST(RailHealthTest, ACompletionDuringTheRetryPeriodEndsItAtOnce) {
   EXPECT_TRUE(h.InService(kT0 + 2500 * kMs, 1));
 }
 
+// A stalled rail closes a peer's connection only where it may and when
+// every operation posted to that peer can move; where it may not close
+// connections, it offers each operation to its owner instead.
+TEST(ActionOnStalledPeer, CutOnlyWhenAllowedAndEveryOperationMoves) {
+  EXPECT_EQ(ActionOnStalledPeer(true, true), StalledPeerAction::kCut);
+  EXPECT_EQ(ActionOnStalledPeer(true, false), StalledPeerAction::kLeave);
+  EXPECT_EQ(ActionOnStalledPeer(false, true), StalledPeerAction::kOffer);
+  EXPECT_EQ(ActionOnStalledPeer(false, false), StalledPeerAction::kOffer);
+}
+
 }  // namespace
 }  // namespace kvfabric::fabric
