@@ -33,7 +33,7 @@ JOBS ?= $(shell nproc)
 # Wheels go here (make wheel).
 DIST ?= dist
 
-.PHONY: all deps build python wheel lmcache-env lint format-cpp rust rust-bench run test check fuzz stress soak bench store-compare store-sweep lab-bench hicache-bench metrics-cost docs clean
+.PHONY: all deps build run-tools python wheel lmcache-env lint format-cpp rust rust-bench run test check fuzz stress soak bench store-compare store-sweep lab-bench hicache-bench metrics-cost docs clean
 
 all: build
 
@@ -85,9 +85,14 @@ lmcache-env: wheel $(LMCACHE_STAMP)
 	$(LMCACHE_VENV)/bin/pip install -q --no-deps --force-reinstall $(DIST)/kvfabric-*.whl
 	$(LMCACHE_VENV)/bin/kvfabric mooncake-shim install >/dev/null
 
+# The tools `make run` runs, built alone (not the tests: `make build` or
+# `make test` builds those).
+run-tools: deps $(BUILD)/build.ninja
+	cmake --build $(BUILD) --target kvfabric-bench kvfabric-fabric-bench
+
 # A target and an initiator on this host (p2p handshake, tcp and shm), each
 # engine figure beside the bare-fabric ceiling from the same run.
-run: build python
+run: run-tools python
 	python3 tools/bench/compare.py --build $(BUILD) --reps 1 --duration 3 --verify
 	$(PY) tools/bench/python_vs_cpp.py --build $(BUILD) --reps 1 --duration 3
 
@@ -99,11 +104,13 @@ test: build python wheel lmcache-env $(SGLANG_STAMP) $(VLLM_STAMP)
 	$(MAKE) stress STRESS_SECONDS=$(TEST_STRESS_SECONDS)
 	$(SOAK) $(TEST_SOAK_SECONDS)
 
-# Python lint (ruff; its rules in pyproject.toml) and the include layering
-# (scripts/check_layers.py). CI runs it before make test.
+# Python lint (ruff; its rules in pyproject.toml), the include layering
+# (scripts/check_layers.py) and the bounds on file and function sizes
+# (scripts/check_sizes.py). CI runs it before make test.
 lint: $(VENV_DEPS)
 	$(PY) -m ruff check python tools tests scripts bindings
 	$(PY) scripts/check_layers.py .
+	$(PY) scripts/check_sizes.py .
 
 # clang-format (.clang-format) applied to the C and C++ files FILES names:
 # make format-cpp FILES="src/store/copies.cc src/store/copies.h"

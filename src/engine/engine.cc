@@ -1,34 +1,14 @@
 // The public Engine: each call checks its arguments and hands the work to
-// the unit that owns it (see Engine::Impl below for who owns what).
+// the part that owns it (engine_impl.h says who owns what).
 #include "kvfabric/engine.h"
 
 #include <unistd.h>
 
-#include <algorithm>
-#include <atomic>
-#include <chrono>
-#include <thread>
-
-#include "common/clock.h"
-#include "common/environment.h"
 #include "common/hex.h"
 #include "common/log.h"
 #include "common/text.h"
-#include "engine/batch_table.h"
-#include "engine/call_gate.h"
-#include "engine/counters.h"
-#include "engine/poster.h"
-#include "engine/rail_set.h"
+#include "engine/engine_impl.h"
 #include "engine/request_check.h"
-#include "engine/segment_directory.h"
-#include "engine/segment_server.h"
-#include "engine/startup.h"
-#include "fabric/fabric_info.h"
-#include "fabric/progress.h"
-#include "memory/cuda.h"
-#include "memory/memory_registry.h"
-#include "metrics/endpoint.h"
-#include "metrics/families.h"
 
 namespace kvfabric {
 
@@ -39,105 +19,8 @@ namespace kvfabric {
   if (!pass_.ok()) return pass_.refusal()
 
 using engine::Batch;
-
-// How long Close lets operations already with the provider return before
-// the rails close (a dead or stopped peer never returns them).
-constexpr int64_t kCloseDrainMs = 1000;
 using engine::Clock;
 using engine::kSelfHandle;
-
-// The engine's parts, in the order they are built; torn down (Close) in the
-// order that lets each finish with the ones below it still there. The gate,
-// the name and the settings stay until the object goes.
-struct Engine::Impl {
-  engine::CallGate gate;                             // call_gate.*: calls against Close and fork
-  std::string name;                                  // server->name(), kept after Close
-  std::string metadata;                              // config.metadata, as given
-  std::atomic<bool> closed{false};                   // Close has torn the parts down
-  Settings settings;
-  std::unique_ptr<metadata::MetadataStore> store;    // null with p2p
-  engine::RailSet rails;                             // rail_set.*
-  topology::Topology topo;                           // topology/
-  std::unique_ptr<memory::MemoryRegistry> registry;  // memory/
-  std::unique_ptr<engine::SegmentServer> server;     // segment_server.*: what peers see of us
-  std::unique_ptr<engine::SegmentDirectory> segments;  // segment_directory.*: the peers we opened
-  std::unique_ptr<engine::Poster> poster;            // poster.*, staged_post.cc, reroute.cc
-  std::unique_ptr<fabric::Progress> progress;        // fabric/: completions
-  engine::BatchTable batches;                        // batch_table.*
-  std::unique_ptr<engine::Counters> counters;        // counters.*: requests (null with KVF_METRICS=0)
-  std::unique_ptr<metrics::Endpoint::Membership> metrics;  // metrics/: our figures on KVF_METRICS_LISTEN
-
-  ~Impl() { Shutdown(); }
-
-  // Idempotent; also of a half-built engine (Create failed).
-  void Shutdown() {
-    metrics.reset();   // scrapes read the parts below: the last one ends first
-    server.reset();    // peers stop finding us, no new requests
-    progress.reset();  // no more completions
-    batches.Clear();
-    registry.reset();  // MRs close while their domains are open
-    poster.reset();    // and the staging pool's
-    segments.reset();
-    rails.rails.clear();
-    store.reset();
-  }
-
-  // Engine::Stats, and what the metrics endpoint serves.
-  void FillStats(EngineStats* out) const {
-    out->engine = name;
-    out->counting = counters != nullptr;
-    const int64_t now = SteadyNowNs();
-    for (const auto& r : rails.rails) {
-      const fabric::RailCounters& c = r->counters();
-      RailStats s;
-      s.index = r->index();
-      s.label = r->label();
-      s.provider = r->info().provider;
-      s.domain = r->info().domain;
-      s.write_bytes = c.write_bytes.load(std::memory_order_relaxed);
-      s.read_bytes = c.read_bytes.load(std::memory_order_relaxed);
-      s.writes = c.writes.load(std::memory_order_relaxed);
-      s.reads = c.reads.load(std::memory_order_relaxed);
-      s.errors = c.errors.load(std::memory_order_relaxed);
-      s.stalls = c.stalls.load(std::memory_order_relaxed);
-      s.recoveries = c.recoveries.load(std::memory_order_relaxed);
-      s.in_service = r->InService(now);
-      s.queued = r->queued();
-      s.in_flight = r->in_flight();
-      s.credits = r->info().tx_depth;
-      s.peer_slots = r->peer_slots();
-      out->rails.push_back(std::move(s));
-    }
-    if (counters) counters->Fill(out);
-    for (const auto& b : registry->Snapshot()) {
-      auto it = std::find_if(out->registrations.begin(), out->registrations.end(),
-                             [&](const RegistrationStats& r) { return r.location == b->location; });
-      if (it == out->registrations.end()) it = out->registrations.insert(it, RegistrationStats{b->location, 0, 0});
-      it->buffers += 1;
-      it->bytes += b->length;
-    }
-    out->handshakes_refused = server->refused();
-    out->segments_open = segments->size();
-  }
-
-  // Joins KVF_METRICS_LISTEN's endpoint when set (Endpoint::JoinIfSet).
-  Status StartMetrics() {
-    return metrics::Endpoint::JoinIfSet(
-        settings.metrics_listen, "engine " + name,
-        [this] {
-          EngineStats st;
-          FillStats(&st);
-          return metrics::EngineFamilies(st);
-        },
-        &metrics);
-  }
-
-  std::shared_ptr<Batch> FindBatch(BatchId id, Status* error) {
-    auto b = batches.Find(id);
-    if (!b) *error = Status::NotFound(text::Format("unknown batch {}", id));
-    return b;
-  }
-};
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
@@ -164,23 +47,7 @@ void Engine::Close() {
     e.closed.wait(false);  // another thread is closing: return when it is done
     return;
   }
-  e.batches.CancelWaits();  // WaitBatch and Transfer return Closed now
-  e.gate.WaitForCallers();
-  // Requests still queued are dropped; those with the provider get a moment
-  // to return: a shm peer left holding operations of an endpoint that closed
-  // crashed in libfabric's progress (the stress test found it).
-  e.batches.AbandonAll(Status::Closed(text::Format("engine {} was closed before the request ended", e.name)));
-  // And a shm peer that has not yet read an endpoint's name must read it
-  // before the endpoint closes (Rail::ProbeUnreadNames).
-  for (const auto& r : e.rails.rails) r->ProbeUnreadNames();
-  const auto drain_until = Clock::now() + std::chrono::milliseconds(kCloseDrainMs);
-  auto busy = [&e] {
-    for (const auto& r : e.rails.rails)
-      if (r->Busy()) return true;
-    return false;
-  };
-  while (busy() && Clock::now() < drain_until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  e.Shutdown();
+  e.Drain();
   KVF_LOG_INFO("engine {} closed", e.name);
   e.closed.store(true);
   e.closed.notify_all();
@@ -188,67 +55,9 @@ void Engine::Close() {
 
 bool Engine::closed() const { return impl_->gate.shut() || impl_->gate.forked(); }
 
-Status PrepareLibfabric(const Settings& settings) {
-  // GPU memory is possible only with the driver; without it libfabric must
-  // not initialize CUDA either.
-  Status cuda = settings.cuda ? memory::cuda::Load(settings.cuda_library) : Status::Unavailable("KVF_CUDA=0");
-  if (!cuda.ok()) KVF_LOG_DEBUG("host memory only ({}): FI_HMEM=system", cuda.message());
-  fabric::ApplyProviderDefaults(settings.rxm_fast_connect, /*host_memory_only=*/!cuda.ok(),
-                                fabric::MayCloseConnections(settings.close_connections));
-  return cuda;
-}
-
 Status Engine::Create(const EngineConfig& config, std::unique_ptr<Engine>* out) {
   auto impl = std::make_unique<Impl>();
-  Impl& e = *impl;
-  KVF_RETURN_IF_ERROR(engine::ResolveSettings(config, &e.settings));
-  e.metadata = config.metadata;
-  engine::ListenAddress listen;
-  KVF_RETURN_IF_ERROR(engine::ResolveListenAddress(config.local_server_name, &listen));
-  KVF_RETURN_IF_ERROR(engine::CheckAdvertisedHost(listen.host, config.metadata));
-  KVF_RETURN_IF_ERROR(engine::OpenMetadata(config.metadata, e.settings, &e.store));
-  // One engine at a time writes and reads the environment (EnvironmentLock).
-  std::unique_lock<std::recursive_mutex> env(EnvironmentLock());
-  const Status cuda = PrepareLibfabric(e.settings);
-  std::string provider;
-  KVF_RETURN_IF_ERROR(e.rails.Open(config.protocol, config.nic_filter, listen.bind_ip, e.settings, cuda.ok(), &provider));
-  env.unlock();
-  KVF_RETURN_IF_ERROR(engine::DiscoverTopology(e.rails.infos, cuda.ok(), e.settings, &e.topo));
-
-  const topology::Topology* topo = &e.topo;
-  e.registry = std::make_unique<memory::MemoryRegistry>(
-      e.rails.raw(), static_cast<size_t>(e.settings.mr_chunk_bytes), [topo](const std::string& location) {
-        std::vector<size_t> near, rest;
-        topo->RailsFor(location, &near, &rest);
-        uint64_t mask = 0;
-        for (size_t r : near) mask |= uint64_t{1} << r;
-        return mask;
-      });
-  e.registry->set_cuda(e.settings.cuda);
-  e.registry->set_all_rails(e.settings.register_rails == "all");
-  e.registry->set_parallel(e.settings.register_parallel);
-  e.registry->set_efa_chunk_bytes(static_cast<size_t>(e.settings.efa_mr_chunk_bytes));
-
-  KVF_RETURN_IF_ERROR(engine::SegmentServer::Start(engine::HandshakeOptions(e.settings, listen), listen.host, &e.rails,
-                                                   e.registry.get(), e.store.get(), &e.server));
-  if (e.settings.metrics) e.counters = std::make_unique<engine::Counters>(e.settings.metrics_peer_labels);
-  e.segments = std::make_unique<engine::SegmentDirectory>(e.server->name(), &e.rails, e.store.get(),
-                                                          engine::HandshakeCallOptions(e.settings), e.counters.get());
-  engine::Poster::Options po;
-  po.transfer_timeout_ms = e.settings.transfer_timeout_ms;
-  po.stripe_threshold = static_cast<size_t>(e.settings.stripe_threshold);
-  po.rail_retry_ms = e.settings.rail_retry_ms;
-  po.staging_bytes = static_cast<size_t>(e.settings.staging_bytes);
-  e.poster = std::make_unique<engine::Poster>(&e.rails, po, e.counters.get());
-  e.progress = std::make_unique<fabric::Progress>(e.rails.raw(), static_cast<int>(e.settings.progress_threads),
-                                                  e.settings.progress_spin_us, e.settings.progress_idle_us);
-  KVF_RETURN_IF_ERROR(e.server->Publish().Annotate("engine " + e.server->name()));
-  e.name = e.server->name();
-  e.gate.set_owner("engine " + e.name);
-  KVF_RETURN_IF_ERROR(e.StartMetrics());
-  KVF_LOG_INFO("engine {} ready: {} rail(s) of {}{}, {} progress thread(s){}", e.server->name(), e.rails.primary.size(),
-               provider, e.rails.shm >= 0 ? " + shm for same-host peers" : "", e.progress->thread_count(),
-               e.store ? ", segment published in " + e.store->uri() : "");
+  KVF_RETURN_IF_ERROR(impl->Build(config));
   out->reset(new Engine(std::move(impl)));
   return Status::OK();
 }

@@ -158,6 +158,44 @@ MemoryRegistry::Dmabuf MemoryRegistry::ExportFor(void* addr, size_t length, int 
   return d;
 }
 
+Status MemoryRegistry::RegisterChunks(Buffer* buf, uint64_t on, size_t step, const Dmabuf& dmabuf) {
+  // One task per (rail, chunk). Where registering pins pages (efa, verbs:
+  // the slow part, once per NIC and page) the tasks run on several threads;
+  // where a registration is a table insert (tcp, shm: tens of microseconds
+  // a rail), threads cost more than they save (measured:
+  // tools/bench/lab_register.py), so tcp and shm stay on this thread.
+  std::vector<fabric::Rail*> targets;
+  bool pins = false;
+  for (fabric::Rail* r : rails_)
+    if (on >> r->index() & 1) {
+      targets.push_back(r);
+      pins = pins || r->info().provider == "efa" || r->info().provider.rfind("verbs", 0) == 0;
+    }
+  const size_t tasks = targets.size() * buf->chunks.size();
+  std::vector<Status> results(tasks);
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t t; (t = next.fetch_add(1)) < tasks;) {
+      fabric::Rail* r = targets[t % targets.size()];
+      const size_t i = t / targets.size();
+      Chunk& c = buf->chunks[i];
+      const fabric::MemorySource m{reinterpret_cast<void*>(c.addr), c.length, buf->device, dmabuf.fd,
+                                   dmabuf.offset + i * step};
+      results[t] = r->RegisterMemory(m, &c.regions[r->index()],
+                                     buf->read_only ? fabric::PeerAccess::kRead : fabric::PeerAccess::kReadWrite);
+    }
+  };
+  const size_t threads = parallel_ && pins ? std::min<size_t>({tasks, kRegisterThreads,
+                                                              std::max(1u, std::thread::hardware_concurrency())})
+                                           : 1;
+  std::vector<std::thread> helpers;
+  for (size_t t = 1; t < threads; ++t) helpers.emplace_back(work);
+  work();
+  for (auto& h : helpers) h.join();
+  for (const Status& st : results) KVF_RETURN_IF_ERROR(st);
+  return Status::OK();
+}
+
 Status MemoryRegistry::Register(void* addr, size_t length, const std::string& requested, bool read_only) {
   const std::string location = requested == kAnyLocation && addr != nullptr ? DetectLocation(addr, cuda_) : requested;
   const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
@@ -200,40 +238,7 @@ Status MemoryRegistry::Register(void* addr, size_t length, const std::string& re
     c.regions.resize(rails_.size());
     buf->chunks.push_back(std::move(c));
   }
-  // One task per (rail, chunk). Where registering pins pages (efa, verbs:
-  // the slow part, once per NIC and page) the tasks run on several threads;
-  // on the emulated 4-rail tcp fabric a registration is a table insert
-  // (about 25 us a rail) and threads took 1 GiB from 0.10 ms to 0.33-0.42 ms
-  // (tools/bench/lab_register.py), so tcp and shm stay on this thread.
-  std::vector<fabric::Rail*> targets;
-  bool pins = false;
-  for (fabric::Rail* r : rails_)
-    if (on >> r->index() & 1) {
-      targets.push_back(r);
-      pins = pins || r->info().provider == "efa" || r->info().provider.rfind("verbs", 0) == 0;
-    }
-  const size_t tasks = targets.size() * buf->chunks.size();
-  std::vector<Status> results(tasks);
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t t; (t = next.fetch_add(1)) < tasks;) {
-      fabric::Rail* r = targets[t % targets.size()];
-      const size_t i = t / targets.size();
-      Chunk& c = buf->chunks[i];
-      const fabric::MemorySource m{reinterpret_cast<void*>(c.addr), c.length, buf->device, dmabuf.fd,
-                                   dmabuf.offset + i * step};
-      results[t] = r->RegisterMemory(m, &c.regions[r->index()],
-                                     read_only ? fabric::PeerAccess::kRead : fabric::PeerAccess::kReadWrite);
-    }
-  };
-  const size_t threads = parallel_ && pins ? std::min<size_t>({tasks, kRegisterThreads,
-                                                              std::max(1u, std::thread::hardware_concurrency())})
-                                           : 1;
-  std::vector<std::thread> helpers;
-  for (size_t t = 1; t < threads; ++t) helpers.emplace_back(work);
-  work();
-  for (auto& h : helpers) h.join();
-  for (const Status& st : results) KVF_RETURN_IF_ERROR(st);  // the regions registered close with `buf`
+  KVF_RETURN_IF_ERROR(RegisterChunks(buf.get(), on, step, dmabuf));  // what it registered closes with `buf`
 
   std::unique_lock<std::shared_mutex> g(mu_);
   if (auto o = OverlapLocked(a, length))  // registered concurrently by another thread

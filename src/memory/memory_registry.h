@@ -138,6 +138,10 @@ class MemoryRegistry {
   // A dma-buf for device memory [addr, +length) of `device` when a rail
   // would register it so and the driver exports one; else none (fd -1).
   Dmabuf ExportFor(void* addr, size_t length, int device) const;
+  // Registers each chunk of `buf` (of `step` bytes) on the rails of the
+  // mask `on`, on several threads where registering pins pages; the first
+  // failure (the regions registered so far close with `buf`).
+  Status RegisterChunks(Buffer* buf, uint64_t on, size_t step, const Dmabuf& dmabuf);
   // A registered buffer sharing a byte with [a, +length), or null; mu_ held.
   std::shared_ptr<const Buffer> OverlapLocked(uintptr_t a, size_t length) const;
 

@@ -74,124 +74,147 @@ Status NodeService::Start(Engine* engine, const Settings& settings, std::unique_
     KVF_LOG_WARN("{}; the node starts since KVF_STORE_POOL_PREFAULT is off, and the kernel may kill it once its "
                  "pool fills", s.message());
   }
+  Mapped m;
+  KVF_RETURN_IF_ERROR(MapMemory(settings, &m));
+  std::unique_ptr<NodeService> node(new NodeService(engine, settings, static_cast<uint64_t*>(m.words), m.keys));
+  node->version_words_ = m.words;
+  node->keys_memory_ = m.keys_memory;
+  node->keys_bytes_ = m.keys_memory == nullptr ? 0 : m.keys_bytes;
+  node->shared_ = std::move(m.shared);
+  node->pool_bytes_ = pool_bytes;
+  node->pool_ = static_cast<uint8_t*>(m.pool);
+  KVF_RETURN_IF_ERROR(node->RegisterMemory());
+  node->Describe(m.share);
+  KVF_RETURN_IF_ERROR(node->Serve());
+  *out = std::move(node);
+  return Status::OK();
+}
+
+Status NodeService::MapMemory(const Settings& settings, Mapped* m) {
+  const auto pool_bytes = static_cast<size_t>(settings.store_pool_bytes);
   // The pool, its region versions and the table of the keys it holds
   // (SharedKeys: same-host processes answer `exists` from it) in one memfd
   // that same-host processes map (KVF_STORE_SHARE_POOLS), or private memory.
-  SharedPool shared;
-  PoolShare share;
-  void* words = nullptr;
-  void* pool = nullptr;
-  void* keys_memory = nullptr;
-  const size_t keys_bytes = SharedKeys::BytesFor(pool_bytes);
-  SharedKeys keys;
+  m->keys_bytes = SharedKeys::BytesFor(pool_bytes);
   if (settings.store_share_pools) {
-    if (Status s = SharedPool::Create(pool_bytes, keys_bytes, &shared, &share); s.ok()) {
-      words = shared.versions();
-      pool = shared.pool();
-      keys_memory = shared.keys();
-      keys = SharedKeys::Format(keys_memory, keys_bytes);
-      shared.Release();
+    if (Status s = SharedPool::Create(pool_bytes, m->keys_bytes, &m->shared, &m->share); s.ok()) {
+      m->words = m->shared.versions();
+      m->pool = m->shared.pool();
+      m->keys_memory = m->shared.keys();
+      m->keys = SharedKeys::Format(m->keys_memory, m->keys_bytes);
+      m->shared.Release();
     } else {
       KVF_LOG_WARN("{}; the pool stays private to this process", s.ToString());
-      share = PoolShare{};
+      m->share = PoolShare{};
     }
   }
   // The region versions peers READ: a page of their own, registered like the pool.
-  if (words == nullptr) {
-    words = mmap(nullptr, kVersionsMapBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (words == MAP_FAILED) return Status::Unavailable("store: cannot map the pool's region versions");
+  if (m->words == nullptr) {
+    m->words = mmap(nullptr, kVersionsMapBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m->words == MAP_FAILED) {
+      m->words = nullptr;
+      return Status::Unavailable("store: cannot map the pool's region versions");
+    }
   }
-  std::unique_ptr<NodeService> node(new NodeService(engine, settings, static_cast<uint64_t*>(words), keys));
-  node->version_words_ = words;
-  node->keys_memory_ = keys_memory;
-  node->keys_bytes_ = keys_memory == nullptr ? 0 : keys_bytes;
-  node->shared_ = std::move(shared);
-  node->pool_bytes_ = pool_bytes;
-  if (pool == nullptr) {
-    pool = mmap(nullptr, node->pool_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (pool == MAP_FAILED)
-      return Status::InvalidArgument("store: cannot map a pool of " + std::to_string(node->pool_bytes_) +
+  if (m->pool == nullptr) {
+    m->pool = mmap(nullptr, pool_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m->pool == MAP_FAILED) {
+      munmap(m->words, kVersionsMapBytes);
+      return Status::InvalidArgument("store: cannot map a pool of " + std::to_string(pool_bytes) +
                                      " bytes (KVF_STORE_POOL_BYTES); lower it or free memory");
+    }
   }
-  node->pool_ = static_cast<uint8_t*>(pool);
+  return Status::OK();
+}
+
+Status NodeService::RegisterMemory() {
   // Peers READ the versions and never WRITE them: a peer that wrote back
   // older versions would make readers trust an overwritten page.
-  if (Status s = engine->RegisterMemoryBatch({{words, kVersionsMapBytes, "*", /*read_only=*/true}}); !s.ok()) {
-    munmap(pool, node->pool_bytes_);
-    node->pool_ = nullptr;
-    munmap(words, kVersionsMapBytes);
-    node->version_words_ = nullptr;
+  if (Status s = engine_->RegisterMemoryBatch({{version_words_, kVersionsMapBytes, "*", /*read_only=*/true}});
+      !s.ok()) {
+    munmap(pool_, pool_bytes_);
+    pool_ = nullptr;
+    munmap(version_words_, kVersionsMapBytes);
+    version_words_ = nullptr;
     return s.Annotate("store: registering the pool's region versions");
   }
+  KVF_RETURN_IF_ERROR(PreparePool());
+  if (Status s = engine_->RegisterMemory(pool_, pool_bytes_, "*"); !s.ok()) {
+    munmap(pool_, pool_bytes_);
+    pool_ = nullptr;
+    return s.Annotate("store: registering the pool");
+  }
+  return Status::OK();
+}
+
+Status NodeService::PreparePool() {
   // Huge pages where the kernel gives them (fewer TLB misses for the
   // provider's copies, fewer pages for a NIC to map; a shared pool has them
   // only where /sys/kernel/mm/transparent_hugepage/shmem_enabled allows),
   // then the whole pool faulted in, unless KVF_STORE_POOL_PREFAULT says not to.
-  (void)madvise(pool, node->pool_bytes_, MADV_HUGEPAGE);
-  if (settings.store_pool_prefault) {
-    const auto t0 = std::chrono::steady_clock::now();
+  (void)madvise(pool_, pool_bytes_, MADV_HUGEPAGE);
+  if (!settings_.store_pool_prefault) return Status::OK();
+  const auto t0 = std::chrono::steady_clock::now();
 #ifdef MADV_POPULATE_WRITE
-    const bool populated = madvise(pool, node->pool_bytes_, MADV_POPULATE_WRITE) == 0;
-    const int why = errno;
+  const bool populated = madvise(pool_, pool_bytes_, MADV_POPULATE_WRITE) == 0;
+  const int why = errno;
 #else
-    const bool populated = false;
-    const int why = EINVAL;
+  const bool populated = false;
+  const int why = EINVAL;
 #endif
-    if (!populated) {
-      if (why == ENOMEM) {
-        munmap(pool, node->pool_bytes_);
-        node->pool_ = nullptr;
-        return Status::Unavailable("store: cannot fault in a pool of " + std::to_string(node->pool_bytes_) +
-                                   " bytes (KVF_STORE_POOL_BYTES): not enough memory; lower it or free memory");
-      }
-      // A kernel before 5.14: touch one byte a page.
-      const long page = sysconf(_SC_PAGESIZE);
-      for (size_t at = 0; at < node->pool_bytes_; at += static_cast<size_t>(page)) node->pool_[at] = 0;
+  if (!populated) {
+    if (why == ENOMEM) {
+      munmap(pool_, pool_bytes_);
+      pool_ = nullptr;
+      return Status::Unavailable("store: cannot fault in a pool of " + std::to_string(pool_bytes_) +
+                                 " bytes (KVF_STORE_POOL_BYTES): not enough memory; lower it or free memory");
     }
-    KVF_LOG_INFO("store node: faulted in a pool of {} in {} ms", text::Bytes(node->pool_bytes_),
-                 std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count());
+    // A kernel before 5.14: touch one byte a page.
+    const long page = sysconf(_SC_PAGESIZE);
+    for (size_t at = 0; at < pool_bytes_; at += static_cast<size_t>(page)) pool_[at] = 0;
   }
-  if (Status s = engine->RegisterMemory(pool, node->pool_bytes_, "*"); !s.ok()) {
-    munmap(pool, node->pool_bytes_);
-    node->pool_ = nullptr;
-    return s.Annotate("store: registering the pool");
-  }
-  NodeInfo& info = node->info_;
-  info.segment = engine->name();
-  info.pool_addr = reinterpret_cast<uintptr_t>(pool);
-  info.pool_bytes = node->pool_bytes_;
-  info.max_page_bytes = static_cast<uint64_t>(settings.store_max_page_bytes);
-  info.read_window_ms = static_cast<uint64_t>(settings.store_read_window_ms);
+  KVF_LOG_INFO("store node: faulted in a pool of {} in {} ms", text::Bytes(pool_bytes_),
+               std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count());
+  return Status::OK();
+}
+
+void NodeService::Describe(const PoolShare& share) {
+  NodeInfo& info = info_;
+  info.segment = engine_->name();
+  info.pool_addr = reinterpret_cast<uintptr_t>(pool_);
+  info.pool_bytes = pool_bytes_;
+  info.max_page_bytes = static_cast<uint64_t>(settings_.store_max_page_bytes);
+  info.read_window_ms = static_cast<uint64_t>(settings_.store_read_window_ms);
   do info.epoch = crypto::RandomU64();
   while (info.epoch == 0);  // 0 names no node (BatchRunner::kNoCopy)
   // After the versions, the epoch: a client reading them knows they are this node's.
-  static_cast<uint64_t*>(node->version_words_)[RegionVersions::kRegions] = info.epoch;
-  info.versions_addr = reinterpret_cast<uintptr_t>(node->version_words_);
-  info.region_bytes = node->versions_.region_bytes();
+  static_cast<uint64_t*>(version_words_)[RegionVersions::kRegions] = info.epoch;
+  info.versions_addr = reinterpret_cast<uintptr_t>(version_words_);
+  info.region_bytes = versions_.region_bytes();
   info.share = share;
+}
+
+Status NodeService::Serve() {
   std::string listen;
-  KVF_RETURN_IF_ERROR(ListenAddress(*engine, settings, &listen));
-  NodeService* self = node.get();
+  KVF_RETURN_IF_ERROR(ListenAddress(*engine_, settings_, &listen));
   KVF_RETURN_IF_ERROR(ControlServer::Start(
-      listen, settings,
-      [self](uint64_t connection, std::string payload, ControlServer::Reply reply) {
-        self->Handle(connection, std::move(payload), std::move(reply));
+      listen, settings_,
+      [this](uint64_t connection, std::string payload, ControlServer::Reply reply) {
+        Handle(connection, std::move(payload), std::move(reply));
       },
-      &node->server_, [self](uint64_t connection) { self->ConnectionClosed(connection); }));
-  node->address_ = node->server_->address();
+      &server_, [this](uint64_t connection) { ConnectionClosed(connection); }));
+  address_ = server_->address();
   if (log::Get().should_log(spdlog::level::debug)) {
     // A line per page stored and per page gone, and why: where each page
     // was, for a soak or a user to account for every page.
-    std::lock_guard<std::mutex> g(node->table_mu_);
-    node->table_.set_observer([address = node->address_](PageEvent e, std::string_view key, const PageEntry& p) {
+    std::lock_guard<std::mutex> g(table_mu_);
+    table_.set_observer([address = address_](PageEvent e, std::string_view key, const PageEntry& p) {
       KVF_LOG_DEBUG("store node {}: page {}: key {:?}, generation {}, {} bytes", address, PageEventName(e), key,
                     p.generation, p.length);
     });
   }
-  for (int64_t i = 0; i < settings.store_put_threads; ++i) node->workers_.emplace_back([self] { self->PutLoop(); });
-  KVF_LOG_INFO("store node {} serving a pool of {} (segment {})", node->address_, text::Bytes(node->pool_bytes_),
-               info.segment);
-  *out = std::move(node);
+  for (int64_t i = 0; i < settings_.store_put_threads; ++i) workers_.emplace_back([this] { PutLoop(); });
+  KVF_LOG_INFO("store node {} serving a pool of {} (segment {})", address_, text::Bytes(pool_bytes_), info_.segment);
   return Status::OK();
 }
 
@@ -261,185 +284,6 @@ void NodeService::Handle(uint64_t connection, std::string payload, ControlServer
   reply(status, std::move(answer));
 }
 
-void NodeService::Queue(PutJob job, size_t bytes, bool needs_open) {
-  if (!puts_.Push(std::move(job), bytes, needs_open)) DropPut(&job);  // stopping: Push took nothing
-}
-
-std::chrono::steady_clock::duration NodeService::PushHold() const {
-  return std::chrono::milliseconds(settings_.transfer_timeout_ms + settings_.store_deadline_ms);
-}
-
-void NodeService::AbandonExpired(Clock::time_point now) {
-  for (const Reservations::Entry& e : reservations_.TakeExpired(now)) {
-    for (const Reservations::Slot& slot : e.slots) {
-      if (!slot.reserved) continue;
-      table_.Abandon(slot.offset, now, PushHold());
-      if (!slot.key.empty()) ++counters_.put_failures;  // a granted slot left unused is no failed put
-    }
-  }
-}
-
-std::string NodeService::ReserveSlots(uint64_t connection, std::string_view payload, Status* status) {
-  ReserveRequest request;
-  *status = DecodeReserve(payload, &request);
-  if (!status->ok()) return {};
-  const size_t n = request.items.size();
-  Slots slots;
-  slots.epoch = info_.epoch;
-  slots.statuses.assign(n, Status::OK());
-  slots.addrs.assign(n, 0);
-  std::vector<Reservations::Slot> held(n);
-  bool any = false;
-  const auto now = Clock::now();
-  std::lock_guard<std::mutex> g(table_mu_);
-  AbandonExpired(now);
-  counters_.puts += n;
-  for (size_t i = 0; i < n; ++i) {
-    const ReserveItem& item = request.items[i];
-    Reservations::Slot& slot = held[i];
-    Status& r = slots.statuses[i];
-    r = CheckKey(item.key);
-    if (r.ok()) r = CheckPageLength(item.key, item.length);
-    if (r.ok()) r = table_.Reserve(item.length, now, &slot.offset);
-    if (!r.ok()) {
-      ++counters_.put_failures;
-      continue;
-    }
-    slot.key = item.key;
-    slot.length = item.length;
-    slot.reserved = true;
-    slots.addrs[i] = info_.pool_addr + slot.offset;
-    any = true;
-  }
-  // The writer gives up on the commit's reply at its budget; the slots are
-  // abandoned a little after that (a commit on its way is not cut short).
-  const auto budget = std::chrono::milliseconds(std::min<int64_t>(request.budget_ms, settings_.store_deadline_ms));
-  if (any) slots.ticket = reservations_.Open(std::move(held), now + budget + std::chrono::seconds(1), connection);
-  return EncodeSlots(slots);
-}
-
-void NodeService::TakeCommit(uint64_t connection, std::string_view payload, ControlServer::Reply reply) {
-  CommitRequest request;
-  if (Status s = DecodeCommit(payload, &request); !s.ok()) return reply(s, {});
-  PutJob job;
-  job.commit = true;
-  {
-    const auto now = Clock::now();
-    std::lock_guard<std::mutex> g(table_mu_);
-    AbandonExpired(now);
-    // Only the connection that reserved the slots commits them: another
-    // one's ticket is answered as if there were none, and stays its owner's.
-    if (!reservations_.Take(request.ticket, connection, &job.reservation))
-      // NotFound, not Timeout: the node answered, and must not be taken
-      // for unreachable.
-      return reply(Status::NotFound("store node " + address_ + ": no reservation " + std::to_string(request.ticket) +
-                                    " on this connection (its writer's budget passed, its connection broke, or the "
-                                    "node restarted): the put failed"),
-                   {});
-    if (request.items.size() != job.reservation.slots.size()) {
-      for (const Reservations::Slot& slot : job.reservation.slots)
-        if (slot.reserved) table_.Abandon(slot.offset, now, PushHold());
-      return reply(Status::ProtocolError("store: a commit of " + std::to_string(request.items.size()) +
-                                         " items for a reservation of " +
-                                         std::to_string(job.reservation.slots.size())),
-                   {});
-    }
-  }
-  job.commit_items = std::move(request.items);
-  job.grant = std::move(request.grant);
-  job.reply = std::move(reply);
-  const bool sums_needed = std::any_of(job.commit_items.begin(), job.commit_items.end(),
-                                       [](const CommitItem& item) { return item.written() && !item.has_checksum; });
-  if (sums_needed) return Queue(std::move(job), 0, false);
-  job.reply(Status::OK(), EncodeCommitReply(FinishCommit(&job)));
-}
-
-CommitReply NodeService::FinishCommit(PutJob* job) {
-  std::vector<Reservations::Slot>& slots = job->reservation.slots;
-  const size_t n = slots.size();
-  CommitReply reply;
-  reply.statuses.assign(n, Status::OK());
-  reply.pages.assign(n, Location{});
-  // A granted slot's page is named by the commit; its key is checked as a
-  // reserve checks one.
-  const bool granted = job->reservation.granted;
-  for (size_t i = 0; granted && i < n; ++i) {
-    CommitItem& item = job->commit_items[i];
-    if (!slots[i].reserved) continue;
-    if (Status s = item.written() ? CheckKey(item.key) : Status::OK(); !s.ok()) {
-      reply.statuses[i] = s;
-      item.state = CommitState::kNotWritten;  // its slot is held back like any page not committed
-    }
-    slots[i].key = std::move(item.key);
-  }
-  std::vector<Checksum> sums(n);
-  for (size_t i = 0; i < n; ++i) {
-    const CommitItem& item = job->commit_items[i];
-    if (!slots[i].reserved || !item.written()) continue;
-    sums[i] = item.has_checksum ? item.checksum : ChecksumOfBytes(pool_ + slots[i].offset, slots[i].length);
-  }
-  const auto now = Clock::now();
-  std::lock_guard<std::mutex> g(table_mu_);
-  const uint64_t first_committed = table_.next_generation();
-  for (size_t i = 0; i < n; ++i) {
-    const CommitState state = job->commit_items[i].state;
-    if (granted && !slots[i].key.empty()) ++counters_.puts;  // a reserve counts its puts as it reserves
-    if (!slots[i].reserved) {
-      reply.statuses[i] = Status::Unavailable("store: no slot was reserved for '" + slots[i].key + "'");
-    } else if (state == CommitState::kWritten) {
-      const PageEntry e = table_.Commit(slots[i].key, slots[i].offset, slots[i].length, sums[i], now);
-      // Read after the commit's own bumps (the key's older page leaving).
-      if (e.generation != 0) {
-        reply.pages[i] = Location{true, info_.pool_addr + e.offset, e.length, e.generation, e.checksum,
-                                  versions_.VersionAt(e.offset)};
-        counters_.stored_bytes += e.length;
-      }
-    } else if (state == CommitState::kUnused) {
-      // The writer never started a WRITE into it: nothing can land there.
-      table_.Unreserve(slots[i].offset, now);
-      if (!slots[i].key.empty()) {
-        reply.statuses[i] = Status::Unavailable("store: the writer did not write the page of '" + slots[i].key + "'");
-        ++counters_.put_failures;
-      }
-    } else {
-      table_.Abandon(slots[i].offset, now, PushHold());
-      if (reply.statuses[i].ok())
-        reply.statuses[i] = Status::Unavailable("store: the writer did not write the page of '" + slots[i].key + "'");
-      if (!slots[i].key.empty()) ++counters_.put_failures;
-    }
-  }
-  // The grant never evicts the pages this commit just stored.
-  if (!job->grant.empty()) reply.granted = GrantSlots(job->grant, now, first_committed, job->reservation.owner);
-  return reply;
-}
-
-Slots NodeService::GrantSlots(const std::vector<uint64_t>& lengths, Clock::time_point now, uint64_t keep_from,
-                              uint64_t owner) {
-  Slots granted;
-  granted.epoch = info_.epoch;
-  std::vector<Reservations::Slot> held;
-  uint64_t bytes = 0;
-  const uint64_t all_grants = info_.pool_bytes / kGrantsPoolShare;
-  for (uint64_t length : lengths) {
-    if (held.size() == kMaxGrantSlots || bytes + length > info_.pool_bytes / kGrantPoolShare ||
-        reservations_.granted_bytes() + bytes + length > all_grants)
-      break;
-    Reservations::Slot slot;
-    if (!CheckPageLength("(granted)", length).ok() || !table_.Reserve(length, now, &slot.offset, keep_from).ok())
-      break;
-    slot.length = length;
-    slot.reserved = true;
-    bytes += length;
-    granted.statuses.push_back(Status::OK());
-    granted.addrs.push_back(info_.pool_addr + slot.offset);
-    held.push_back(std::move(slot));
-  }
-  if (held.empty()) return granted;
-  const auto hold = std::chrono::milliseconds(kGrantUsableMs + settings_.store_deadline_ms) + std::chrono::seconds(1);
-  granted.ticket = reservations_.Open(std::move(held), now + hold, owner, /*granted=*/true);
-  return granted;
-}
-
 std::string NodeService::Answer(uint64_t connection, Op op, std::string_view payload, Status* status) {
   const auto now = Clock::now();
   if (op == Op::kHello) {
@@ -499,127 +343,6 @@ std::string NodeService::Answer(uint64_t connection, Op op, std::string_view pay
   }
   if (op == Op::kExists) counters_.exists += keys.size();
   return EncodeBits(bits);
-}
-
-void NodeService::PutLoop() {
-  PutJob job;
-  bool opening = false;
-  while (puts_.Pop(&job, &opening)) {
-    if (job.commit) {
-      job.reply(Status::OK(), EncodeCommitReply(FinishCommit(&job)));
-      continue;
-    }
-    if (!job.started) {
-      if (Clock::now() >= job.deadline) {  // waited for a thread longer than the writer waits for the reply
-        if (opening) puts_.DoneOpening();
-        job.reply(Status::Timeout("store node " + address_ +
-                                  ": the put waited past its deadline for a thread (KVF_STORE_PUT_THREADS)"),
-                  {});
-        continue;
-      }
-      SegmentHandle writer = -1;
-      const Status open = writers_.Open(job.request.writer, &writer);
-      if (opening) puts_.DoneOpening();
-      StartPut(&job, open, writer);
-    }
-    job.reply(Status::OK(), EncodeStatuses(FinishPut(&job)));
-  }
-}
-
-Status NodeService::CheckPageLength(const std::string& key, uint64_t length) const {
-  if (length == 0) return Status::InvalidArgument("store: key '" + key + "' has no bytes");
-  if (length > info_.max_page_bytes)
-    return Status::InvalidArgument("store: the page of key '" + key + "' is larger than the largest page, " +
-                                   std::to_string(info_.max_page_bytes) + " bytes (KVF_STORE_MAX_PAGE_BYTES)");
-  return Status::OK();
-}
-
-Status NodeService::CheckItem(const PutItem& item, uint64_t* length) const {
-  KVF_RETURN_IF_ERROR(CheckKey(item.key));
-  uint64_t total = 0;
-  for (const Extent& e : item.sources) {
-    if (e.length == 0) return Status::InvalidArgument("store: key '" + item.key + "' has an empty buffer");
-    total += e.length;
-    if (total < e.length) total = UINT64_MAX;  // overflowed: larger than any page
-    if (total > info_.max_page_bytes) return CheckPageLength(item.key, total);
-  }
-  KVF_RETURN_IF_ERROR(CheckPageLength(item.key, total));
-  *length = total;
-  return Status::OK();
-}
-
-void NodeService::DropPut(PutJob* job) {
-  // READs already started are not waited for: their batch is kept until
-  // they end, and Stop drains it before the pool goes.
-  if (job->started) runner_.Finish(&job->flight, Clock::now(), &job->outcomes);
-  // A commit's slots stay reserved: the pool is about to go with them.
-  job->reply(Status::Closed("store node " + address_ + " stopped"), {});
-}
-
-void NodeService::StartPut(PutJob* job, const Status& open, SegmentHandle writer) {
-  const PutRequest& put = job->request;
-  const size_t n = put.items.size();
-  job->started = true;
-  job->results.assign(n, Status::OK());
-  job->offsets.assign(n, 0);
-  job->lengths.assign(n, 0);
-  job->reserved.assign(n, false);
-  {
-    const auto now = Clock::now();
-    std::lock_guard<std::mutex> g(table_mu_);
-    counters_.puts += n;
-    for (size_t i = 0; i < n; ++i) {
-      Status& r = job->results[i];
-      r = open.ok() ? CheckItem(put.items[i], &job->lengths[i]) : open.Annotate("store: the writer's segment");
-      if (r.ok()) r = table_.Reserve(job->lengths[i], now, &job->offsets[i]);
-      job->reserved[i] = r.ok();
-    }
-  }
-  // Every page's READs go in one engine batch (a group each).
-  std::vector<TransferRequest> requests;
-  std::vector<std::pair<size_t, size_t>> groups(n, {0, 0});
-  for (size_t i = 0; i < n; ++i) {
-    if (!job->reserved[i]) continue;
-    groups[i].first = requests.size();
-    uint64_t at = job->offsets[i];
-    for (const Extent& e : put.items[i].sources) {
-      requests.push_back({OpCode::kRead, pool_ + at, writer, e.addr, static_cast<size_t>(e.length)});
-      at += e.length;
-    }
-    groups[i].second = requests.size();
-  }
-  runner_.Start(requests, groups, &job->flight, &job->outcomes);
-}
-
-std::vector<Status> NodeService::FinishPut(PutJob* job) {
-  const PutRequest& put = job->request;
-  const size_t n = put.items.size();
-  runner_.Finish(&job->flight, job->deadline, &job->outcomes);
-  std::vector<Checksum> sums(n);
-  for (size_t i = 0; i < n; ++i)
-    if (job->reserved[i] && job->outcomes[i].ok()) sums[i] = ChecksumOfBytes(pool_ + job->offsets[i], job->lengths[i]);
-  const auto now = Clock::now();
-  std::lock_guard<std::mutex> g(table_mu_);
-  for (size_t i = 0; i < n; ++i) {
-    if (!job->reserved[i]) continue;
-    if (job->outcomes[i].ok()) {
-      if (put.if_absent && removed_.Has(put.items[i].key, now)) {
-        table_.Unreserve(job->offsets[i], now);
-        job->results[i] = Status::Unavailable("store: '" + put.items[i].key +
-                                              "' was removed on its home during the hand-over: the older copy "
-                                              "stays where it was");
-      } else if (put.if_absent && table_.Contains(put.items[i].key, now)) {
-        table_.Unreserve(job->offsets[i], now);
-      } else if (table_.Commit(put.items[i].key, job->offsets[i], job->lengths[i], sums[i], now).generation != 0)
-        counters_.stored_bytes += job->lengths[i];
-    } else {
-      table_.Abandon(job->offsets[i], now);
-      job->results[i] =
-          job->outcomes[i].Annotate("store: reading the page of '" + put.items[i].key + "' from " + put.writer);
-    }
-  }
-  for (const Status& s : job->results) counters_.put_failures += s.ok() ? 0 : 1;
-  return std::move(job->results);
 }
 
 std::vector<NodeService::CopiedPage> NodeService::CopyPagesHomedElsewhere(

@@ -142,6 +142,27 @@ class NodeService {
   // kGrantUsableMs of receiving them, and commits within its deadline).
   Slots GrantSlots(const std::vector<uint64_t>& lengths, std::chrono::steady_clock::time_point now, uint64_t keep_from,
                    uint64_t owner);
+  // The memory a node serves from, before the node exists: its pool, region
+  // versions and table of keys, in one shared file (KVF_STORE_SHARE_POOLS)
+  // or private.
+  struct Mapped {
+    SharedPool shared;
+    PoolShare share;
+    void* words = nullptr;
+    void* pool = nullptr;
+    void* keys_memory = nullptr;
+    size_t keys_bytes = 0;
+    SharedKeys keys;
+  };
+  // Start's steps: maps the memory; registers the versions (read-only to
+  // peers) and the pool, faulted in first (PreparePool); describes the
+  // node (NodeInfo, a new epoch); serves its control channel and starts
+  // the put threads.
+  static Status MapMemory(const Settings& settings, Mapped* m);
+  Status RegisterMemory();
+  Status PreparePool();
+  void Describe(const PoolShare& share);
+  Status Serve();
   // Abandons the slots of reservations whose writer's budget has passed
   // (under table_mu_).
   void AbandonExpired(std::chrono::steady_clock::time_point now);
