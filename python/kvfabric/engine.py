@@ -24,7 +24,7 @@ _DL_CPU, _DL_CUDA, _DL_CUDA_HOST = 1, 2, 3
 # member equals the number the C API and the C++ engine use (TaskState.FAILED == 2).
 TaskState = _core.TaskState  # PENDING, COMPLETED, FAILED, TIMEOUT
 OpCode = _core.OpCode  # READ, WRITE
-# Their earlier names: the same classes.
+# Shorter names of the same classes.
 State = TaskState
 Op = OpCode
 

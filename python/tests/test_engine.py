@@ -229,8 +229,8 @@ def test_settings_are_checked_when_read():
 
 
 def test_unmapped_int_address_is_refused():
-    # Issue 12, item 7: an int address that is not mapped memory was
-    # registered, and a peer's WRITE there then killed the process.
+    # An int address that is not mapped memory is refused: registered, a
+    # peer's WRITE there would kill the process.
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mmap.restype = ctypes.c_void_p
     libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
@@ -256,8 +256,8 @@ def test_batch_capacity_is_bounded():
 
 
 def test_registered_buffer_cannot_be_resized():
-    # Issue 12, item 6: a registered bytearray could still be resized; a
-    # peer's WRITE then landed in freed heap memory.
+    # A registered bytearray cannot be resized: a peer's WRITE would land in
+    # freed heap memory.
     buf = bytearray(1 << 20)
     arr = np.zeros(1 << 16, dtype=np.uint8)
     with kvfabric.Engine(protocol="tcp") as e:
@@ -289,9 +289,10 @@ def test_bad_lengths_are_clear_errors():
 
 
 def test_wait_timeouts_clamp_or_refuse(peer_factory):
-    # Issue 12, item 16: wait(timeout=1e10) returned at once (the engine's
-    # deadline wrapped around), inf and NaN were raw OverflowError and
-    # ValueError, and a negative timeout was a silent poll.
+    # A timeout past what the engine's clock can count (1e10, inf) means no
+    # limit, never "at once" (a deadline that wraps around); NaN, negative
+    # and non-number timeouts are InvalidArgumentError, not a raw
+    # OverflowError or ValueError, nor a silent poll.
     peer = peer_factory("tcp")
     local = np.zeros(MiB, dtype=np.uint8)
     with kvfabric.Engine(protocol="tcp", settings={"KVF_TRANSFER_TIMEOUT_MS": 1500}) as e:
@@ -341,8 +342,9 @@ def test_expire_ends_a_hung_read_now_and_nothing_of_it_lands_later(peer_factory)
 
 
 def test_numbers_out_of_range_are_clear_errors_and_change_nothing(peer_factory):
-    # Issue 12, item 16: -1, 2^64 or a float as an address, index or opcode
-    # reached the binding (a bare TypeError), and floats were truncated.
+    # -1, 2^64 or a float as an address, index or opcode is an
+    # InvalidArgumentError that names it, not a bare TypeError from the
+    # binding, and a float is never truncated.
     peer = peer_factory("tcp")
     local = np.zeros(MiB, dtype=np.uint8)
     local[:] = 0x77

@@ -53,8 +53,8 @@ def test_framework_calls_with_gpu_pointers(scenario, protocol, peer_factory):
 
 @needs_fake_cuda
 def test_a_peers_gpu_memory_fails_with_the_reason_where_the_fabric_cannot_reach_it():
-    """The decode side's GPU KV cache as a WRITE target needs FI_HMEM (the
-    GPUDirect issue); over tcp the write fails with Mooncake's -1 and a log
+    """The decode side's GPU KV cache as a WRITE target needs FI_HMEM
+    (GPUDirect); over tcp the write fails with Mooncake's -1 and a log
     line that says why, instead of hanging or writing elsewhere."""
     code = """
 import ctypes, os
@@ -194,7 +194,7 @@ def test_module_names_keywords_and_topology():
         topo = json.loads(te.get_local_topology())
         assert "cpu:0" in topo and len(topo["cpu:0"]) == 2
         assert json.loads(te.get_local_topology(device_name="lo"))["cpu:0"][0] == ["lo"]
-        # Mooncake's signature of write_bytes_to_buffer: -1 was a crash (issue 12).
+        # Mooncake's signature of write_bytes_to_buffer: a length of -1 is an error, not a crash.
         assert te.write_bytes_to_buffer(a, b"x" * 16, -1) < 0
         assert te.read_bytes_from_buffer(a, -1) == b""
     finally:

@@ -1,5 +1,5 @@
-"""The engine's life against the threads using it and against fork()
-(issue 12 items 4 and 9), with real peers over tcp and shm."""
+"""The engine's life against the threads using it and against fork(), with
+real peers over tcp and shm."""
 
 import json
 import os
@@ -48,7 +48,7 @@ def _writer(e, seg, mine, remote, t, outcome):
 
 
 def test_close_while_writers_run(protocol, peer_factory):
-    """Issue 12 item 4: close() while four threads write, read, submit, wait
+    """close() while four threads write, read, submit, wait
     and poll: no crash; each thread ends with ClosedError; later calls too."""
     slot = 4 * MiB
     peer = peer_factory(protocol, 4 * slot)
@@ -87,7 +87,7 @@ def test_close_while_writers_run(protocol, peer_factory):
 
 
 def test_forked_child_leaves_the_parent_alone(protocol, peer_factory, http_metadata_uri):
-    """Issue 12 item 9: a forked child's copies of an Engine and of a Mooncake
+    """A forked child's copies of an Engine and of a Mooncake
     TransferEngine refuse every call with a clear error; its normal exit
     leaves the parent's segments published and its transfers working."""
     peer = peer_factory(protocol, 16 * MiB, "engine", http_metadata_uri)

@@ -87,7 +87,7 @@ def test_failure_codes(protocol, engine, peer_factory):
     assert engine.get_first_buffer_address(dead) == 0
     assert engine.batch_transfer_sync_write(dead, [base, base], [0], [16]) < 0  # mismatched lists
     assert engine.register_memory(base, MiB) < 0  # already registered (overlap)
-    # Bad numbers are clear errors (logged) and -1, not binding errors (issue 12)
+    # Bad numbers are clear errors (logged) and -1, not binding errors
     assert engine.register_memory(base + MiB, -1) < 0
     assert engine.register_memory(base + MiB, 1 << 64) < 0
     assert engine.batch_register_memory([base + MiB], [-5]) < 0
@@ -221,9 +221,9 @@ def test_cluster_metadata_backends(backend, request, peer_factory):
 
 
 def test_a_batch_seen_ended_can_always_be_freed(peer_factory):
-    """transfer_check_status frees a batch as soon as it reports it ended; a
-    task's state used to flip before its batch counted it, and the free in
-    between was refused (BusyError out of a call that must return a code)."""
+    """transfer_check_status frees a batch as soon as it reports it ended: a
+    task's state and its batch's count of ended tasks must agree, or the free
+    in between is refused (BusyError out of a call that must return a code)."""
     peer = peer_factory("tcp", api="mooncake")
     te = TransferEngine()
     assert te.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
@@ -241,8 +241,8 @@ def test_a_batch_seen_ended_can_always_be_freed(peer_factory):
 
 
 def test_bad_numbers_are_logged_clearly_and_change_nothing(peer_factory, capfd):
-    # Issue 12, item 16: -1, 2^64 or a float reached the binding, whose
-    # TypeError ("incompatible function arguments") was all the log said.
+    # -1, 2^64 or a float is checked before it reaches the binding, whose
+    # TypeError ("incompatible function arguments") would say nothing useful.
     te = TransferEngine()
     assert te.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
     try:

@@ -1,6 +1,6 @@
-"""Notifications carry bytes, end to end, between real processes (issue 12,
-item 15): a message that is not UTF-8 reads back as its bytes, and no message
-can make the others queued with it unreadable or lost."""
+"""Notifications carry bytes, end to end, between real processes: a message
+that is not UTF-8 reads back as its bytes, and no message can make the others
+queued with it unreadable or lost."""
 
 import json
 

@@ -1,7 +1,7 @@
 // The process environment is shared by every thread, and glibc's setenv may
-// move it while another thread's getenv walks it: a crash (the Rust tests,
-// whose threads start engines at once, found one in getenv and one in
-// libfabric's first fi_getinfo). kvfabric reads and writes the environment
+// move it while another thread's getenv walks it: a crash (threads that
+// start engines at once can crash in getenv, or in libfabric's first
+// fi_getinfo). kvfabric reads and writes the environment
 // under this lock: Settings::ApplyEnvironment, fabric::ApplyProviderDefaults
 // (the only setenv), fabric::InfoList::Query (libfabric reads its variables
 // then) and an engine opening its rails. Recursive: those nest.

@@ -351,7 +351,7 @@ TEST(SettingsTest, TableCarriesUnitsAndRanges) {
   EXPECT_EQ(Info("auth_token").type, "String");
   EXPECT_FALSE(Info("auth_token").range.has_value());
   EXPECT_TRUE(Info("auth_token").choices.empty());
-  // Every byte size and duration the issue names has a unit and a minimum.
+  // The byte sizes and durations are typed as such: each value takes a unit.
   for (const char* f :
        {"staging_bytes", "max_slice_bytes", "stripe_threshold", "mr_chunk_bytes", "handshake_max_frame"})
     EXPECT_EQ(Info(f).type, "Bytes") << f;

@@ -131,8 +131,8 @@ TEST(BatchTest, WaitWakesOnCompletion) {
 }
 
 TEST(BatchTest, WaitDeadlineBeyondTheClockMeansNoLimit) {
-  // Issue 12, item 16: wait(timeout=1e10) returned at once: now + 10^13 ms
-  // in nanoseconds wrapped into the past.
+  // A timeout the clock cannot add (wait(timeout=1e10): now + 10^13 ms in
+  // nanoseconds would wrap into the past) means no limit, never "at once".
   const auto now = Clock::now();
   EXPECT_EQ(WaitDeadline(now, -1), Clock::time_point::max());
   EXPECT_EQ(WaitDeadline(now, INT64_MIN), Clock::time_point::max());
@@ -256,8 +256,7 @@ TEST(BatchTest, StalledSliceStaysWhenNoRailCanTakeIt) {
 
 // A slice moved off a stalled rail while another slice fails for good and
 // the replacement is dropped (the task is failing): the task ends FAILED,
-// never COMPLETED, whichever slice leaves last (found in review: the stall
-// path ended it COMPLETED).
+// never COMPLETED, whichever slice leaves last (the stall path included).
 TEST(BatchTest, ASliceMovedOffAStalledRailWhileAnotherFailsEndsTheTaskFailed) {
   Batch b(1, 1);
   FakeRerouter rr(1);

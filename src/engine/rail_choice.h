@@ -55,14 +55,14 @@ size_t CandidateRails(std::span<const size_t> usable, const RailView* views, int
 // (load_bytes + planned[r] + len) / speed, where planned[r] counts the bytes
 // this request already assigned to rail r. Speeds count only when every
 // candidate was measured and the fastest is at least 1.3 times the slowest
-// (rails of 2,2,2,1 Gbit/s); on even rails measurement noise alone cost
-// 3-20%, so there the bytes alone decide. Ties go to the first tied
+// (rails of 2,2,2,1 Gbit/s); on even rails measurement noise alone would
+// cost throughput, so there the bytes alone decide. Ties go to the first tied
 // candidate in the order that starts at cand[first % cand.size()] and wraps
 // around. Callers rotate `first` from request to request (from a different
 // start in each process): with ties always going to the lowest rail,
 // engines that each post a few pages at once to the same peer (the homes of
-// one store PUT reading from its writer) all left the same last rail
-// short, and every batch waited for the fuller ones.
+// one store PUT reading from its writer) would all leave the same last
+// rail short, and every batch would wait for the fuller ones.
 // REQUIRES: !cand.empty(); views and planned indexed by rail index.
 size_t PickRail(std::span<const size_t> cand, const RailView* views, size_t len, const uint64_t* planned,
                 size_t first = 0);

@@ -77,7 +77,7 @@ TEST(PickRail, TiesGoFromTheRotatingFirstCandidate) {
 
 // The homes of a store PUT each read a few pages from the same writer at
 // once. With ties to the lowest rail, 11 pages over 4 even rails from each
-// of 3 readers made rail 3 carry 6 pages against 9 on the others (the
+// of 3 readers leave rail 3 with 6 pages against 9 on the others (the
 // batch waits for the fullest); rotating the first candidate per request
 // from a different start in each reader spreads them.
 TEST(PickRail, IndependentReadersRotatingTheirFirstLoadTheRailsEvenly) {

@@ -20,7 +20,7 @@ constexpr int64_t kFreshSpeedNs = 500000000;
 Status RailSet::OpenProvider(const std::string& provider, const std::string& nic_filter, const std::string& bind_ip,
                              fabric::RailOptions options, bool hmem, std::vector<size_t>* opened) {
   // shm stays host memory only: its same-host path is where libfabric
-  // copied host bytes into CUDA destinations (libfabric issue 12328).
+  // copies host bytes into CUDA destinations (libfabric issue 12328).
   options.hmem = hmem && provider != "shm";
   fabric::InfoList list;
   KVF_RETURN_IF_ERROR(fabric::InfoList::Query(provider, &list, options.hmem));

@@ -27,8 +27,8 @@ class MemoryRegistryTest : public ::testing::Test {
 };
 
 TEST_F(MemoryRegistryTest, UnmappedMemoryIsRefused) {
-  // Issue 12, item 7: an integer address that is not mapped was accepted,
-  // and a peer's WRITE there then killed the process.
+  // An integer address that is not mapped is refused: a peer's WRITE there
+  // would kill the process.
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   void* p = mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(p, MAP_FAILED);

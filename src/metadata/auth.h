@@ -66,7 +66,7 @@ std::string StoreWriteMac(std::string_view token, std::string_view method, std::
 // The method a write signs: `method`, or "PUT ttl=S" for a PUT whose entry
 // expires S seconds after it (ttl_s > 0). The ttl is thus covered by the MAC:
 // without the token it can be neither changed, added nor stripped, and a
-// write without one signs exactly what it signed before ttls existed.
+// write without one signs the plain method, as a writer that knows no ttl does.
 std::string SignedMethod(std::string_view method, int64_t ttl_s);
 
 // The X-Kvf-Auth value for a write signed at `unix_seconds`.

@@ -1,7 +1,7 @@
 // A whole-request deadline for cpp-httplib's client, shared by the http and
 // etcd stores. httplib's own timeouts bound each connect, each read and
 // each write, not a request: a server that sends one byte per read timeout
-// held OpenSegment for 30 s (issue 12, item 14).
+// could hold OpenSegment for as long as it kept sending.
 #pragma once
 
 #include <httplib.h>

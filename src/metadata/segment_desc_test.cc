@@ -39,7 +39,7 @@ TEST(SegmentDescTest, GenerationRoundTripsAndIsOptional) {
   ASSERT_TRUE(FromJson(ToJson(d), &back).ok());
   EXPECT_EQ(back.generation, 17u);
   auto j = nlohmann::json::parse(ToJson(d));
-  j.erase("generation");  // a peer from before generations
+  j.erase("generation");  // a peer that sends none
   ASSERT_TRUE(FromJson(j.dump(), &back).ok());
   EXPECT_EQ(back.generation, 0u);
 }

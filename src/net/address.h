@@ -34,7 +34,7 @@ struct SocketAddress {
 };
 
 // An IPv4 or IPv6 literal, or a name (getaddrinfo; IPv4 preferred when a
-// name has both, as before IPv6 support).
+// name has both).
 Status ResolveHost(const std::string& host, SocketAddress* out);
 // Whether two "host:port" names reach the same endpoint: equal text, or the
 // same port and hosts that resolve to the same address. False when either

@@ -84,7 +84,7 @@ TEST(AddressTest, ResolveHostBothFamilies) {
   EXPECT_FALSE(a.loopback());
   ASSERT_TRUE(ResolveHost("10.1.2.3", &a).ok());
   EXPECT_FALSE(a.loopback());
-  // A name that has an IPv4 address resolves to it, as before IPv6 support.
+  // A name that has an IPv4 address resolves to it, even when it has an IPv6 one.
   std::string v4;
   ASSERT_TRUE(ResolveHost("localhost", &a).ok());
   EXPECT_TRUE(a.loopback()) << a.ip();

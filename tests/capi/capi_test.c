@@ -119,9 +119,9 @@ static int stop_process(pid_t pid) {
   return -1;
 }
 
-/* Issue 12, item 16: a wait longer than the clock can count (INT64_MAX ms)
- * has no limit. It returned at once, the batch still PENDING: now + the
- * timeout in nanoseconds wrapped into the past. The target is stopped
+/* A wait longer than the clock can count (INT64_MAX ms) has no limit: it
+ * must not return at once with the batch still PENDING, as it would if now +
+ * the timeout in nanoseconds wrapped into the past. The target is stopped
  * (SIGSTOP), so a WRITE to it stays pending until this engine's transfer
  * timeout (1 s) ends it with TIMEOUT. */
 static void check_endless_wait(const char* protocol, const char* peer, uint64_t raddr, pid_t target) {
@@ -365,7 +365,7 @@ static void run_initiator(const char* protocol, const char* peer, uint64_t raddr
   CHECK(strcmp(kvf_code_name(KVF_OK), "OK") == 0 && strcmp(kvf_code_name(-1000), "Unknown") == 0 &&
             strcmp(kvf_code_name(1), "Unknown") == 0,
         "code names of OK, -1000, 1");
-  /* Issue 12, item 16: lengths, addresses and counts at the ends of their
+  /* Lengths, addresses and counts at the ends of their
    * types are refused with a message, and change nothing. */
   rc = kvf_register_memory(e, back, SIZE_MAX, NULL);
   CHECK(rc == KVF_EINVAL && strstr(kvf_last_error(), "wraps") != NULL, "register SIZE_MAX bytes: %d", rc);
@@ -447,8 +447,8 @@ int main(int argc, char** argv) {
   run_initiator(protocol, peer, raddr, target.up, target.down, target.pid);
   /* Over tcp only: a WRITE to a stopped tcp target stays pending until its
    * deadline. A stopped shm target, resumed after this initiator's engine
-   * was destroyed with the write outstanding, crashed in libfabric's shm
-   * progress (fi_cq_read) in 2 of 6 runs. */
+   * was destroyed with the write outstanding, can crash in libfabric's shm
+   * progress (fi_cq_read). */
   if (strcmp(protocol, "tcp") == 0) check_endless_wait(protocol, peer, raddr, target.pid);
   stop_child(&target);  /* the target's loop ends */
   if (failures == 0) printf("capi_test %s: all checks passed\n", protocol);

@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # The frameworks runbook: SGLang and vLLM as released, on a host with GPUs,
 # sharing KV caches through kvfabric's store with no change of their own.
-# See tests/hw/README.md. It has not run yet: no machine of this project has
-# a GPU.
+# It needs a host with two GPUs; see tests/hw/README.md.
 #
 #   tests/hw/frameworks.sh [--model MODEL] [--protocol P] [--python PY] [--pool SIZE] [--out FILE]
 #                          [--only sglang|sglang-mooncake|vllm] [--check]

@@ -243,7 +243,7 @@ int64_t GetMs(int port) {
 }
 
 TEST(MetadataServerTest, SlowHeaderSocketsDoNotStarveReads) {
-  // Default limits: 16 slow sockets, twice the 8 threads that used to serve.
+  // Default limits: 16 slow sockets, twice the 8 threads httplib serves from by default.
   auto server = Start({});
   ASSERT_NE(server, nullptr);
   SlowClients slow(server->port, 16);

@@ -3,7 +3,7 @@
  * out by fake_cuda_alloc and remembered with its device ordinal, so the
  * engine's CUDA paths (pointer detection, location checks, device copies
  * under a device's context) run for real; what it cannot show is the speed
- * or the DMA of a real GPU, which the device tests measure where one is lent.
+ * or the DMA of a real GPU, which the hardware runbook (tests/hw/) measures.
  * FAKE_CUDA_DEVICES (default 2) sets the device count; FAKE_CUDA_DMABUF=0
  * makes the devices say they cannot export dma-bufs. An exported dma-buf is
  * a memfd whose allocation fake_cuda_dmabuf_range names, so a test can check

@@ -64,7 +64,7 @@ int TryBind(const std::string& host, int port) {
 int FreePort(const std::string& host) {
   // A port the kernel hands out (bind to 0) can be handed out again, to an
   // engine's connection or listener, between this call and the server's own
-  // bind: the tests saw "Address already in use" that way. Ports below the
+  // bind, which then fails with "Address already in use". Ports below the
   // ephemeral range are only ever taken by a bind that names them.
   const auto [lo, hi] = EphemeralRange();
   (void)hi;

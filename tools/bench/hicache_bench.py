@@ -66,8 +66,8 @@ def run(a):
     pool = SHAPES[a.model](2 * a.pages)
     # SGLang allocates its host pool pinned, so every page is faulted in
     # before use. This one is np.zeros, untouched: without this, round 0's
-    # first GET paid the faults of its destination pages (MLA over tcp: 0.43
-    # GB/s against 2-3 in later rounds).
+    # first GET pays the faults of its destination pages and runs several
+    # times slower than later rounds.
     pool.kv_buffer.fill(0)
     page = pool.page_nbytes()
     batch = page * a.pages

@@ -227,7 +227,8 @@ class Driver {
   // Where the working set's pages are (each node asked for every key: its
   // own are found), so the bare READ reads the very pages the store does:
   // slots of a pool never written read the kernel's shared zero page, whose
-  // bytes are always in cache (on shm that more than doubled the "ceiling").
+  // bytes are always in cache (on shm that inflates the "ceiling" far past
+  // what real pages allow).
   Status Locate() {
     store::ControlClient control(engine_->settings());
     pages_.clear();

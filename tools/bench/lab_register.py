@@ -4,9 +4,9 @@ a kvfabric-bench initiator in host B (4 rails, a topology file putting b0
 and b1 on NUMA node 0, its buffer at cpu:0) registers --buffer_size bytes
 under KVF_REGISTER_RAILS near|all x KVF_REGISTER_PARALLEL 1|0, the four
 alternating round after round; prints the median register_ms of each.
-It measured what threads cost where registering is a table insert (tcp):
-since then tcp and shm register on the caller's thread whatever
-KVF_REGISTER_PARALLEL says, so on tcp the two PARALLEL rows now match; on a
+It measures what threads cost where registering is a table insert (tcp):
+the reason tcp and shm register on the caller's thread whatever
+KVF_REGISTER_PARALLEL says, so on tcp the two PARALLEL rows match; on a
 verbs or EFA lab they differ. Needs root. Usage: lab_register.py --build BUILD [--bytes N] [--rounds N]
 """
 import argparse

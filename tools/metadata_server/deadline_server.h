@@ -1,10 +1,10 @@
 // DeadlineServer: cpp-httplib's server with a whole-request deadline, a
 // byte budget per connection and a bound on the workers one client address
 // holds. httplib 0.11 bounds each read (5 s), not a request, and serves
-// from 8 threads: a client sending one header byte every few seconds held a
-// thread for ever, and ten such sockets stopped the server; clients that
-// start slow requests again as each is cut would still hold every worker
-// in turn, but for the per-client bound.
+// from 8 threads: with those alone, a client sending one header byte every
+// few seconds holds a thread for ever, and ten such sockets stop the server;
+// clients that start slow requests again as each is cut would still hold
+// every worker in turn, but for the per-client bound.
 #pragma once
 
 #include <httplib.h>

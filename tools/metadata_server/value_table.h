@@ -1,8 +1,8 @@
 // ValueTable: the key/value map kvfabric-metadata-server holds in memory,
 // bounded in keys, in bytes per value and in bytes in all, so that writers
-// cannot fill the server's memory (issue 12, item 13), and in bytes per
-// listing. An entry may expire: it is gone a given time after its last Put
-// (the store's members renew theirs, store/members/membership.h).
+// cannot fill the server's memory, and in bytes per listing. An entry may
+// expire: it is gone a given time after its last Put (the store's members
+// renew theirs, store/members/membership.h).
 #pragma once
 
 #include <chrono>

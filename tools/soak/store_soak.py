@@ -60,7 +60,7 @@ HANDOFF_S = 10.0
 # After a node is back, placement may still leave it out this long: down retry, refresh, a deadline, slack.
 SETTLE_S = 0.5 + 0.5 + DEADLINE_MS / 1000 + 1.5
 # What a node's restart may cost a key: Timeout, FabricError, NetworkError, and Unavailable (the slots a node
-# granted were gone when it restarted, and no time was left to put the key again).
+# granted are gone when it restarts, and no time is left to put the key again).
 RESTART_CODES = {"5", "6", "7", "9"}
 HEADER = struct.Struct("<8sQQQ")  # magic, key hash, version, length
 MAGIC = b"kvfsoak1"

@@ -250,8 +250,8 @@ TEST_P(StoreTest, AKilledNodeFailsOnlyItsKeysWithinTheDeadline) {
 // A node killed and restarted under its name between two calls of the
 // client: no call failed meanwhile, so the client still holds the old
 // engine's segment. Its pages must come back all the same (the first GET
-// may fail its keys): the soak found them failing with NetworkError for
-// ever, while PUTs to the node went on succeeding.
+// may fail its keys), not fail with NetworkError for ever while PUTs to
+// the node go on succeeding.
 TEST_P(StoreTest, ANodeRestartedBetweenTwoCallsIsReadAgain) {
   StartNodes(3);
   StartClient();
@@ -562,7 +562,7 @@ TEST_P(StoreTest, GrantedSlotsAsAnyWriterCouldDriveThem) {
 
 // The client's PUTs use what their homes granted: the second PUT of the
 // same pages costs one message per home, every page comes back byte-exact,
-// pages that fit no grant are reserved as before, and a closing client
+// pages that fit no grant are reserved first (a reserve per home), and a closing client
 // gives its unused slots back at once.
 TEST_P(StoreTest, PutsIntoGrantedSlotsCostOneRoundTripAndGiveBackWhatTheyDoNotUse) {
   if (PutMode() != "push") GTEST_SKIP() << "the client puts by READ here";
@@ -687,9 +687,9 @@ TEST_P(StoreTest, ThreadsPuttingAtOnceShareGrantsAndEveryPageComesBack) {
 // One home hangs (SIGSTOP) during a GET whose other keys live on a healthy
 // home, remembered by the client but with their region's version moved (a
 // neighbour removed): those keys must still come back, in time, and the
-// healthy home must stay in placement. (Found in review: the lookups that
-// confirm such pages were sent only after the hung home's deadline, timed
-// out, and took the healthy home out of placement.)
+// healthy home must stay in placement. (The lookups that confirm such pages
+// must not wait for the hung home's deadline: sent after it, they would time
+// out and take the healthy home out of placement.)
 TEST_P(StoreTest, AHungHomeCostsOnlyItsOwnKeys) {
   StartNodes(2);
   StartClient("p2p", {"store_down_retry_ms=20000"});
@@ -720,15 +720,15 @@ TEST_P(StoreTest, AHungHomeCostsOnlyItsOwnKeys) {
 
 // A remembered location that another client's overwrite made stale is read
 // again where the lookup says, at once: not after the pages of a home that
-// hangs, which hold the call to its deadline. The soak saw keys of healthy
-// nodes fail with Timeout while another node was killed: their second READ
-// started only after the dead node's pages had waited out the deadline.
+// hangs, which hold the call to its deadline. Otherwise keys of healthy
+// nodes fail with Timeout while another node is down: their second READ
+// would start only after the dead node's pages waited out the deadline.
 TEST_P(StoreTest, AMovedPageIsReadAgainWhileAHungHomeIsAwaited) {
   StartNodes(2);
   StartClient("p2p", {"store_down_retry_ms=20000"});
   std::vector<std::string> on_a, on_b;
   KeysByHome("moved-", 3, 3, &on_a, &on_b);
-  std::vector<Page> pages;  // the hung home's pages first: the order the GET lands them in, before the fix
+  std::vector<Page> pages;  // the hung home's pages first: a GET that waited for them in order would be late
   for (const std::string& k : on_a) pages.push_back(Page{k, {{pages.size() << 16, 1 << 16}}, 1 << 16});
   for (const std::string& k : on_b) pages.push_back(Page{k, {{pages.size() << 16, 1 << 16}}, 1 << 16});
   tools::FillPattern(src_->bytes, pages.size() << 16, 0, 7);

@@ -410,8 +410,8 @@ TEST_F(StoreVerifyTest, HotPagesReadWithoutLookupsStayInThePool) {
 // Another page of the same region leaving its key moves the region's
 // version, so a remembered page there is looked up; the answer names the
 // very same page (same place, length, generation, checksum) and confirms
-// the bytes already read: no second READ. (Found in review: the version
-// was compared too, and every such guess was read twice.)
+// the bytes already read: no second READ. (The version is not compared: it
+// moved, so comparing it would read every such guess twice.)
 TEST_F(StoreVerifyTest, ALookupNamingTheSamePageConfirmsItsGuess) {
   Start(16 << 20, 2000, 5000);
   constexpr size_t kPage = 4096;  // two pages in one region (64 KiB)

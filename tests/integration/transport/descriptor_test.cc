@@ -1,4 +1,4 @@
-// Descriptors from a metadata store (issue 12, item 2): one speaks only for
+// Descriptors from a metadata store: one speaks only for
 // the segment that was asked for, an older one never replaces a newer, and
 // with a token each is authenticated and its memory keys are sealed.
 #include <gtest/gtest.h>
@@ -71,7 +71,7 @@ std::unique_ptr<Engine> HttpEngine(const std::string& uri, const std::string& to
 }
 
 // The entry of B replaced by C's (valid, sealed with the same token when
-// there is one): before, A's writes "to B" landed in C's memory.
+// there is one) is refused: taken, A's writes "to B" would land in C's memory.
 TEST_F(DescriptorTest, AnEntryNamingAnotherSegmentIsRefused) {
   for (const std::string token : {"", "team-secret"}) {
     auto a = HttpEngine(uri, token), b = HttpEngine(uri, token), c = HttpEngine(uri, token);
@@ -87,7 +87,7 @@ TEST_F(DescriptorTest, AnEntryNamingAnotherSegmentIsRefused) {
     Status s = a->OpenSegment(b->name(), &h);
     EXPECT_EQ(s.code(), Status::Code::kPermissionDenied) << "token '" << token << "': " << s.ToString();
     EXPECT_NE(s.message().find("names segment " + c->name()), std::string::npos) << s.ToString();
-    if (s.ok()) {  // the old behaviour: show where the bytes went
+    if (s.ok()) {  // accepted: show where the bytes go
       tools::FillPattern(src.data(), src.size(), 0, 7);
       (void)a->Transfer({{OpCode::kWrite, src.data(), h, reinterpret_cast<uint64_t>(in_c.data()), src.size()}});
     }
@@ -148,7 +148,7 @@ TEST_F(DescriptorTest, MemoryKeysInTheStoreAreSealed) {
 }
 
 // An older descriptor written back over a newer one (a replay) is refused:
-// before, the engine took it and went back to an earlier state of the peer.
+// taken, it would send the engine back to an earlier state of the peer.
 TEST_F(DescriptorTest, AStaleEntryIsRefused) {
   auto a = HttpEngine(uri, ""), b = HttpEngine(uri, "");
   ASSERT_TRUE(a && b);

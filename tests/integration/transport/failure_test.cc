@@ -81,8 +81,8 @@ TEST_P(PeerFailureTest, PeerKilledMidBatch) {
 // peer's connection): over tcp the provider flushes them when the
 // connection closes, over shm the liveness check ends them. Either way they
 // end at once, not at their deadline, and as NetworkError: the path to the
-// peer is gone. As FabricError a store GET that met this was -800 through
-// the Mooncake compat layer, on which vLLM stops its worker.
+// peer is gone. As FabricError a store GET that met this would be -800
+// through the Mooncake compat layer, on which vLLM stops its worker.
 TEST_P(PeerFailureTest, PeerKilledWithOperationsPostedEndsThemAsNetworkErrors) {
   cfg_.settings.transfer_timeout_ms = 10000;
   ASSERT_NO_FATAL_FAILURE(Start(64 * MiB));
@@ -126,7 +126,7 @@ TEST_P(PeerFailureTest, PeerKilledWithOperationsPostedEndsThemAsNetworkErrors) {
 // data. When the peer goes on, the READ must not land in the buffer then.
 // Over shm the initiator does a READ's copy itself (CMA), so a stopped peer
 // does not hold it up: it completes, and nothing is left to land later.
-// Over tcp it did land later, until the task's deadline closed the
+// Over tcp it would land later, so the task's deadline closes the
 // connection that carries it first (Rail::CutPeer; docs/design.md, "A
 // request past its deadline").
 TEST_P(PeerFailureTest, AReadThatTimedOutNeverLandsLater) {
@@ -157,8 +157,8 @@ TEST_P(PeerFailureTest, AReadThatTimedOutNeverLandsLater) {
 // peer) leaves them posted: the request waits for the peer, within its
 // deadline, and completes when the peer goes on. A stalled rail closes a
 // connection (failing its operations so that they move) only when every
-// operation on it would move; it closed this one, and failed the READ at
-// the stall, in a first version.
+// operation on it would move; here none can, so the READ is not failed at
+// the stall.
 TEST_P(PeerFailureTest, AStalledRailWithNowhereToMoveWaitsForThePeer) {
   cfg_.settings.transfer_timeout_ms = 20000;
   cfg_.settings.rail_stall_ms = 300;
@@ -262,9 +262,9 @@ TEST_P(PeerFailureTest, SegmentClosedWithWorkInFlight) {
 }
 
 TEST_P(PeerFailureTest, FreeBatchWhileASubmitIsCheckingIsRefused) {
-  // Issue 12, item 5: FreeBatch returned OK while a Submit on another thread
-  // was still checking its requests; the Submit then posted into the freed
-  // batch and the completion crashed the process.
+  // FreeBatch while a Submit on another thread is still checking its
+  // requests says Busy: were the batch freed, the Submit would post into it
+  // and the completion would crash the process.
   cfg_.settings.handshake_timeout_ms = 1500;
   ASSERT_NO_FATAL_FAILURE(Start(4 * MiB));
   BatchId b;

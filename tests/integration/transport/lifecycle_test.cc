@@ -1,6 +1,6 @@
-// The engine's life against the threads using it (issue 12 item 4: Close
-// while four writers run) and against fork() (item 9: a forked child must
-// leave the parent's published segment and connections alone).
+// The engine's life against the threads using it (Close while four writers
+// run) and against fork() (a forked child must leave the parent's published
+// segment and connections alone).
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/wait.h>
@@ -99,7 +99,7 @@ void Writer(Engine* e, uint8_t* local, SegmentHandle seg, uint64_t remote, uint3
   }
 }
 
-// Issue 12 item 4: Close while four writers Transfer, Submit, poll and
+// Close while four writers Transfer, Submit, poll and
 // FreeBatch: no crash, every call either works or says Closed, calls after
 // Close say Closed. Many rounds, Close landing at a random moment.
 TEST_P(EngineLifecycleTest, CloseWhileWritersRun) {
@@ -145,12 +145,11 @@ TEST_P(EngineLifecycleTest, CloseWhileWritersRun) {
 // An engine closed right after its first post to a target leaves the target
 // serving. On shm that post sends the engine's name, which the target reads
 // on its own schedule; libfabric's shm before 2.0 crashes the target when
-// it reads the name of an endpoint that closed meanwhile (the engine stress
-// test found it: the target died in about one run in eight). So the engine
+// it reads the name of an endpoint that closed meanwhile. So the engine
 // confirms the name was read before closing the endpoint, waiting up to its
 // Close's drain time (Rail::ProbeUnreadNames). Here the target is stopped
 // while the name is sent and continues 200 ms into the Close: without the
-// confirmation it crashed in the first round.
+// confirmation the target crashes in the first round.
 TEST_P(EngineLifecycleTest, ClosingRightAfterTheFirstPostLeavesTheTargetServing) {
   ASSERT_NO_FATAL_FAILURE(Start());
   for (int round = 0; round < 3; ++round) {
@@ -254,7 +253,7 @@ TEST_P(EngineLifecycleTest, CloseWakesWaiters) {
   ASSERT_TRUE(target_->Kill());
 }
 
-// Issue 12 item 9: a forked child's copy of the engine fails every call
+// A forked child's copy of the engine fails every call
 // clearly, and the child's exit (normal: exit(), with atexit handlers and
 // static destructors, libfabric's included) leaves the parent's descriptor
 // in the metadata store and the parent's connections working.

@@ -85,8 +85,9 @@ TEST(MetadataStoreTest, UnreachableStoreFailsCreateCleanly) {
 }
 
 // A store that accepts writes at once but drips its answer to every read of
-// a descriptor, one byte per 500 ms (issue 12, item 14: one byte per 2 s held
-// OpenSegment 30 s, and register() on another thread with it).
+// a descriptor, one byte per 500 ms: no read times out, so only a deadline
+// on the whole request keeps OpenSegment, and register() on another thread,
+// from being held for as long as the store drips.
 FakeHttpServer::Reply SlowReads(bool etcd, const std::string& method, const std::string& target) {
   if (!etcd) return {200, method == "GET" ? "{}" : "ok\n", method == "GET"};
   if (target == "/v3/kv/range") return {200, "{}", true};

@@ -29,8 +29,8 @@ TEST(NotifyTest, FullQueueRefusesInsteadOfDropping) {
 }
 
 TEST(NotifyTest, QueueAndMessagesAreBoundedInBytes) {
-  // Issue 12, item 12: 96 notifications of 16 MiB took 1.6-3.2 GB of the
-  // receiver's memory; the queue was bounded by count alone.
+  // A message over 1 MiB is refused, and the queue is bounded in bytes, not
+  // by count alone: large notifications must not fill the receiver's memory.
   EngineConfig cfg;
   cfg.protocol = "tcp";
   cfg.apply_environment = false;
