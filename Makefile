@@ -232,7 +232,7 @@ lab-bench: build
 
 # The store's speed over page sizes and client threads, beside the bare READ
 # of the same run, on this host and on the emulated fabric (root), plotted
-# into docs/img (docs/store.md).
+# into docs/img (docs/results/store-sweep-2026-11-26.md).
 store-sweep: build
 	python3 tools/bench/store_sweep.py --where local --json_out $(BUILD)/store-sweep-local.json
 	python3 tools/bench/store_sweep.py --where lab --json_out $(BUILD)/store-sweep-lab.json

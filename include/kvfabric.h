@@ -150,7 +150,7 @@ int kvf_batch_free(kvf_engine* engine, kvf_batch batch);
 /* Submits and waits for every request; returns the first failure. */
 int kvf_transfer(kvf_engine* engine, const kvf_request* requests, size_t count);
 
-/* ---- The KV-cache store (C++: kvfabric/store.h; how it works: docs/store.md)
+/* ---- The KV-cache store (C++: kvfabric/store.h; how it works: docs/design/store.md)
  *
  * A store over an engine: a node when KVF_STORE_POOL_BYTES is set (that much
  * host memory is registered with the engine and offered to the others),

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fails when a file includes a header of a layer above its own.
 
-The layers of src/, lowest first (docs/design.md, "Layers"): a folder may
+The layers of src/, lowest first (docs/design/engine.md, "Layers"): a folder may
 include its own headers and those of the folders listed for it, nothing
 else. Public headers (include/kvfabric/) sit where they are listed: the
 vocabulary headers (status, settings) at the bottom, the engine API and

@@ -18,7 +18,7 @@
 //
 // Members come from the engine's metadata backend (etcd or
 // kvfabric-metadata-server) or, with p2p metadata, from KVF_STORE_MEMBERS.
-// docs/store.md says how it works and what it guarantees.
+// docs/design/store.md says how it works and what it guarantees.
 #pragma once
 
 #include <cstddef>

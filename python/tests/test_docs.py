@@ -1,7 +1,7 @@
 """The docs name only what exists: every KVF_ name in README.md and docs/ is a declared setting
 (include/kvfabric/settings.def), a C API constant (include/, codes.h's X-macros included), a build option
-(CMakeLists.txt), or a variable the Python package reads; and every flag they give a `kvfabric` command is one
-its --help lists."""
+(CMakeLists.txt), or a variable the Python package or a tool (tools/) reads; and every flag they give a
+`kvfabric` command is one its --help lists."""
 
 import glob
 import os
@@ -17,8 +17,15 @@ def read(pattern: str) -> str:
     return "".join(open(p, errors="replace").read() for p in glob.glob(os.path.join(ROOT, pattern), recursive=True))
 
 
+def pages() -> list:
+    """README.md and every page under docs/, design notes and results included."""
+    docs = sorted(glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True))
+    return [os.path.join(ROOT, "README.md"), *docs]
+
+
 def known_names() -> set:
-    text = read("include/**/*.h") + read("include/**/*.def") + read("CMakeLists.txt") + read("python/kvfabric/**/*.py")
+    text = (read("include/**/*.h") + read("include/**/*.def") + read("CMakeLists.txt") + read("python/kvfabric/**/*.py")
+            + read("tools/**/*.py"))
     names = set(NAME.findall(text))
     codes = read("include/kvfabric/codes.h")
     names |= {"KVF_" + c for c in re.findall(r"X\(\d+, \w+, (\w+),", codes)}
@@ -26,8 +33,7 @@ def known_names() -> set:
 
 
 def test_every_kvf_name_the_docs_use_exists():
-    pages = [os.path.join(ROOT, "README.md"), *glob.glob(os.path.join(ROOT, "docs", "*.md"))]
-    docs = {p: open(p).read() for p in pages}
+    docs = {p: open(p).read() for p in pages()}
     known = known_names()
     unknown = sorted({(os.path.relpath(p, ROOT), n) for p, text in docs.items() for n in NAME.findall(text)
                       if n not in known})
@@ -47,7 +53,7 @@ FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9_-]*)")
 
 def test_every_flag_the_docs_give_a_kvfabric_command_exists():
     used = set()
-    for path in [os.path.join(ROOT, "README.md"), *glob.glob(os.path.join(ROOT, "docs", "*.md"))]:
+    for path in pages():
         for m in COMMAND.finditer(open(path).read()):
             used |= {(m.group(1), flag, os.path.relpath(path, ROOT)) for flag in FLAG.findall(m.group(2))}
     assert len(used) > 10, "the pattern found too few flags to check anything"

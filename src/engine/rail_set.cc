@@ -79,7 +79,7 @@ Status RailSet::Open(const std::string& protocol, const std::string& nic_filter,
                      v == nullptr ? "(set by another library first)" : v);
     }
     if (!staged.empty())
-      KVF_LOG_INFO("GPU memory moves through pinned host staging on {}, libfabric {}.{} (docs/design.md, GPU memory)",
+      KVF_LOG_INFO("GPU memory moves through pinned host staging on {}, libfabric {}.{} (docs/design/engine.md, GPU memory)",
                    staged, FI_MAJOR(fi_version()), FI_MINOR(fi_version()));
   }
   return Status::OK();

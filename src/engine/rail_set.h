@@ -29,7 +29,7 @@ struct RailSet {
   // KVF_SAME_HOST_SHM) a shm rail for same-host peers when one opens.
   // `provider` gets the protocol's libfabric provider name. With `gpu` (the
   // CUDA driver is loaded), rails ask for FI_HMEM so GPU memory registers
-  // in place (not the shm rail: see docs/design.md, GPU memory), and the
+  // in place (not the shm rail: see docs/design/engine.md, GPU memory), and the
   // rails that cannot are named once in the log: GPU memory is staged there.
   Status Open(const std::string& protocol, const std::string& nic_filter, const std::string& bind_ip,
               const Settings& settings, bool gpu, std::string* provider);

@@ -38,7 +38,7 @@ void CloseFid(fid* f) {
 // cheap, so the submitting thread posts. The others (tcp, sockets, shm) copy
 // the data inside the post call under the provider's endpoint lock, which the
 // progress thread would then wait for, so the progress thread posts there
-// (measured: docs/benchmarks.md, engine).
+// (measured: docs/results/engine-loopback-2026-11-21.md, "Who posts").
 bool PostsToHardware(const std::string& provider) {
   return provider.rfind("efa", 0) == 0 || provider.rfind("verbs", 0) == 0;
 }

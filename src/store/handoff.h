@@ -13,7 +13,7 @@
 // (unpinned ones: a pinned page stays until a pass after its unpin), a
 // page the new home has already is dropped here (its copy came from a
 // process that routes there: the same bytes for a KV cache, see
-// docs/store.md), the others are PUT to their homes and dropped here once
+// docs/design/store.md), the others are PUT to their homes and dropped here once
 // acknowledged, unless overwritten or pinned meanwhile. A page its home
 // refuses (full, unreachable, or homed here by the home's own view) is
 // kept, tried again at the next pass, and left in the pool after the

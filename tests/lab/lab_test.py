@@ -254,7 +254,7 @@ class MultiRailTest(unittest.TestCase):
         # It closes them from libfabric 1.18 (KVF_CLOSE_CONNECTIONS=auto):
         # 1.17's tcp provider crashes closing a connection while a READ's
         # bytes arrive, as they do here, so there the hazard stays
-        # (docs/design.md).
+        # (docs/design/engine-failures.md, "libfabric 1.17's tcp provider and KVF_CLOSE_CONNECTIONS").
         if not closes_connections():
             self.skipTest("libfabric before 1.18: a stalled rail's READs move without their connection closed "
                           "(KVF_CLOSE_CONNECTIONS=auto), and may land later")

@@ -6,7 +6,7 @@ set, its exists call, the PUT inside it, and the store's PUT.
 
     KVF_SGLANG_SRC=build/sglang-0.5.23 .venv/bin/python tools/bench/hicache_set_trace.py [--protocol tcp]
 
-The figures of docs/sglang.md ("Traced on 2026-11-27") come from it.
+The figures of docs/results/hicache-bench-2026-11-27.md ("Traced on 2026-11-27") come from it.
 """
 import argparse
 import json

@@ -44,7 +44,7 @@ class ClientParts {
   ClientParts& operator=(const ClientParts&) = delete;
 
   // The largest READ of a page verified as it lands (PageReads): half a
-  // 1 MiB L2 (docs/store.md, "pages verified as they land").
+  // 1 MiB L2 (docs/design/store-get.md, "Checksums as pages land").
   static constexpr uint64_t kLandingPiece = 512 << 10;
   // What a node's region versions READ takes: the kRegions versions, then
   // the node's epoch (NodeService writes it after them).

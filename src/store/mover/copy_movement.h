@@ -25,7 +25,7 @@ namespace kvfabric::store {
 // kCopyHereGroupBytes, which the caller checksums piece by piece as the
 // pieces land; shorter READs stay, each page checksummed right after its
 // copy; and fewer bytes than kCopyHereBytes stay, since the Copier's
-// wake-up costs more than it saves. Measured: docs/benchmarks.md, store.
+// wake-up costs more than it saves. Measured: docs/results/store-same-host-2026-11-28.md, "Who copies".
 bool CopyOnThread(bool writes, size_t bytes, size_t largest);
 constexpr size_t kCopyHereBytes = 256 << 10;
 constexpr size_t kCopyHereGroupBytes = 512 << 10;  // ClientParts::kLandingPiece

@@ -127,8 +127,8 @@ TEST_P(PeerFailureTest, PeerKilledWithOperationsPostedEndsThemAsNetworkErrors) {
 // Over shm the initiator does a READ's copy itself (CMA), so a stopped peer
 // does not hold it up: it completes, and nothing is left to land later.
 // Over tcp it would land later, so the task's deadline closes the
-// connection that carries it first (Rail::CutPeer; docs/design.md, "A
-// request past its deadline").
+// connection that carries it first (Rail::CutPeer; docs/design/engine-failures.md,
+// "A request past its deadline").
 TEST_P(PeerFailureTest, AReadThatTimedOutNeverLandsLater) {
   cfg_.settings.transfer_timeout_ms = 1000;
   ASSERT_NO_FATAL_FAILURE(Start(8 * MiB));
