@@ -12,6 +12,7 @@ diagnostics with the engine, the C API with capi. The store's folders
   - the Python binding (python/src) includes public headers only.
 Usage: check_layers.py [SOURCE_DIR]; exit 1 listing every violation.
 """
+
 from __future__ import annotations
 
 import re
@@ -43,8 +44,19 @@ ALLOWED = {
     "metadata": {"vocabulary", "settings", "common", "net"},
     "topology": {"vocabulary", "common", "fabric"},
     "metrics": {"vocabulary", "settings", "common", "stats", "api", "store_api"},
-    "engine": {"vocabulary", "settings", "common", "net", "fabric", "memory", "metadata", "topology", "stats", "api",
-               "metrics"},
+    "engine": {
+        "vocabulary",
+        "settings",
+        "common",
+        "net",
+        "fabric",
+        "memory",
+        "metadata",
+        "topology",
+        "stats",
+        "api",
+        "metrics",
+    },
     # The store's own folders: what store processes share (wire), who is in
     # the store (members), how pages move (mover), then the two roles, which
     # never include each other; store/ itself assembles them into a Store.
@@ -92,8 +104,10 @@ def check(root: Path) -> list[str]:
             target = layer_of_include(m.group(1))
             if target is None or target == layer or target in allowed:
                 continue
-            bad.append(f"{f.relative_to(root)}:{n}: src/{layer} includes {m.group(1)} ({target}), "
-                       f"a layer it may not use (allowed: {', '.join(sorted(allowed))})")
+            bad.append(
+                f"{f.relative_to(root)}:{n}: src/{layer} includes {m.group(1)} ({target}), "
+                f"a layer it may not use (allowed: {', '.join(sorted(allowed))})"
+            )
     for f in sorted((root / "tools").rglob("*")):
         if f.suffix not in (".h", ".cc"):
             continue
@@ -107,8 +121,10 @@ def check(root: Path) -> list[str]:
         for n, line in enumerate(f.read_text().splitlines(), 1):
             m = INCLUDE.match(line)
             if m and m.group(1) not in PUBLIC:
-                bad.append(f"{f.relative_to(root)}:{n}: the Python binding includes {m.group(1)}; "
-                           "use the public headers (include/kvfabric/)")
+                bad.append(
+                    f"{f.relative_to(root)}:{n}: the Python binding includes {m.group(1)}; "
+                    "use the public headers (include/kvfabric/)"
+                )
     return bad
 
 

@@ -10,6 +10,7 @@ starts in column 0 and a body that ends with a lone "}" in column 0.
 Usage: check_sizes.py [SOURCE_DIR]; exit 1 listing every file or function
 past its bound. --self-test checks the check.
 """
+
 from __future__ import annotations
 
 import re
@@ -19,8 +20,10 @@ from pathlib import Path
 MAX_FILE_LINES = 600
 MAX_FUNCTION_LINES = 80
 
-NOT_A_SIGNATURE = re.compile(r"^(#|//|/\*|\*|namespace\b|}|struct\b|class\b|enum\b|union\b|using\b|template\b|"
-                             r"typedef\b|extern\b|static_assert\b|[A-Z_]+\()")
+NOT_A_SIGNATURE = re.compile(
+    r"^(#|//|/\*|\*|namespace\b|}|struct\b|class\b|enum\b|union\b|using\b|template\b|"
+    r"typedef\b|extern\b|static_assert\b|[A-Z_]+\()"
+)
 
 
 def functions(lines: list[str]) -> list[tuple[str, int, int]]:
@@ -62,8 +65,10 @@ def check(root: Path) -> list[str]:
             bad.append(f"{rel}: {len(lines)} lines, over {MAX_FILE_LINES}: divide it by role")
         for name, first, count in functions(lines):
             if count > MAX_FUNCTION_LINES:
-                bad.append(f"{rel}:{first}: {name} is {count} lines, over {MAX_FUNCTION_LINES}: "
-                           "give its steps functions of their own")
+                bad.append(
+                    f"{rel}:{first}: {name} is {count} lines, over {MAX_FUNCTION_LINES}: "
+                    "give its steps functions of their own"
+                )
     return bad
 
 

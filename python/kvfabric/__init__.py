@@ -36,12 +36,34 @@ __version__ = "0.1.0"
 
 # The engine (and with it libfabric) loads on first use, so importing the
 # package, or its Mooncake shim at interpreter start, costs nothing.
-_ENGINE_NAMES = ("Engine", "Op", "OpCode", "RemoteBuffer", "Request", "Segment", "State", "Status", "TaskState",
-                 "Transfer", "buffer_address")
+_ENGINE_NAMES = (
+    "Engine",
+    "Op",
+    "OpCode",
+    "RemoteBuffer",
+    "Request",
+    "Segment",
+    "State",
+    "Status",
+    "TaskState",
+    "Transfer",
+    "buffer_address",
+)
 
 if TYPE_CHECKING:
-    from .engine import (Engine, Op, OpCode, RemoteBuffer, Request, Segment, State, Status, TaskState, Transfer,
-                         buffer_address)
+    from .engine import (
+        Engine,
+        Op,
+        OpCode,
+        RemoteBuffer,
+        Request,
+        Segment,
+        State,
+        Status,
+        TaskState,
+        Transfer,
+        buffer_address,
+    )
     from .store import Store, StoreError
 
 

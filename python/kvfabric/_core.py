@@ -18,6 +18,7 @@ except ImportError as e:  # the loader's message names the missing library
         "not carry one: on EFA hosts install the EFA installer and put /opt/amazon/efa/lib on the library path "
         "(export LD_LIBRARY_PATH=/opt/amazon/efa/lib:$LD_LIBRARY_PATH); elsewhere install the distribution's "
         "package (Debian, Ubuntu: apt install libfabric1; RHEL, Amazon Linux: dnf install libfabric). "
-        "docs/troubleshooting.md, 'libfabric not found'.") from None
+        "docs/troubleshooting.md, 'libfabric not found'."
+    ) from None
 
 sys.modules[__name__] = _native

@@ -60,8 +60,11 @@ def _exec_tool(name: str, args: list[str]) -> int:
     if not os.access(tool, os.X_OK):
         tool = shutil.which(name)
     if tool is None:
-        print(f"kvfabric: {name} is not installed here (pip install . installs it; a source build has it in "
-              "build/tools/)", file=sys.stderr)
+        print(
+            f"kvfabric: {name} is not installed here (pip install . installs it; a source build has it in "
+            "build/tools/)",
+            file=sys.stderr,
+        )
         return 2
     os.execv(tool, [tool] + args)
     return 0  # not reached
@@ -87,7 +90,7 @@ def address_toward(peer: str) -> str:
     """This host's address on the route to `peer` ("host:port"), as HOST:0: an engine named so opens its rails
     on the network the peer is on. No packet is sent (a UDP socket's connect only picks the route)."""
     try:
-        host, port = (peer[1:].split("]:", 1) if peer.startswith("[") else peer.rsplit(":", 1))
+        host, port = peer[1:].split("]:", 1) if peer.startswith("[") else peer.rsplit(":", 1)
         family, _, _, _, sockaddr = socket.getaddrinfo(host, int(port), type=socket.SOCK_DGRAM)[0]
         with socket.socket(family, socket.SOCK_DGRAM) as s:
             s.connect(sockaddr)
@@ -151,9 +154,11 @@ def _loaded_libfabrics() -> set[str]:
     return found
 
 
-MEMLOCK_ADVICE = ("raise it to unlimited: `ulimit -l unlimited` in the shell that starts kvfabric, "
-                  "`--ulimit memlock=-1:-1` for a container, LimitMEMLOCK=infinity for a systemd unit, or "
-                  "'* - memlock unlimited' in /etc/security/limits.conf (then log in again)")
+MEMLOCK_ADVICE = (
+    "raise it to unlimited: `ulimit -l unlimited` in the shell that starts kvfabric, "
+    "`--ulimit memlock=-1:-1` for a container, LimitMEMLOCK=infinity for a systemd unit, or "
+    "'* - memlock unlimited' in /etc/security/limits.conf (then log in again)"
+)
 
 
 def memlock_check(soft: int, pinning: list[str]) -> tuple[str, str, str]:
@@ -164,35 +169,58 @@ def memlock_check(soft: int, pinning: list[str]) -> tuple[str, str, str]:
         return ("ok", "locked-memory limit (ulimit -l): unlimited", "")
     shown = f"{soft // 1024} KiB" if soft < (1 << 30) else f"{soft / (1 << 30):.1f} GiB"
     if pinning:
-        return ("fail", f"locked-memory limit (ulimit -l) is {shown}: {', '.join(pinning)} pin every registered "
-                        "buffer against it, so registering more fails", MEMLOCK_ADVICE)
-    return ("ok", f"locked-memory limit (ulimit -l) is {shown}",
-            "tcp and shm do not pin registered memory; on EFA and verbs hosts, " + MEMLOCK_ADVICE)
+        return (
+            "fail",
+            f"locked-memory limit (ulimit -l) is {shown}: {', '.join(pinning)} pin every registered "
+            "buffer against it, so registering more fails",
+            MEMLOCK_ADVICE,
+        )
+    return (
+        "ok",
+        f"locked-memory limit (ulimit -l) is {shown}",
+        "tcp and shm do not pin registered memory; on EFA and verbs hosts, " + MEMLOCK_ADVICE,
+    )
 
 
 def doctor_checks() -> list[tuple[str, str, str]]:
     """(level, check, advice) rows: level is ok, warn or fail."""
     rows = []
     v = _core.libfabric_versions()
-    rows.append(("ok", f"libfabric {v['library']} loaded (built against {v['headers']}, "
-                       f"API {v['requested']} requested)", ""))
+    rows.append(
+        ("ok", f"libfabric {v['library']} loaded (built against {v['headers']}, API {v['requested']} requested)", "")
+    )
     major, minor = (int(x) for x in v["library"].split("."))
     if (major, minor) < (1, 18):
-        rows.append(("warn", f"libfabric {v['library']} is older than 1.18",
-                     "EFA device RDMA on p5/p5e/p6 needs API 1.18 or later: install the AWS EFA software "
-                     "(/opt/amazon/efa) and rebuild against it"))
+        rows.append(
+            (
+                "warn",
+                f"libfabric {v['library']} is older than 1.18",
+                "EFA device RDMA on p5/p5e/p6 needs API 1.18 or later: install the AWS EFA software "
+                "(/opt/amazon/efa) and rebuild against it",
+            )
+        )
     libs = _loaded_libfabrics()
     if len(libs) > 1:
-        rows.append(("fail", "two libfabric copies are loaded: " + ", ".join(sorted(libs)),
-                     "keep only the system one (/opt/amazon/efa/lib): a second copy (bundled in a wheel, or "
-                     "NCCL's) makes one of them lose the EFA device"))
+        rows.append(
+            (
+                "fail",
+                "two libfabric copies are loaded: " + ", ".join(sorted(libs)),
+                "keep only the system one (/opt/amazon/efa/lib): a second copy (bundled in a wheel, or "
+                "NCCL's) makes one of them lose the EFA device",
+            )
+        )
     any_rail = False
     pinning = []  # providers whose registrations count against the locked-memory limit
     for p in PROTOCOLS:
         doms = _core.fabric_domains(p)
         if not doms:
-            rows.append(("ok" if p != "efa" else "warn", f"{p}: not available",
-                         "" if p != "efa" else "no EFA device: transfers use tcp (software RMA, far below line rate)"))
+            rows.append(
+                (
+                    "ok" if p != "efa" else "warn",
+                    f"{p}: not available",
+                    "" if p != "efa" else "no EFA device: transfers use tcp (software RMA, far below line rate)",
+                )
+            )
             continue
         any_rail = True
         if p in ("efa", "verbs"):
@@ -202,32 +230,61 @@ def doctor_checks() -> list[tuple[str, str, str]]:
         if p == "efa":
             emulated = [d for d in doms if "emulated" in d.get("rma", "")]
             if emulated:
-                rows.append(("warn", f"efa: RMA {emulated[0]['rma']} on {len(emulated)} rail(s)",
-                             "emulated READ/WRITE run far below line rate: check the instance type's EFA generation, "
-                             "FI_EFA_USE_DEVICE_RDMA (unset or 1) and libfabric 1.18 or later"))
+                rows.append(
+                    (
+                        "warn",
+                        f"efa: RMA {emulated[0]['rma']} on {len(emulated)} rail(s)",
+                        "emulated READ/WRITE run far below line rate: check the instance type's EFA generation, "
+                        "FI_EFA_USE_DEVICE_RDMA (unset or 1) and libfabric 1.18 or later",
+                    )
+                )
             else:
                 rows.append(("ok", f"efa: RMA {doms[0].get('rma') or 'not reported'}", ""))
         if p in ("tcp", "sockets"):
-            rows.append(("warn", f"{p}: RMA is emulated in software over sockets",
-                         "fine for development and tests; use efa or verbs for line rate"))
+            rows.append(
+                (
+                    "warn",
+                    f"{p}: RMA is emulated in software over sockets",
+                    "fine for development and tests; use efa or verbs for line rate",
+                )
+            )
     if not any_rail:
-        rows.append(("fail", "no libfabric provider is usable",
-                     "install libfabric (apt install libfabric1) or the EFA software"))
+        rows.append(
+            (
+                "fail",
+                "no libfabric provider is usable",
+                "install libfabric (apt install libfabric1) or the EFA software",
+            )
+        )
     rows.append(memlock_check(resource.getrlimit(resource.RLIMIT_MEMLOCK)[0], pinning))
     if os.environ.get("FI_HMEM") is None and os.path.exists("/dev/nvidiactl"):
-        rows.append(("warn", "GPUs present and FI_HMEM unset",
-                     "GPU buffers need a provider with FI_HMEM (efa); processes that never touch GPU memory can set "
-                     "FI_HMEM=system so no CUDA context is created"))
+        rows.append(
+            (
+                "warn",
+                "GPUs present and FI_HMEM unset",
+                "GPU buffers need a provider with FI_HMEM (efa); processes that never touch GPU memory can set "
+                "FI_HMEM=system so no CUDA context is created",
+            )
+        )
     if os.environ.get("FI_EFA_FORK_SAFE") is None and os.environ.get("RDMAV_FORK_SAFE") is None:
-        rows.append(("ok", "fork safety not forced (FI_EFA_FORK_SAFE / RDMAV_FORK_SAFE unset)",
-                     "set FI_EFA_FORK_SAFE=1 only if the process forks after registering memory "
-                     "(it slows registration)"))
+        rows.append(
+            (
+                "ok",
+                "fork safety not forced (FI_EFA_FORK_SAFE / RDMAV_FORK_SAFE unset)",
+                "set FI_EFA_FORK_SAFE=1 only if the process forks after registering memory (it slows registration)",
+            )
+        )
     try:
         with open("/proc/meminfo") as f:
             meminfo = dict(line.split(":", 1) for line in f if ":" in line)
         huge = int(meminfo.get("HugePages_Total", "0").strip().split()[0])
-        rows.append(("ok", f"{huge} explicit huge pages configured", "" if huge else
-                     "optional: huge pages cut registration time and TLB misses for big KV pools"))
+        rows.append(
+            (
+                "ok",
+                f"{huge} explicit huge pages configured",
+                "" if huge else "optional: huge pages cut registration time and TLB misses for big KV pools",
+            )
+        )
     except (OSError, ValueError):
         pass
     return rows
@@ -260,16 +317,22 @@ def _shim_advice(st: dict) -> str:
         return "KVF_MOONCAKE_SHIM=0 is set in this environment: unset it to turn the shim on"
     if st["mode"] is None:
         if st["real"]:
-            return ("run `kvfabric mooncake-shim install --force` to make it load kvfabric beside the real Mooncake "
-                    "(or pip uninstall -y mooncake-transfer-engine, then `kvfabric mooncake-shim install`)")
+            return (
+                "run `kvfabric mooncake-shim install --force` to make it load kvfabric beside the real Mooncake "
+                "(or pip uninstall -y mooncake-transfer-engine, then `kvfabric mooncake-shim install`)"
+            )
         return "run `kvfabric mooncake-shim install` to make it load kvfabric"
     if st["loads"] == "mooncake" and st["mode"] == "default":
-        return ("the real Mooncake wins over the shim: pip uninstall -y mooncake-transfer-engine, or "
-                "`kvfabric mooncake-shim install --force` to put kvfabric first")
+        return (
+            "the real Mooncake wins over the shim: pip uninstall -y mooncake-transfer-engine, or "
+            "`kvfabric mooncake-shim install --force` to put kvfabric first"
+        )
     if st["loads"] is None:
         return "the shim is installed but the import fails: the error above says why"
-    return (f"the shim is installed but a fresh interpreter did not take it: is {os.path.dirname(st['pth'])} "
-            "one of its site directories?")
+    return (
+        f"the shim is installed but a fresh interpreter did not take it: is {os.path.dirname(st['pth'])} "
+        "one of its site directories?"
+    )
 
 
 def _print_shim_status(st: dict) -> None:
@@ -310,8 +373,10 @@ def cmd_mooncake_shim(args: argparse.Namespace, rest: list[str]) -> int:
         return 1
     except OSError as err:
         hint = "; run as the owner of this environment" if isinstance(err, PermissionError) else ""
-        print(f"kvfabric: cannot {'write' if args.action == 'install' else 'remove'} {path}: {err.strerror}{hint}",
-              file=sys.stderr)
+        print(
+            f"kvfabric: cannot {'write' if args.action == 'install' else 'remove'} {path}: {err.strerror}{hint}",
+            file=sys.stderr,
+        )
         return 1
     st = shim.status(args.site_dir)
     print(f"import mooncake.engine now loads: {_shim_loads(st)}")
@@ -328,7 +393,7 @@ def engine_name_for(listen: str) -> str:
     `listen` is empty (a node of this host alone)."""
     if not listen:
         return "127.0.0.1:0"
-    host = listen.rsplit(":", 1)[0] if not listen.startswith("[") else listen[:listen.index("]") + 1]
+    host = listen.rsplit(":", 1)[0] if not listen.startswith("[") else listen[: listen.index("]") + 1]
     return f"{host}:0"
 
 
@@ -349,10 +414,15 @@ def cmd_store_node(args: argparse.Namespace, rest: list[str]) -> int:
         pool = parse_bytes(args.pool, "--pool")
         engine_name = args.local_server_name or engine_name_for(args.listen)
         with Engine(engine_name, args.metadata, args.protocol, args.nic_filter, settings) as engine:
-            with Store(engine, pool_bytes=pool, members=args.members or None, listen=args.listen or None,
-                       settings=settings) as store:
-                print(json.dumps({"name": store.name, "segment": engine.name, "pool_bytes": pool,
-                                  "members": store.members()}), flush=True)
+            with Store(
+                engine, pool_bytes=pool, members=args.members or None, listen=args.listen or None, settings=settings
+            ) as store:
+                print(
+                    json.dumps(
+                        {"name": store.name, "segment": engine.name, "pool_bytes": pool, "members": store.members()}
+                    ),
+                    flush=True,
+                )
                 while not stop.wait(args.stats_every if args.stats_every > 0 else 3600):
                     if args.stats_every > 0:
                         print(json.dumps({"time": round(time.time(), 3), **store.stats()}), flush=True)
@@ -366,8 +436,7 @@ def cmd_top(args: argparse.Namespace, rest: list[str]) -> int:
     try:
         from .top import run
     except ImportError as e:
-        print(f"kvfabric top needs textual and prometheus-client ({e}); pip install 'kvfabric[top]'",
-              file=sys.stderr)
+        print(f"kvfabric top needs textual and prometheus-client ({e}); pip install 'kvfabric[top]'", file=sys.stderr)
         return 1
     return run(args.endpoints, args.interval)
 
@@ -389,82 +458,121 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--version", action="version", version=version_text())
     sub = ap.add_subparsers(dest="command", required=True)
     # The tools that take their own flags show their own --help.
-    b = sub.add_parser("bench", help="the C++ benchmark (kvfabric-bench); other flags pass through", add_help=False,
-                       description="Runs kvfabric-bench. Flags after the mode pass through unchanged, for example: "
-                                   "kvfabric bench initiator --protocol=tcp --segment_id=HOST:PORT --operation=write")
+    b = sub.add_parser(
+        "bench",
+        help="the C++ benchmark (kvfabric-bench); other flags pass through",
+        add_help=False,
+        description="Runs kvfabric-bench. Flags after the mode pass through unchanged, for example: "
+        "kvfabric bench initiator --protocol=tcp --segment_id=HOST:PORT --operation=write",
+    )
     b.add_argument("mode", nargs="?", choices=["target", "initiator", "probe"])
     b.set_defaults(fn=cmd_bench)
-    m = sub.add_parser("metadata-server",
-                       help="the http:// metadata store (GET/PUT/DELETE ?key=, ttl, prefix listing); "
-                            "flags pass through",
-                       add_help=False,
-                       description="Runs kvfabric-metadata-server: --host (127.0.0.1), --port (8080; 0 picks one), "
-                                   "--path (/metadata), size and time bounds, --require_auth (writes signed with "
-                                   "KVF_AUTH_TOKEN); see its --help. Engines then use metadata "
-                                   "http://HOST:PORT/metadata.")
+    m = sub.add_parser(
+        "metadata-server",
+        help="the http:// metadata store (GET/PUT/DELETE ?key=, ttl, prefix listing); flags pass through",
+        add_help=False,
+        description="Runs kvfabric-metadata-server: --host (127.0.0.1), --port (8080; 0 picks one), "
+        "--path (/metadata), size and time bounds, --require_auth (writes signed with "
+        "KVF_AUTH_TOKEN); see its --help. Engines then use metadata "
+        "http://HOST:PORT/metadata.",
+    )
     m.set_defaults(fn=cmd_metadata_server)
-    sb = sub.add_parser("store-bench", help="the store's benchmark (kvfabric-store-bench: local, serve, client); "
-                                            "flags pass through", add_help=False)
+    sb = sub.add_parser(
+        "store-bench",
+        help="the store's benchmark (kvfabric-store-bench: local, serve, client); flags pass through",
+        add_help=False,
+    )
     sb.set_defaults(fn=cmd_store_bench)
-    st = sub.add_parser("settings", help="the settings in force, from the environment (kvfabric-settings; --markdown: "
-                                         "the table of docs/settings.md)", add_help=False)
+    st = sub.add_parser(
+        "settings",
+        help="the settings in force, from the environment (kvfabric-settings; --markdown: "
+        "the table of docs/settings.md)",
+        add_help=False,
+    )
     st.set_defaults(fn=cmd_settings)
     p = sub.add_parser("probe", help="is a peer reachable; handshake, open and warmup times")
     p.add_argument("peer", help="the peer's segment name, host:port")
     p.add_argument("--protocol", default="auto")
     p.add_argument("--nic_filter", default="")
-    p.add_argument("--local_server_name", default="",
-                   help="this side's engine address, host:0 (default: this host's address on the route to the peer)")
+    p.add_argument(
+        "--local_server_name",
+        default="",
+        help="this side's engine address, host:0 (default: this host's address on the route to the peer)",
+    )
     p.set_defaults(fn=cmd_probe)
-    t = sub.add_parser("topo", help="rails with NUMA node and PCI address, GPUs and their nearest rails (JSON); "
-                                    "flags pass through to kvfabric-topo", add_help=False,
-                       description="Runs kvfabric-topo: --protocol (auto), --nic_filter, --topology_file.")
+    t = sub.add_parser(
+        "topo",
+        help="rails with NUMA node and PCI address, GPUs and their nearest rails (JSON); "
+        "flags pass through to kvfabric-topo",
+        add_help=False,
+        description="Runs kvfabric-topo: --protocol (auto), --nic_filter, --topology_file.",
+    )
     t.set_defaults(fn=cmd_topo)
     d = sub.add_parser("doctor", help="check this host for known EFA/libfabric pitfalls")
     d.add_argument("--json", action="store_true")
     d.set_defaults(fn=cmd_doctor)
-    sn = sub.add_parser("store-node", help="serve a pool of the KV-cache store until SIGINT or SIGTERM",
-                        description="Runs a store node: an engine and a kvfabric.Store giving --pool bytes of host "
-                                    "memory. Members are found through --metadata (etcd://HOST:2379, "
-                                    "http://HOST:PORT/metadata) or, with p2p, the static --members list, which "
-                                    "must name this node's --listen address. Prints its name and segment as JSON; "
-                                    "with --stats_every, its counters as one JSON line that often. "
-                                    "See docs/store.md and docs/sglang.md.")
+    sn = sub.add_parser(
+        "store-node",
+        help="serve a pool of the KV-cache store until SIGINT or SIGTERM",
+        description="Runs a store node: an engine and a kvfabric.Store giving --pool bytes of host "
+        "memory. Members are found through --metadata (etcd://HOST:2379, "
+        "http://HOST:PORT/metadata) or, with p2p, the static --members list, which "
+        "must name this node's --listen address. Prints its name and segment as JSON; "
+        "with --stats_every, its counters as one JSON line that often. "
+        "See docs/store.md and docs/sglang.md.",
+    )
     sn.add_argument("--pool", default="1gb", help="pool size (4gb, 512mb, bytes; default 1gb)")
-    sn.add_argument("--listen", default="",
-                    help="the control address, host:port (default: the engine's host, a free port)")
+    sn.add_argument(
+        "--listen", default="", help="the control address, host:port (default: the engine's host, a free port)"
+    )
     sn.add_argument("--members", default="", help="the static member list (p2p metadata): host:port,...")
     sn.add_argument("--metadata", default="p2p", help="p2p, etcd://HOST:PORT or http://HOST:PORT/PATH")
     sn.add_argument("--protocol", default="auto")
     sn.add_argument("--nic_filter", default="")
-    sn.add_argument("--local_server_name", default="",
-                    help="the engine's address, host:port (0: a free port; default: --listen's host, or 127.0.0.1)")
-    sn.add_argument("--set", action="append", default=[], metavar="KVF_NAME=VALUE",
-                    help="any kvfabric setting, repeatable")
+    sn.add_argument(
+        "--local_server_name",
+        default="",
+        help="the engine's address, host:port (0: a free port; default: --listen's host, or 127.0.0.1)",
+    )
+    sn.add_argument(
+        "--set", action="append", default=[], metavar="KVF_NAME=VALUE", help="any kvfabric setting, repeatable"
+    )
     sn.add_argument("--stats_every", type=float, default=0, help="seconds between counter lines (0: none)")
     sn.set_defaults(fn=cmd_store_node)
-    tp = sub.add_parser("top", help="a live view of engines' metrics endpoints (KVF_METRICS_LISTEN)",
-                        description="Scrapes each endpoint every --interval seconds and shows each engine's rails "
-                                    "(state, throughput with a sparkline, queue, credits in use, stalls, errors), "
-                                    "peers and latency percentiles. q quits. See docs/metrics.md.")
+    tp = sub.add_parser(
+        "top",
+        help="a live view of engines' metrics endpoints (KVF_METRICS_LISTEN)",
+        description="Scrapes each endpoint every --interval seconds and shows each engine's rails "
+        "(state, throughput with a sparkline, queue, credits in use, stalls, errors), "
+        "peers and latency percentiles. q quits. See docs/metrics.md.",
+    )
     tp.add_argument("endpoints", nargs="+", help="host:port of a metrics endpoint, or its http:// URL")
     tp.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
     tp.set_defaults(fn=cmd_top)
-    ms = sub.add_parser("mooncake-shim", help="let `import mooncake.engine` load kvfabric (vLLM, SGLang unchanged)",
-                        description="install writes kvfabric_mooncake_shim.pth into site-packages so that "
-                                    "`import mooncake.engine` loads kvfabric.compat.mooncake; it refuses (exit 1) "
-                                    "when a real Mooncake package is importable, unless --force. uninstall removes it. "
-                                    "status reports what `import mooncake.engine` really loads in a fresh "
-                                    "interpreter: exit 0 when it is kvfabric's shim, 1 otherwise. "
-                                    "See docs/mooncake-shim.md.")
+    ms = sub.add_parser(
+        "mooncake-shim",
+        help="let `import mooncake.engine` load kvfabric (vLLM, SGLang unchanged)",
+        description="install writes kvfabric_mooncake_shim.pth into site-packages so that "
+        "`import mooncake.engine` loads kvfabric.compat.mooncake; it refuses (exit 1) "
+        "when a real Mooncake package is importable, unless --force. uninstall removes it. "
+        "status reports what `import mooncake.engine` really loads in a fresh "
+        "interpreter: exit 0 when it is kvfabric's shim, 1 otherwise. "
+        "See docs/mooncake-shim.md.",
+    )
     ms.add_argument("action", choices=["install", "uninstall", "status"])
-    ms.add_argument("--force", action="store_true",
-                    help="install: put kvfabric ahead of an installed Mooncake for mooncake.engine; the real "
-                         "package's other modules stay importable")
-    ms.add_argument("--site_dir", default=None,
-                    help="the directory that holds the .pth (default: this environment's site-packages); "
-                         "the fresh interpreter that checks the result processes it with site.addsitedir. "
-                         "For tests")
+    ms.add_argument(
+        "--force",
+        action="store_true",
+        help="install: put kvfabric ahead of an installed Mooncake for mooncake.engine; the real "
+        "package's other modules stay importable",
+    )
+    ms.add_argument(
+        "--site_dir",
+        default=None,
+        help="the directory that holds the .pth (default: this environment's site-packages); "
+        "the fresh interpreter that checks the result processes it with site.addsitedir. "
+        "For tests",
+    )
     ms.set_defaults(fn=cmd_mooncake_shim)
     return ap
 

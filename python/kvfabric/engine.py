@@ -95,8 +95,9 @@ def timeout_ms(timeout: Any) -> int:
     if timeout is None:
         return -1
     if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
-        raise InvalidArgumentError(f"timeout must be a number of seconds or None, not {type(timeout).__name__} "
-                                   f"{timeout!r}")
+        raise InvalidArgumentError(
+            f"timeout must be a number of seconds or None, not {type(timeout).__name__} {timeout!r}"
+        )
     if isinstance(timeout, numbers.Integral):
         seconds = int(timeout)
         ms = seconds * 1000
@@ -106,8 +107,9 @@ def timeout_ms(timeout: Any) -> int:
             raise InvalidArgumentError("timeout is NaN: give a number of seconds >= 0, or None to wait without limit")
         ms = seconds * 1000.0
     if seconds < 0:
-        raise InvalidArgumentError(f"timeout {timeout!r} s is negative: give seconds >= 0, or None to wait "
-                                   "without limit")
+        raise InvalidArgumentError(
+            f"timeout {timeout!r} s is negative: give seconds >= 0, or None to wait without limit"
+        )
     if seconds == math.inf:
         return -1
     return _MAX_WAIT_MS if ms >= _MAX_WAIT_MS else math.ceil(ms)
@@ -120,8 +122,10 @@ def notify_payload(message: Any) -> bytes:
         try:
             return message.encode("utf-8")
         except UnicodeEncodeError as e:
-            raise InvalidArgumentError(f"the message is a str that UTF-8 cannot encode ({e.reason} at index "
-                                       f"{e.start}); pass bytes to send arbitrary bytes") from None
+            raise InvalidArgumentError(
+                f"the message is a str that UTF-8 cannot encode ({e.reason} at index "
+                f"{e.start}); pass bytes to send arbitrary bytes"
+            ) from None
     if isinstance(message, (bytes, bytearray, memoryview)):
         return bytes(message)
     raise InvalidArgumentError(f"a notification is bytes or str, not {type(message).__name__}")
@@ -158,7 +162,8 @@ def buffer_address(buf: Local, length: int | None = None, writable: bool = False
     if readonly and writable:
         raise InvalidArgumentError(
             f"a read-only {type(buf).__name__} cannot be registered: peers could write into it; "
-            "use a bytearray or a writable array")
+            "use a bytearray or a writable array"
+        )
     if dev_type in (_DL_CPU, _DL_CUDA_HOST):
         location = "*"  # host memory: the engine finds its NUMA node
     elif dev_type == _DL_CUDA:
@@ -183,8 +188,13 @@ def _tensor_span(buf: Any):
         raise InvalidArgumentError(f"a {type(buf).__name__} that is not contiguous has no one span of memory")
     device = getattr(buf, "device", None)
     cuda = getattr(device, "type", "cpu") == "cuda"
-    return (int(buf.data_ptr()), int(buf.numel()) * int(buf.element_size()), _DL_CUDA if cuda else _DL_CPU,
-            int(getattr(device, "index", 0) or 0) if cuda else 0, False)
+    return (
+        int(buf.data_ptr()),
+        int(buf.numel()) * int(buf.element_size()),
+        _DL_CUDA if cuda else _DL_CPU,
+        int(getattr(device, "index", 0) or 0) if cuda else 0,
+        False,
+    )
 
 
 def _pin(buf: Local):
@@ -206,8 +216,9 @@ def _unpin(kept) -> None:
 def _opcode(op: Any) -> int:
     n = unsigned(op, "opcode", 1 << 32)
     if n not in (int(OpCode.READ), int(OpCode.WRITE)):
-        raise InvalidArgumentError(f"opcode {n}: use OpCode.READ ({int(OpCode.READ)}) or OpCode.WRITE "
-                                   f"({int(OpCode.WRITE)})")
+        raise InvalidArgumentError(
+            f"opcode {n}: use OpCode.READ ({int(OpCode.READ)}) or OpCode.WRITE ({int(OpCode.WRITE)})"
+        )
     return n
 
 
@@ -492,8 +503,9 @@ class Engine:
     def read_many(self, segment: Segment | str, items: Iterable[tuple]) -> None:
         self.transfer([Request(Op.READ, *it) for it in items], segment)
 
-    def write_async(self, segment: Segment | str, local: Local, remote_addr: int,
-                    length: int | None = None) -> Transfer:
+    def write_async(
+        self, segment: Segment | str, local: Local, remote_addr: int, length: int | None = None
+    ) -> Transfer:
         return self.submit([Request(Op.WRITE, local, remote_addr, length)], segment)
 
     def read_async(self, segment: Segment | str, local: Local, remote_addr: int, length: int | None = None) -> Transfer:

@@ -144,8 +144,10 @@ def check_codes(rows) -> None:
         if code not in declared:
             problems.append(f"{cls.__name__}.code = {code} is no code of the engine")
     if problems:
-        raise ImportError("kvfabric.errors does not match the engine's status codes (include/kvfabric/codes.h):\n  "
-                          + "\n  ".join(problems))
+        raise ImportError(
+            "kvfabric.errors does not match the engine's status codes (include/kvfabric/codes.h):\n  "
+            + "\n  ".join(problems)
+        )
 
 
 def register(core) -> None:

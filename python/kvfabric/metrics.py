@@ -8,6 +8,7 @@ all read the same fields; :func:`rates` and :func:`quantile` turn two
 readings into what an operator watches: bytes per second per rail and per
 peer, and latency percentiles over the interval.
 """
+
 from __future__ import annotations
 
 import math
@@ -26,8 +27,12 @@ _RAIL_FIELDS = {
     "kvfabric_rail_credits": ("credits", False),
     "kvfabric_rail_peer_slots": ("peer_slots", False),
 }
-_OP_NAMES = {("bytes", "write"): "write_bytes", ("bytes", "read"): "read_bytes",
-             ("ops", "write"): "writes", ("ops", "read"): "reads"}
+_OP_NAMES = {
+    ("bytes", "write"): "write_bytes",
+    ("bytes", "read"): "read_bytes",
+    ("ops", "write"): "writes",
+    ("ops", "read"): "reads",
+}
 _SCALARS = {
     "kvfabric_registrations_total": "registrations_total",
     "kvfabric_registration_failures_total": "registration_failures",
@@ -40,10 +45,24 @@ _SCALARS = {
 
 def _engine(out: dict, name: str) -> dict:
     if name not in out:
-        out[name] = {"engine": name, "counting": True, "metrics_address": "", "rails": [], "peers": [], "store": None,
-                     "failures": [], "latency": [], "reroutes": {"failed": 0, "stalled": 0, "refused": 0},
-                     "registrations": [], "registrations_total": 0, "registration_failures": 0,
-                     "handshake_errors": 0, "metadata_errors": 0, "handshakes_refused": 0, "segments_open": 0}
+        out[name] = {
+            "engine": name,
+            "counting": True,
+            "metrics_address": "",
+            "rails": [],
+            "peers": [],
+            "store": None,
+            "failures": [],
+            "latency": [],
+            "reroutes": {"failed": 0, "stalled": 0, "refused": 0},
+            "registrations": [],
+            "registrations_total": 0,
+            "registration_failures": 0,
+            "handshake_errors": 0,
+            "metadata_errors": 0,
+            "handshakes_refused": 0,
+            "segments_open": 0,
+        }
     return out[name]
 
 
@@ -61,8 +80,16 @@ _STORE_FIELDS = {
 
 def _store(e: dict) -> dict:
     if e.get("store") is None:
-        e["store"] = {"node": "", "pool_bytes": 0, "used_bytes": 0, "pages": 0, "members": 0, "put_bytes": 0,
-                      "get_bytes": 0, "served": {"stored": 0, "located": 0, "touched": 0}}
+        e["store"] = {
+            "node": "",
+            "pool_bytes": 0,
+            "used_bytes": 0,
+            "pages": 0,
+            "members": 0,
+            "put_bytes": 0,
+            "get_bytes": 0,
+            "served": {"stored": 0, "located": 0, "touched": 0},
+        }
     return e["store"]
 
 
@@ -101,24 +128,53 @@ def from_prometheus(text: str) -> list[dict]:
                     _store(e)[_STORE_FIELDS[name]] = int(v)
             elif name in _RAIL_FIELDS:
                 field, by_op = _RAIL_FIELDS[name]
-                rail = _row(e["rails"], "index", int(labels.get("rail", "0")), lambda: {
-                    "index": int(labels.get("rail", "0")), "label": "rail %s (%s %s)" % (
-                        labels.get("rail"), labels.get("provider"), labels.get("domain")),
-                    "provider": labels.get("provider", ""), "domain": labels.get("domain", ""),
-                    "write_bytes": 0, "read_bytes": 0, "writes": 0, "reads": 0, "errors": 0, "stalls": 0,
-                    "recoveries": 0, "in_service": True, "queued": 0, "in_flight": 0, "credits": 0,
-                    "peer_slots": 0})
+                rail = _row(
+                    e["rails"],
+                    "index",
+                    int(labels.get("rail", "0")),
+                    lambda: {
+                        "index": int(labels.get("rail", "0")),
+                        "label": "rail %s (%s %s)" % (labels.get("rail"), labels.get("provider"), labels.get("domain")),
+                        "provider": labels.get("provider", ""),
+                        "domain": labels.get("domain", ""),
+                        "write_bytes": 0,
+                        "read_bytes": 0,
+                        "writes": 0,
+                        "reads": 0,
+                        "errors": 0,
+                        "stalls": 0,
+                        "recoveries": 0,
+                        "in_service": True,
+                        "queued": 0,
+                        "in_flight": 0,
+                        "credits": 0,
+                        "peer_slots": 0,
+                    },
+                )
                 if by_op:
                     rail[_OP_NAMES[(field, labels.get("op"))]] = int(v)
                 elif field == "in_service":
                     rail[field] = v > 0
                 else:
                     rail[field] = int(v)
-            elif name in ("kvfabric_requests_total", "kvfabric_transferred_bytes_total",
-                          "kvfabric_peer_failures_total"):
-                peer = _row(e["peers"], "peer", labels["peer"], lambda: {
-                    "peer": labels["peer"], "write_requests": 0, "write_bytes": 0, "read_requests": 0,
-                    "read_bytes": 0, "failures": 0})
+            elif name in (
+                "kvfabric_requests_total",
+                "kvfabric_transferred_bytes_total",
+                "kvfabric_peer_failures_total",
+            ):
+                peer = _row(
+                    e["peers"],
+                    "peer",
+                    labels["peer"],
+                    lambda: {
+                        "peer": labels["peer"],
+                        "write_requests": 0,
+                        "write_bytes": 0,
+                        "read_requests": 0,
+                        "read_bytes": 0,
+                        "failures": 0,
+                    },
+                )
                 if name == "kvfabric_peer_failures_total":
                     peer["failures"] = int(v)
                 else:
@@ -128,8 +184,16 @@ def from_prometheus(text: str) -> list[dict]:
                 e["failures"].append({"op": labels["op"], "code": labels["code"], "count": int(v)})
             elif name.startswith("kvfabric_request_latency_seconds"):
                 key = (labels["engine"], labels["op"], labels["size"])
-                h = latency.setdefault(key, {"op": labels["op"], "size_class": labels["size"], "count": 0,
-                                             "sum_seconds": 0.0, "cumulative": []})
+                h = latency.setdefault(
+                    key,
+                    {
+                        "op": labels["op"],
+                        "size_class": labels["size"],
+                        "count": 0,
+                        "sum_seconds": 0.0,
+                        "cumulative": [],
+                    },
+                )
                 if name.endswith("_bucket"):
                     h["cumulative"].append((float(labels["le"]), int(v)))
                 elif name.endswith("_count"):
@@ -141,8 +205,12 @@ def from_prometheus(text: str) -> list[dict]:
             elif name == "kvfabric_reroute_refusals_total":
                 e["reroutes"]["refused"] = int(v)
             elif name in ("kvfabric_registered_buffers", "kvfabric_registered_bytes"):
-                r = _row(e["registrations"], "location", labels["location"],
-                         lambda: {"location": labels["location"], "buffers": 0, "bytes": 0})
+                r = _row(
+                    e["registrations"],
+                    "location",
+                    labels["location"],
+                    lambda: {"location": labels["location"], "buffers": 0, "bytes": 0},
+                )
                 r["buffers" if name.endswith("buffers") else "bytes"] = int(v)
             elif name in _SCALARS:
                 e[_SCALARS[name]] = int(v)
@@ -197,24 +265,38 @@ def rates(before: dict, after: dict, seconds: float) -> dict:
     st, st0 = after.get("store"), before.get("store") or {}
     if st is not None:
         served, served0 = st["served"], st0.get("served", {})
-        out["store"] = {"stored_rate": delta(served, served0, "stored") / seconds,
-                        "read_rate": (delta(served, served0, "located") + delta(served, served0, "touched")) / seconds,
-                        "put_rate": delta(st, st0, "put_bytes") / seconds,
-                        "get_rate": delta(st, st0, "get_bytes") / seconds}
+        out["store"] = {
+            "stored_rate": delta(served, served0, "stored") / seconds,
+            "read_rate": (delta(served, served0, "located") + delta(served, served0, "touched")) / seconds,
+            "put_rate": delta(st, st0, "put_bytes") / seconds,
+            "get_rate": delta(st, st0, "get_bytes") / seconds,
+        }
     old_rails = _by(before.get("rails", []), "index")
     for r in after.get("rails", []):
         b = old_rails.get(r["index"])
-        out["rails"].append({**r, "write_rate": delta(r, b, "write_bytes") / seconds,
-                             "read_rate": delta(r, b, "read_bytes") / seconds,
-                             "new_stalls": delta(r, b, "stalls"), "new_errors": delta(r, b, "errors")})
+        out["rails"].append(
+            {
+                **r,
+                "write_rate": delta(r, b, "write_bytes") / seconds,
+                "read_rate": delta(r, b, "read_bytes") / seconds,
+                "new_stalls": delta(r, b, "stalls"),
+                "new_errors": delta(r, b, "errors"),
+            }
+        )
     old_peers = _by(before.get("peers", []), "peer")
     for p in after.get("peers", []):
         b = old_peers.get(p["peer"])
         requests = delta(p, b, "write_requests") + delta(p, b, "read_requests")
         out["requests"] += requests / seconds
-        out["peers"].append({**p, "write_rate": delta(p, b, "write_bytes") / seconds,
-                             "read_rate": delta(p, b, "read_bytes") / seconds,
-                             "request_rate": requests / seconds, "new_failures": delta(p, b, "failures")})
+        out["peers"].append(
+            {
+                **p,
+                "write_rate": delta(p, b, "write_bytes") / seconds,
+                "read_rate": delta(p, b, "read_bytes") / seconds,
+                "request_rate": requests / seconds,
+                "new_failures": delta(p, b, "failures"),
+            }
+        )
     old_failures = {(f["op"], f["code"]): f["count"] for f in before.get("failures", [])}
     for f in after.get("failures", []):
         then = old_failures.get((f["op"], f["code"]), 0)
@@ -232,6 +314,9 @@ def rates(before: dict, after: dict, seconds: float) -> dict:
                 acc[i][1] += c
     for op, acc in merged.items():
         pairs = [(u, c) for u, c in acc]
-        out["latency"][op] = {"p50": quantile(pairs, 0.5), "p99": quantile(pairs, 0.99),
-                              "count": sum(c for _, c in pairs)}
+        out["latency"][op] = {
+            "p50": quantile(pairs, 0.5),
+            "p99": quantile(pairs, 0.99),
+            "count": sum(c for _, c in pairs),
+        }
     return out

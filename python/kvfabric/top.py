@@ -11,6 +11,7 @@ name, with what the node served (a node's pages leave by the clients'
 one-sided READs, which its own rails do not count). ``q`` quits. Built on
 textual.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -84,8 +85,9 @@ class EngineView(Static):
         if store is None:
             return
         if store["node"]:
-            self.query_one(".title", Label).update(Text("store node %s  (engine %s, endpoint %s)" % (
-                store["node"], self.engine, self.endpoint)))
+            self.query_one(".title", Label).update(
+                Text("store node %s  (engine %s, endpoint %s)" % (store["node"], self.engine, self.endpoint))
+            )
         self.query_one(".store", Label).update(Text(store_line(store, change)))
 
     def show(self, now: dict, change: Optional[dict]) -> None:
@@ -98,34 +100,53 @@ class EngineView(Static):
             c = by_index.get(r["index"], {})
             w, rd = c.get("write_rate", 0.0), c.get("read_rate", 0.0)
             self.history[r["index"]].append(w + rd)
-            rails.add_row(Text("%d %s %s" % (r["index"], r["provider"], r["domain"])),
-                          "in service" if r["in_service"] else "OUT", _rate(w), _rate(rd), str(r["queued"]),
-                          "%d/%d" % (r["in_flight"], r["credits"]), str(r["stalls"]), str(r["errors"]),
-                          str(r["peer_slots"]))
+            rails.add_row(
+                Text("%d %s %s" % (r["index"], r["provider"], r["domain"])),
+                "in service" if r["in_service"] else "OUT",
+                _rate(w),
+                _rate(rd),
+                str(r["queued"]),
+                "%d/%d" % (r["in_flight"], r["credits"]),
+                str(r["stalls"]),
+                str(r["errors"]),
+                str(r["peer_slots"]),
+            )
             spark_id = "spark%d" % r["index"]
             found = sparks.query("#" + spark_id)
             if found:
                 found.first(Horizontal).query_one(Sparkline).data = list(self.history[r["index"]])
                 found.first(Horizontal).query_one(Label).update("rail %d %9s" % (r["index"], _rate(w + rd)))
             else:
-                sparks.mount(Horizontal(Label("rail %d %9s" % (r["index"], _rate(w + rd))),
-                                        Sparkline(list(self.history[r["index"]]), summary_function=max),
-                                        id=spark_id, classes="spark"))
+                sparks.mount(
+                    Horizontal(
+                        Label("rail %d %9s" % (r["index"], _rate(w + rd))),
+                        Sparkline(list(self.history[r["index"]]), summary_function=max),
+                        id=spark_id,
+                        classes="spark",
+                    )
+                )
         peers = self.query_one(".peers", DataTable)
         peers.clear()
         by_peer = {p["peer"]: p for p in (change or {}).get("peers", [])}
         for p in sorted(now["peers"], key=lambda x: x["peer"]):
             c = by_peer.get(p["peer"], {})
-            peers.add_row(Text(p["peer"]), _rate(c.get("write_rate", 0.0)), _rate(c.get("read_rate", 0.0)),
-                          "%.0f" % c.get("request_rate", 0.0), str(p["failures"]))
+            peers.add_row(
+                Text(p["peer"]),
+                _rate(c.get("write_rate", 0.0)),
+                _rate(c.get("read_rate", 0.0)),
+                "%.0f" % c.get("request_rate", 0.0),
+                str(p["failures"]),
+            )
         parts = []
         for op, v in sorted((change or {}).get("latency", {}).items()):
             if v["count"]:
                 p50, p99 = (latency_bound(v[q], symbols=True) for q in ("p50", "p99"))
                 parts.append("%s latency p50 %s p99 %s" % (op, p50, p99))
         failures = sum(f["count"] for f in now["failures"])
-        parts.append("failures %d (%s)" % (failures, ", ".join(
-            "%s %s %d" % (f["op"], f["code"], f["count"]) for f in now["failures"]) or "none"))
+        parts.append(
+            "failures %d (%s)"
+            % (failures, ", ".join("%s %s %d" % (f["op"], f["code"], f["count"]) for f in now["failures"]) or "none")
+        )
         parts.append("reroutes failed %d stalled %d" % (now["reroutes"]["failed"], now["reroutes"]["stalled"]))
         if not now["counting"] or not now["peers"] and not any(r["writes"] + r["reads"] for r in now["rails"]):
             parts.append("no requests counted yet")
@@ -136,11 +157,19 @@ def store_line(store: dict, change: Optional[dict]) -> str:
     """A store's figures: a node's pool, then what it served; or a client's own traffic."""
     c = (change or {}).get("store") or {}
     if store["node"]:
-        return ("pages %d, pool %s of %s used, %d member(s)\nserved: stored %s, read %s (located and touched)"
-                % (store["pages"], bytes_text(store["used_bytes"]), bytes_text(store["pool_bytes"]),
-                   store["members"], _rate(c.get("stored_rate", 0.0)), _rate(c.get("read_rate", 0.0))))
-    return "store client, %d member(s): put %s, got %s" % (store["members"], _rate(c.get("put_rate", 0.0)),
-                                                         _rate(c.get("get_rate", 0.0)))
+        return "pages %d, pool %s of %s used, %d member(s)\nserved: stored %s, read %s (located and touched)" % (
+            store["pages"],
+            bytes_text(store["used_bytes"]),
+            bytes_text(store["pool_bytes"]),
+            store["members"],
+            _rate(c.get("stored_rate", 0.0)),
+            _rate(c.get("read_rate", 0.0)),
+        )
+    return "store client, %d member(s): put %s, got %s" % (
+        store["members"],
+        _rate(c.get("put_rate", 0.0)),
+        _rate(c.get("get_rate", 0.0)),
+    )
 
 
 def bytes_text(n: int) -> str:
@@ -181,7 +210,8 @@ class Top(App):
 
     async def refresh_views(self) -> None:
         results = await asyncio.gather(
-            *(asyncio.to_thread(_fetch, e, max(0.2, self.interval * 0.8)) for e in self.endpoints))
+            *(asyncio.to_thread(_fetch, e, max(0.2, self.interval * 0.8)) for e in self.endpoints)
+        )
         at = time.monotonic()
         errors = [err for _, err in results if err]
         box = self.query_one("#engines", VerticalScroll)
@@ -198,10 +228,14 @@ class Top(App):
                 change = rates(before[1], now, at - before[0]) if before else None
                 view.show(now, change)
                 self.last[name] = (at, now)
-        self.query_one("#status", Static).update(Text(
-            "unreachable: " + "; ".join(errors) if errors else
-            "%d endpoint(s), %d engine(s); refreshing every %g s" % (len(self.endpoints), len(self.last),
-                                                                     self.interval)))
+        self.query_one("#status", Static).update(
+            Text(
+                "unreachable: " + "; ".join(errors)
+                if errors
+                else "%d endpoint(s), %d engine(s); refreshing every %g s"
+                % (len(self.endpoints), len(self.last), self.interval)
+            )
+        )
 
 
 def run(endpoints: list[str], interval: float = 1.0) -> int:

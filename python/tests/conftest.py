@@ -18,7 +18,11 @@ class Peer:
     def __init__(self, protocol: str, size: int, api: str = "engine", metadata: str = "P2PHANDSHAKE"):
         self.proc = subprocess.Popen(
             [sys.executable, os.path.join(HERE, "peer.py"), protocol, str(size), api, metadata],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=HERE)
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=HERE,
+        )
         line = self.proc.stdout.readline()
         if not line:
             self.proc.kill()
@@ -72,6 +76,7 @@ def protocol(request):
 def nodes(request):
     """Three store nodes in their own processes (test_store.Nodes), over tcp, then shm."""
     from test_store import Nodes
+
     n = Nodes(request.param, 3)
     yield n
     n.close()
@@ -104,10 +109,27 @@ def etcd_uri(tmp_path_factory):
 
     client, peer = free_port(), free_port()
     c, p = f"http://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
-    proc = subprocess.Popen(["etcd", "--name", "kvf-py", "--data-dir", str(tmp_path_factory.mktemp("etcd")),
-                             "--listen-client-urls", c, "--advertise-client-urls", c, "--listen-peer-urls", p,
-                             "--initial-advertise-peer-urls", p, "--initial-cluster", f"kvf-py={p}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            "etcd",
+            "--name",
+            "kvf-py",
+            "--data-dir",
+            str(tmp_path_factory.mktemp("etcd")),
+            "--listen-client-urls",
+            c,
+            "--advertise-client-urls",
+            c,
+            "--listen-peer-urls",
+            p,
+            "--initial-advertise-peer-urls",
+            p,
+            "--initial-cluster",
+            f"kvf-py={p}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 20
     while True:
         try:
@@ -126,8 +148,9 @@ def etcd_uri(tmp_path_factory):
 @pytest.fixture(scope="session")
 def http_metadata_uri():
     """kvfabric metadata-server on loopback, for the whole session."""
-    proc = subprocess.Popen([sys.executable, "-m", "kvfabric", "metadata-server", "--port", "0"],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kvfabric", "metadata-server", "--port", "0"], stdout=subprocess.PIPE, text=True
+    )
     line = proc.stdout.readline()
     if "metadata http://" not in line:
         proc.kill()

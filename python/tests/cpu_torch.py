@@ -105,8 +105,10 @@ class Tensor:
         # torch would convert values and broadcast; only the byte-for-byte
         # case vLLM uses is stood in for, anything else is an error.
         if src.dtype is not self.dtype or src.numel() != self.numel():
-            raise NotImplementedError(f"cpu_torch: copy_ of {src.dtype} x {src.numel()} into "
-                                      f"{self.dtype} x {self.numel()} (same dtype and count only)")
+            raise NotImplementedError(
+                f"cpu_torch: copy_ of {src.dtype} x {src.numel()} into "
+                f"{self.dtype} x {self.numel()} (same dtype and count only)"
+            )
         np.copyto(self._a, src._a.reshape(self._a.shape))
         return self
 
@@ -133,8 +135,19 @@ def from_numpy(array: np.ndarray) -> Tensor:
 def module() -> types.ModuleType:
     """This stand-in as a module named torch."""
     m = types.ModuleType("torch")
-    for name in ("dtype", "uint8", "int64", "float16", "float32", "bfloat16", "device", "UntypedStorage",
-                 "Tensor", "empty", "from_numpy"):
+    for name in (
+        "dtype",
+        "uint8",
+        "int64",
+        "float16",
+        "float32",
+        "bfloat16",
+        "device",
+        "UntypedStorage",
+        "Tensor",
+        "empty",
+        "from_numpy",
+    ):
         setattr(m, name, globals()[name])
     m.Event = type("Event", (), {})  # named in annotations; only CUDA tensors create one
     return m

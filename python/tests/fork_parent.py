@@ -77,8 +77,11 @@ def main() -> None:
             break
         chunks.append(b)
     _, status = os.waitpid(pid, 0)
-    out = {"child": json.loads(b"".join(chunks) or b"{}"), "child_exit": os.waitstatus_to_exitcode(status),
-           "parent_pid": os.getpid()}
+    out = {
+        "child": json.loads(b"".join(chunks) or b"{}"),
+        "child_exit": os.waitstatus_to_exitcode(status),
+        "parent_pid": os.getpid(),
+    }
 
     # The parent's engines after the child's exit.
     with kvfabric.Engine(protocol=protocol, metadata=uri) as other:
@@ -95,8 +98,8 @@ def main() -> None:
             out["shim_segment"] = "ok"
         except kvfabric.KvfabricError as x:
             out["shim_segment"] = f"{type(x).__name__}: {x}"
-    out["store_write_landed"] = bool(np.array_equal(buf[2 * MiB:3 * MiB], pattern(0, MiB, 13)))
-    buf[MiB:2 * MiB] = pattern(MiB, MiB, 12)
+    out["store_write_landed"] = bool(np.array_equal(buf[2 * MiB : 3 * MiB], pattern(0, MiB, 13)))
+    buf[MiB : 2 * MiB] = pattern(MiB, MiB, 12)
     try:
         e.write(seg, buf.ctypes.data + MiB, peer_addr + MiB, MiB)
         out["parent_write"] = "ok"

@@ -52,7 +52,7 @@ class Memory:
         ctypes.memmove(self.ptr + off, pattern(off, n, seed).tobytes(), n)
 
     def check(self, off: int, n: int, base_off: int, seed: int) -> None:
-        got = bytes(self.view()[off:off + n])
+        got = bytes(self.view()[off : off + n])
         assert got == pattern(base_off, n, seed).tobytes(), f"bytes at {off}+{n} differ"
 
 
@@ -176,8 +176,9 @@ def checkpoint_engine() -> None:
     assert rc == 0
     assert registered_location(te, pool.ptr).startswith("cpu:")
     expect_location(te, weights.ptr, 1)
-    rc = te.batch_transfer_sync_read(PEER, [weights.ptr + i * MiB for i in range(4)],
-                                     [PEER_ADDR + i * MiB for i in range(4)], [MiB] * 4)
+    rc = te.batch_transfer_sync_read(
+        PEER, [weights.ptr + i * MiB for i in range(4)], [PEER_ADDR + i * MiB for i in range(4)], [MiB] * 4
+    )
     assert rc == 0
     weights.check(0, 4 * MiB, 0, 1)  # the target's buffer holds pattern seed 1
     rc = te.batch_transfer_sync_read(PEER, [pool.ptr], [PEER_ADDR + 8 * MiB], [4 * MiB])
@@ -195,8 +196,9 @@ def sglang_remote_weights() -> None:
     for w in weights:
         assert te.register_memory(w.ptr, w.nbytes) == 0
         expect_location(te, w.ptr, 0)
-    rc = te.batch_transfer_sync_read(PEER, [w.ptr for w in weights],
-                                     [PEER_ADDR + i * 512 * KiB for i in range(6)], [512 * KiB] * 6)
+    rc = te.batch_transfer_sync_read(
+        PEER, [w.ptr for w in weights], [PEER_ADDR + i * 512 * KiB for i in range(6)], [512 * KiB] * 6
+    )
     assert rc == 0
     for i, w in enumerate(weights):
         w.check(0, 512 * KiB, i * 512 * KiB, 1)
@@ -226,8 +228,12 @@ def miles_weight_update() -> None:
     params = Memory(4 * MiB)
     assert te.register_memory(params.ptr, params.nbytes) == 0
     params.fill(0, 4 * MiB, 60)
-    assert te.batch_transfer_sync_write(PEER, [params.ptr + i * MiB for i in range(4)],
-                                        [PEER_ADDR + i * MiB for i in range(4)], [MiB] * 4) == 0
+    assert (
+        te.batch_transfer_sync_write(
+            PEER, [params.ptr + i * MiB for i in range(4)], [PEER_ADDR + i * MiB for i in range(4)], [MiB] * 4
+        )
+        == 0
+    )
     b1 = te.batch_transfer_async_write(PEER, [params.ptr], [PEER_ADDR], [MiB])
     b2 = te.batch_transfer_async(PEER, [params.ptr + MiB], [PEER_ADDR + 5 * MiB], [MiB], TransferOpcode.Read)
     assert b1 != 0 and b2 != 0 and b1 != b2
@@ -245,8 +251,18 @@ def miles_weight_update() -> None:
     assert te.unregister_memory(params.ptr) == 0
 
 
-SCENARIOS = {f.__name__: f for f in (sglang_pd, vllm_connector, vllm_ec_connector, checkpoint_engine,
-                                    sglang_remote_weights, sglang_elastic_ep, miles_weight_update)}
+SCENARIOS = {
+    f.__name__: f
+    for f in (
+        sglang_pd,
+        vllm_connector,
+        vllm_ec_connector,
+        checkpoint_engine,
+        sglang_remote_weights,
+        sglang_elastic_ep,
+        miles_weight_update,
+    )
+}
 
 if __name__ == "__main__":
     SCENARIOS[SCENARIO]()

@@ -38,12 +38,29 @@ def make_backend(spec: dict):
     os.environ.update({k: str(v) for k, v in spec.get("env", {}).items()})
     factory, config_cls, _ = load_mooncake() if mooncake else load()
     pool = make_pool(spec["kind"], spec.get("layout", "page_first"), **spec.get("pool", {}))
-    fields = {"tp_rank": 0, "tp_size": 1, "pp_rank": 0, "pp_size": 1, "attn_cp_rank": 0, "attn_cp_size": 1,
-              "is_mla_model": spec["kind"] == "mla", "enable_storage_metrics": False,
-              "is_page_first_layout": spec.get("layout", "page_first") != "layer_first", "model_name": "test/model"}
+    fields = {
+        "tp_rank": 0,
+        "tp_size": 1,
+        "pp_rank": 0,
+        "pp_size": 1,
+        "attn_cp_rank": 0,
+        "attn_cp_size": 1,
+        "is_mla_model": spec["kind"] == "mla",
+        "enable_storage_metrics": False,
+        "is_page_first_layout": spec.get("layout", "page_first") != "layer_first",
+        "model_name": "test/model",
+    }
     fields.update(spec.get("config", {}))
-    extra = {} if mooncake else {"backend_name": "kvfabric", "module_path": "kvfabric.integrations.sglang",
-                                 "class_name": "HiCacheKvfabric", "interface_v1": 1}
+    extra = (
+        {}
+        if mooncake
+        else {
+            "backend_name": "kvfabric",
+            "module_path": "kvfabric.integrations.sglang",
+            "class_name": "HiCacheKvfabric",
+            "interface_v1": 1,
+        }
+    )
     extra.update(spec.get("extra", {}))
     config = config_cls(extra_config=extra, **fields)
     given = HandedOver(pool) if spec.get("tensor_like") else pool
@@ -64,8 +81,11 @@ def fill(pool, hashes, slots, rank) -> None:
 
 def check(pool, hashes, slots, results, rank) -> int:
     """How many pages reported as got differ from rank `rank`'s content."""
-    return sum(1 for h, s, ok in zip(hashes, slots, results)
-               if ok and pool.page_bytes(s) != content(h, rank, pool.page_nbytes()))
+    return sum(
+        1
+        for h, s, ok in zip(hashes, slots, results)
+        if ok and pool.page_bytes(s) != content(h, rank, pool.page_nbytes())
+    )
 
 
 def main() -> None:

@@ -14,8 +14,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 class JsonProcess:
     def __init__(self, script: str, spec: dict, env: dict | None = None, what: str = "process"):
-        self.p = subprocess.Popen([sys.executable, os.path.join(HERE, script), json.dumps(spec)],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=HERE, env=env)
+        self.p = subprocess.Popen(
+            [sys.executable, os.path.join(HERE, script), json.dumps(spec)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=HERE,
+            env=env,
+        )
         line = self.p.stdout.readline()
         assert line and json.loads(line)["ready"], f"{what} did not start (exit {self.p.poll()})"
         self.info = json.loads(line)
@@ -32,7 +38,7 @@ class JsonProcess:
 
 
 def qualified_name(obj) -> str:
-    """"module.Class" of `obj`'s class, as helpers report what they made."""
+    """ "module.Class" of `obj`'s class, as helpers report what they made."""
     return f"{type(obj).__module__}.{type(obj).__qualname__}"
 
 

@@ -52,23 +52,47 @@ CHUNK = 256
 LAYERS, HEADS, HEAD_SIZE = 4, 2, 64
 DTYPE = torch.bfloat16
 HIDDEN = HEADS * HEAD_SIZE
-STORE_CALLS = ("put_parts", "put", "put_from", "batch_put_from", "put_batch", "batch_get_buffer", "get_buffer",
-               "batch_get_into", "get_into", "get", "is_exist", "batch_is_exist", "register_buffer",
-               "unregister_buffer")
+STORE_CALLS = (
+    "put_parts",
+    "put",
+    "put_from",
+    "batch_put_from",
+    "put_batch",
+    "batch_get_buffer",
+    "get_buffer",
+    "batch_get_into",
+    "get_into",
+    "get",
+    "is_exist",
+    "batch_is_exist",
+    "register_buffer",
+    "unregister_buffer",
+)
 
 
 def config(spec: dict) -> LMCacheEngineConfig:
     """LMCache's defaults, a remote URL, and Mooncake's setup keys as LMCache's docs write them."""
-    extra = {"local_hostname": "127.0.0.1", "metadata_server": "P2PHANDSHAKE", "protocol": spec["protocol"],
-             "device_name": "", "global_segment_size": 0, "local_buffer_size": "64MB",
-             "master_server_address": "127.0.0.1:50051",
-             # LMCache gives each put this many seconds before it logs a
-             # timeout and moves on (1 by default): a loaded test host needs more.
-             "transfer_timeout": 5}
+    extra = {
+        "local_hostname": "127.0.0.1",
+        "metadata_server": "P2PHANDSHAKE",
+        "protocol": spec["protocol"],
+        "device_name": "",
+        "global_segment_size": 0,
+        "local_buffer_size": "64MB",
+        "master_server_address": "127.0.0.1:50051",
+        # LMCache gives each put this many seconds before it logs a
+        # timeout and moves on (1 by default): a loaded test host needs more.
+        "transfer_timeout": 5,
+    }
     extra.update(spec.get("extra", {}))
-    return LMCacheEngineConfig.from_defaults(chunk_size=CHUNK, local_cpu=False, max_local_cpu_size=0.05,
-                                             remote_url="mooncakestore://127.0.0.1:50051/", extra_config=extra,
-                                             **spec.get("config", {}))
+    return LMCacheEngineConfig.from_defaults(
+        chunk_size=CHUNK,
+        local_cpu=False,
+        max_local_cpu_size=0.05,
+        remote_url="mooncakestore://127.0.0.1:50051/",
+        extra_config=extra,
+        **spec.get("config", {}),
+    )
 
 
 def shape(tokens: int) -> torch.Size:
@@ -90,8 +114,12 @@ def key(seed: int) -> CacheEngineKey:
 
 def same(obj, seed: int, tokens: int) -> bool:
     t = obj.tensor
-    return (t.dtype == DTYPE and t.shape == shape(tokens) and obj.get_memory_format() == MemoryFormat.KV_2LTD
-            and torch.equal(t.contiguous().view(torch.int16), content(seed, tokens).view(torch.int16)))
+    return (
+        t.dtype == DTYPE
+        and t.shape == shape(tokens)
+        and obj.get_memory_format() == MemoryFormat.KV_2LTD
+        and torch.equal(t.contiguous().view(torch.int16), content(seed, tokens).view(torch.int16))
+    )
 
 
 class Watched:
@@ -119,6 +147,7 @@ class Watched:
             if name.startswith("put") or name == "batch_put_from":
                 self.refused += [c for c in (got if isinstance(got, list) else [got]) if c != 0]
             return got
+
         return watched
 
     def take(self) -> dict:
@@ -129,8 +158,16 @@ class Watched:
 
 def main() -> None:
     spec = json.loads(sys.argv[1])
-    metadata = LMCacheMetadata(model_name=MODEL, world_size=1, local_world_size=1, worker_id=0, local_worker_id=0,
-                               kv_dtype=DTYPE, kv_shape=(LAYERS, 2, CHUNK, HEADS, HEAD_SIZE), chunk_size=CHUNK)
+    metadata = LMCacheMetadata(
+        model_name=MODEL,
+        world_size=1,
+        local_world_size=1,
+        worker_id=0,
+        local_worker_id=0,
+        kv_dtype=DTYPE,
+        kv_shape=(LAYERS, 2, CHUNK, HEADS, HEAD_SIZE),
+        chunk_size=CHUNK,
+    )
     # The cache engine runs its storage backends' coroutines on a loop in a thread of its own.
     loop = asyncio.new_event_loop()
     threading.Thread(target=loop.run_forever, daemon=True).start()
@@ -157,15 +194,24 @@ def main() -> None:
     def lookup(chunks: list) -> dict:
         keys = [key(s) for s, _ in chunks]
         prefix = asyncio.run_coroutine_threadsafe(remote.batched_async_contains("lookup", keys), loop).result(30)
-        return {"contains": sum(remote.contains(k) for k in keys), "prefix": remote.batched_contains(keys),
-                "async_prefix": prefix}
+        return {
+            "contains": sum(remote.contains(k) for k in keys),
+            "prefix": remote.batched_contains(keys),
+            "async_prefix": prefix,
+        }
 
     def get(chunks: list, absent: list) -> dict:
         half = len(chunks) // 2
         asked = chunks[:half] + [(s, None) for s in absent] + chunks[half:]
         got = remote.batched_get_blocking([key(s) for s, _ in asked])
-        out = {"found": 0, "exact": 0, "mismatched": 0, "missing": 0, "absent_found": 0,
-               "absent_keys": [k for s in absent for k in (key(s).to_string(), f"chunk_hash={key(s).chunk_hash},")]}
+        out = {
+            "found": 0,
+            "exact": 0,
+            "mismatched": 0,
+            "missing": 0,
+            "absent_found": 0,
+            "absent_keys": [k for s in absent for k in (key(s).to_string(), f"chunk_hash={key(s).chunk_hash},")],
+        }
         for (seed, tokens), obj in zip(asked, got):
             if tokens is None:
                 out["absent_found"] += obj is not None
@@ -187,10 +233,15 @@ def main() -> None:
             out = get(cmd["chunks"], cmd.get("absent", []))
         return {**out, **watched.take()}
 
-    serve({"connector": qualified_name(connector), "store": qualified_name(connector.store),
-           "save_chunk_meta": connector.save_chunk_meta,
-           "header": connector.remote_metadata_bytes if connector.save_chunk_meta else 0},
-          handle)
+    serve(
+        {
+            "connector": qualified_name(connector),
+            "store": qualified_name(connector.store),
+            "save_chunk_meta": connector.save_chunk_meta,
+            "header": connector.remote_metadata_bytes if connector.save_chunk_meta else 0,
+        },
+        handle,
+    )
     remote.close()
     loop.call_soon_threadsafe(loop.stop)
 

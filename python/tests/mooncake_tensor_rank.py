@@ -31,16 +31,20 @@ def tensors() -> dict:
 
 
 def put(store, t: dict) -> dict:
-    checks = {"put_tensor": store.put_tensor("t/full", t["full"]) == 0,
-              "batch_put_tensor": store.batch_put_tensor(["t/a", "t/b", "t/flags", "t/empty"],
-                                                         [t["a"], t["b"], t["flags"], t["empty"]]) == [0] * 4,
-              "put_tensor_with_tp": store.put_tensor_with_tp("t/w", t["tp"], tp_rank=0, tp_size=2, split_dim=1) == 0,
-              "uneven_tp_refused": store.put_tensor_with_tp("t/odd", t["full"], tp_size=2, split_dim=1) == -600,
-              "not_a_tensor_refused": store.put_tensor("t/list", [1, 2, 3]) == -600,
-              "bytes": store.put("t/bytes", b"not a tensor value" * 40) == 0,
-              "pub_tensor": store.pub_tensor("t/pub", t["a"] * 2, ReplicateConfig()) == 0,
-              "with_parallelism": store.put_tensor_with_parallelism("t/par", t["b"]) == 0,
-              "a_spec_refused": store.put_tensor_with_parallelism("t/spec", t["b"], parallelism=object()) == -600}
+    checks = {
+        "put_tensor": store.put_tensor("t/full", t["full"]) == 0,
+        "batch_put_tensor": store.batch_put_tensor(
+            ["t/a", "t/b", "t/flags", "t/empty"], [t["a"], t["b"], t["flags"], t["empty"]]
+        )
+        == [0] * 4,
+        "put_tensor_with_tp": store.put_tensor_with_tp("t/w", t["tp"], tp_rank=0, tp_size=2, split_dim=1) == 0,
+        "uneven_tp_refused": store.put_tensor_with_tp("t/odd", t["full"], tp_size=2, split_dim=1) == -600,
+        "not_a_tensor_refused": store.put_tensor("t/list", [1, 2, 3]) == -600,
+        "bytes": store.put("t/bytes", b"not a tensor value" * 40) == 0,
+        "pub_tensor": store.pub_tensor("t/pub", t["a"] * 2, ReplicateConfig()) == 0,
+        "with_parallelism": store.put_tensor_with_parallelism("t/par", t["b"]) == 0,
+        "a_spec_refused": store.put_tensor_with_parallelism("t/spec", t["b"], parallelism=object()) == -600,
+    }
     # A value laid out by the caller ([header][bytes]) in registered memory.
     scratch = torch.zeros(1 << 16, dtype=torch.uint8)
     assert store.register_buffer(scratch.data_ptr(), scratch.numel()) == 0
@@ -48,30 +52,34 @@ def put(store, t: dict) -> dict:
     n = store.batch_get_into(["t/staged"], [scratch.data_ptr()], [scratch.numel()])[0]
     checks["put_tensor_from"] = n > 304 and store.put_tensor_from("t/from", scratch.data_ptr(), n) == 0
     checks["put_tensor_from_refuses_garbage"] = store.put_tensor_from("t/junk", scratch.data_ptr() + 1, n - 1) == -600
-    checks["put_tensor_with_tp_from"] = store.put_tensor_with_tp_from("t/wf", scratch.data_ptr(), n, tp_size=4,
-                                                                      split_dim=0) == 0
+    checks["put_tensor_with_tp_from"] = (
+        store.put_tensor_with_tp_from("t/wf", scratch.data_ptr(), n, tp_size=4, split_dim=0) == 0
+    )
     store.unregister_buffer(scratch.data_ptr())
     return checks
 
 
 def get(store, t: dict) -> dict:
     same = lambda got, want: isinstance(got, torch.Tensor) and got.dtype == want.dtype and torch.equal(got, want)  # noqa: E731
-    checks = {"get_tensor": same(store.get_tensor("t/full"), t["full"]),
-              "batch_get_tensor": all(same(g, w) for g, w in zip(store.batch_get_tensor(["t/a", "t/b", "t/flags"]),
-                                                                  [t["a"], t["b"], t["flags"]])),
-              "empty": same(store.get_tensor("t/empty"), t["empty"]) and store.get_tensor("t/empty").shape == (0, 3),
-              "miss_is_none": store.get_tensor("t/never") is None,
-              "bytes_are_not_a_tensor": store.get_tensor("t/bytes") is None,
-              "tp_rank0": same(store.get_tensor_with_tp("t/w", tp_rank=0, tp_size=2, split_dim=1), t["tp"][:, :3]),
-              "tp_rank1": same(store.get_tensor_with_tp("t/w", tp_rank=1, tp_size=2), t["tp"][:, 3:]),
-              "tp_batch": same(store.batch_get_tensor_with_tp(["t/w"], tp_rank=1, tp_size=2)[0], t["tp"][:, 3:]),
-              "put_tensor_from": same(store.get_tensor("t/from"), t["from"]),
-              "tp_from": all(same(store.get_tensor_with_tp("t/wf", r, 4), t["from"][16 * r:16 * (r + 1)])
-                             for r in range(4)),
-              "junk_refused": store.is_exist("t/junk") == 0 and store.is_exist("t/odd_tp_0") == 0,
-              "pub_tensor": same(store.get_tensor("t/pub"), t["a"] * 2),
-              "with_parallelism": same(store.get_tensor_with_parallelism("t/par"), t["b"])
-              and store.is_exist("t/spec") == 0}
+    checks = {
+        "get_tensor": same(store.get_tensor("t/full"), t["full"]),
+        "batch_get_tensor": all(
+            same(g, w) for g, w in zip(store.batch_get_tensor(["t/a", "t/b", "t/flags"]), [t["a"], t["b"], t["flags"]])
+        ),
+        "empty": same(store.get_tensor("t/empty"), t["empty"]) and store.get_tensor("t/empty").shape == (0, 3),
+        "miss_is_none": store.get_tensor("t/never") is None,
+        "bytes_are_not_a_tensor": store.get_tensor("t/bytes") is None,
+        "tp_rank0": same(store.get_tensor_with_tp("t/w", tp_rank=0, tp_size=2, split_dim=1), t["tp"][:, :3]),
+        "tp_rank1": same(store.get_tensor_with_tp("t/w", tp_rank=1, tp_size=2), t["tp"][:, 3:]),
+        "tp_batch": same(store.batch_get_tensor_with_tp(["t/w"], tp_rank=1, tp_size=2)[0], t["tp"][:, 3:]),
+        "put_tensor_from": same(store.get_tensor("t/from"), t["from"]),
+        "tp_from": all(
+            same(store.get_tensor_with_tp("t/wf", r, 4), t["from"][16 * r : 16 * (r + 1)]) for r in range(4)
+        ),
+        "junk_refused": store.is_exist("t/junk") == 0 and store.is_exist("t/odd_tp_0") == 0,
+        "pub_tensor": same(store.get_tensor("t/pub"), t["a"] * 2),
+        "with_parallelism": same(store.get_tensor_with_parallelism("t/par"), t["b"]) and store.is_exist("t/spec") == 0,
+    }
     into = torch.zeros(1 << 16, dtype=torch.uint8)
     assert store.register_buffer(into.data_ptr(), into.numel()) == 0
     got = store.get_tensor_into("t/a", into.data_ptr(), into.numel())
@@ -83,8 +91,9 @@ def get(store, t: dict) -> dict:
 
     header, ptr, nbytes, owner = module._serialize_tensor(t["full"])
     payload = header + bytes((ctypes.c_char * nbytes).from_address(ptr))
-    checks["serialize_round_trip"] = (len(header) == module._tensor_metadata_size() == 304
-                                      and same(module._deserialize_tensor(payload), t["full"]))
+    checks["serialize_round_trip"] = len(header) == module._tensor_metadata_size() == 304 and same(
+        module._deserialize_tensor(payload), t["full"]
+    )
     store.unregister_buffer(into.data_ptr())
     return checks
 

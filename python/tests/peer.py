@@ -56,10 +56,10 @@ def main() -> None:
             break
         if parts[0] == "check":
             off, n, seed = map(int, parts[1:])
-            print(int(np.count_nonzero(buf[off:off + n] == pattern(off, n, seed))), flush=True)
+            print(int(np.count_nonzero(buf[off : off + n] == pattern(off, n, seed))), flush=True)
         elif parts[0] == "fill":
             off, n, seed = map(int, parts[1:])
-            buf[off:off + n] = pattern(off, n, seed)
+            buf[off : off + n] = pattern(off, n, seed)
             print("ok", flush=True)
         elif parts[0] == "notifies" and api == "mooncake":
             print(json.dumps([[x.name, x.msg] for x in te.get_notifies()]), flush=True)

@@ -68,7 +68,7 @@ def main() -> int:
         return ptrs, sizes
 
     def spans(ptrs: list[int], sizes: list[int]):
-        return [mem[p - base:p - base + n] for p, n in zip(ptrs, sizes)]
+        return [mem[p - base : p - base + n] for p, n in zip(ptrs, sizes)]
 
     def handle(cmd: dict) -> dict:
         hashes = cmd["hashes"]
@@ -79,7 +79,7 @@ def main() -> int:
             for h, n, ps, ss in zip(hashes, cmd["nbytes"], ptrs, sizes):
                 data, at = content(h, n), 0
                 for view in spans(ps, ss):
-                    view[:] = data[at:at + len(view)]
+                    view[:] = data[at : at + len(view)]
                     at += len(view)
             if cmd["multi"]:
                 return {"results": store.batch_put_from_multi_buffers(hashes, list(ptrs), list(sizes))}
@@ -91,8 +91,10 @@ def main() -> int:
             results = store.batch_get_into_multi_buffers(hashes, list(ptrs), list(sizes))
         else:
             results = store.batch_get(hashes, [p[0] for p in ptrs], [s[0] for s in sizes])
-        wrong = sum(bool(ok) and not np.array_equal(np.concatenate(spans(ps, ss)), content(h, n))
-                    for h, n, ps, ss, ok in zip(hashes, cmd["nbytes"], ptrs, sizes, results))
+        wrong = sum(
+            bool(ok) and not np.array_equal(np.concatenate(spans(ps, ss)), content(h, n))
+            for h, n, ps, ss, ok in zip(hashes, cmd["nbytes"], ptrs, sizes, results)
+        )
         return {"results": results, "wrong": wrong}
 
     serve({"backend": qualified_name(store), "store": qualified_name(store.store)}, handle)

@@ -30,8 +30,13 @@ def serve(started: dict, close, stats=None) -> None:
 def main() -> None:
     protocol, listen, members = sys.argv[1], sys.argv[2], sys.argv[3]
     with kvfabric.Engine(protocol=protocol, settings={"KVF_LOG_LEVEL": "error"}) as engine:
-        store = kvfabric.Store(engine, pool_bytes=32 << 20, members=members, listen=listen,
-                               settings={"KVF_STORE_DEADLINE_MS": 2000, "KVF_STORE_DOWN_RETRY_MS": 300})
+        store = kvfabric.Store(
+            engine,
+            pool_bytes=32 << 20,
+            members=members,
+            listen=listen,
+            settings={"KVF_STORE_DEADLINE_MS": 2000, "KVF_STORE_DOWN_RETRY_MS": 300},
+        )
         serve({"name": store.name, "segment": engine.name, "pid": os.getpid()}, store.close, store.stats)
 
 

@@ -15,13 +15,16 @@ def kvfabric(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "kvfabric", *args], capture_output=True, text=True, timeout=60)
 
 
-@pytest.mark.parametrize("command, tool, flag", [
-    ("bench", "kvfabric-bench", "--segment_id"),
-    ("metadata-server", "kvfabric-metadata-server", "--require_auth"),
-    ("topo", "kvfabric-topo", "--topology_file"),
-    ("store-bench", "kvfabric-store-bench", "local"),
-    ("settings", "kvfabric-settings", "--markdown"),
-])
+@pytest.mark.parametrize(
+    "command, tool, flag",
+    [
+        ("bench", "kvfabric-bench", "--segment_id"),
+        ("metadata-server", "kvfabric-metadata-server", "--require_auth"),
+        ("topo", "kvfabric-topo", "--topology_file"),
+        ("store-bench", "kvfabric-store-bench", "local"),
+        ("settings", "kvfabric-settings", "--markdown"),
+    ],
+)
 def test_each_tool_shows_its_own_flags(command, tool, flag):
     r = kvfabric(command, "--help")
     assert r.returncode == 0, r.stderr
@@ -29,8 +32,13 @@ def test_each_tool_shows_its_own_flags(command, tool, flag):
 
 
 def test_settings_prints_the_values_in_force():
-    r = subprocess.run([sys.executable, "-m", "kvfabric", "settings"], capture_output=True, text=True, timeout=60,
-                       env={"KVF_TX_DEPTH": "512", "PATH": "/usr/bin:/bin"})
+    r = subprocess.run(
+        [sys.executable, "-m", "kvfabric", "settings"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"KVF_TX_DEPTH": "512", "PATH": "/usr/bin:/bin"},
+    )
     assert r.returncode == 0, r.stderr
     assert "KVF_TX_DEPTH=512\n" in r.stdout
 
@@ -56,10 +64,13 @@ def test_the_cli_knows_every_old_flag_name_the_tools_know():
     assert tools and tools.items() <= RENAMED_FLAGS.items(), (tools, RENAMED_FLAGS)
 
 
-@pytest.mark.parametrize("cmd, warned_by", [
-    ([sys.executable, "-m", "kvfabric", "topo", "--device_name=lo"], "kvfabric"),
-    (["kvfabric-topo", "--device_name=lo"], "kvfabric-topo"),
-])
+@pytest.mark.parametrize(
+    "cmd, warned_by",
+    [
+        ([sys.executable, "-m", "kvfabric", "topo", "--device_name=lo"], "kvfabric"),
+        (["kvfabric-topo", "--device_name=lo"], "kvfabric-topo"),
+    ],
+)
 def test_an_old_flag_name_still_works_with_a_warning(cmd, warned_by):
     if cmd[0] == "kvfabric-topo":
         cmd[0] = os.path.join(sysconfig.get_path("scripts"), cmd[0])

@@ -79,8 +79,15 @@ class Deployment:
         return subprocess.run(cmd, cwd=self.cwd, env=self.env, capture_output=True, text=True, timeout=120, **kw)
 
     def start(self, host: str, command: str) -> subprocess.Popen:
-        p = subprocess.Popen(in_host(host, "bash", "-c", f"exec {command}"), cwd=self.cwd, env=self.env,
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        p = subprocess.Popen(
+            in_host(host, "bash", "-c", f"exec {command}"),
+            cwd=self.cwd,
+            env=self.env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         self.servers.append(p)
         return p
 
@@ -129,8 +136,15 @@ def test_deploy_md_word_for_word_on_two_hosts(lab, wheel_dir, metadata, tmp_path
             place = where(text)
             if not place or place == {"etcd": "META_HOST", "http": "ETCD_HOST"}[metadata]:
                 continue  # hardware-only, or the metadata store this run did not choose
-            hosts = {"each host": ["machine"], "once": ["machine"], "each storage host": ["A", "B"],
-                     "host A": ["A"], "host B": ["B"], "ETCD_HOST": ["A"], "META_HOST": ["A"]}[place]
+            hosts = {
+                "each host": ["machine"],
+                "once": ["machine"],
+                "each storage host": ["A", "B"],
+                "host A": ["A"],
+                "host B": ["B"],
+                "ETCD_HOST": ["A"],
+                "META_HOST": ["A"],
+            }[place]
             for host in hosts:
                 addr = LAB_HOSTS.get(host, A)
                 for command in shell(fill(text, addr, metadata)):
@@ -139,8 +153,7 @@ def test_deploy_md_word_for_word_on_two_hosts(lab, wheel_dir, metadata, tmp_path
                         assert r.returncode == 0, r.stderr
                         d.env[command.split()[1].split("=")[0]] = r.stdout.strip()
                     elif command.startswith(SERVERS):
-                        out[(command.split()[0 if command.startswith("etcd") else 1], host)] = d.start(host,
-                                                                                                        command)
+                        out[(command.split()[0 if command.startswith("etcd") else 1], host)] = d.start(host, command)
                         served(d, command, host, out)
                     else:
                         r = d.run(host, command)
@@ -193,8 +206,9 @@ def check(d: Deployment, out: dict, metadata: str):
         assert re.search(rf"engine {re.escape(seg)} ready: .*segment published in {re.escape(uri)}", logs[h]), logs[h]
         assert f"store node {name} serving a pool of 64 MiB (segment {seg})" in logs[h], logs[h]
         other = "B" if h == "A" else "A"
-        assert (f"store member {LAB_HOSTS[other]}:7400 joined placement (segment {node[other]['segment']}, "
-                "pool 64 MiB)") in logs[h], logs[h]
+        assert (
+            f"store member {LAB_HOSTS[other]}:7400 joined placement (segment {node[other]['segment']}, pool 64 MiB)"
+        ) in logs[h], logs[h]
 
 
 def provoke_errors(d: Deployment, metadata: str):

@@ -24,8 +24,13 @@ def pages() -> list:
 
 
 def known_names() -> set:
-    text = (read("include/**/*.h") + read("include/**/*.def") + read("CMakeLists.txt") + read("python/kvfabric/**/*.py")
-            + read("tools/**/*.py"))
+    text = (
+        read("include/**/*.h")
+        + read("include/**/*.def")
+        + read("CMakeLists.txt")
+        + read("python/kvfabric/**/*.py")
+        + read("tools/**/*.py")
+    )
     names = set(NAME.findall(text))
     codes = read("include/kvfabric/codes.h")
     names |= {"KVF_" + c for c in re.findall(r"X\(\d+, \w+, (\w+),", codes)}
@@ -35,8 +40,9 @@ def known_names() -> set:
 def test_every_kvf_name_the_docs_use_exists():
     docs = {p: open(p).read() for p in pages()}
     known = known_names()
-    unknown = sorted({(os.path.relpath(p, ROOT), n) for p, text in docs.items() for n in NAME.findall(text)
-                      if n not in known})
+    unknown = sorted(
+        {(os.path.relpath(p, ROOT), n) for p, text in docs.items() for n in NAME.findall(text) if n not in known}
+    )
     assert not unknown, f"names the docs use and nothing declares: {unknown}"
 
 
@@ -60,8 +66,9 @@ def test_every_flag_the_docs_give_a_kvfabric_command_exists():
     helps, missing = {}, []
     for command, flag, path in sorted(used):
         if command not in helps:
-            r = subprocess.run([sys.executable, "-m", "kvfabric", command, "--help"], capture_output=True, text=True,
-                               timeout=60)
+            r = subprocess.run(
+                [sys.executable, "-m", "kvfabric", command, "--help"], capture_output=True, text=True, timeout=60
+            )
             helps[command] = r.stdout if r.returncode == 0 else ""
         if flag not in helps[command]:
             missing.append((path, f"kvfabric {command} {flag}"))

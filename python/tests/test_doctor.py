@@ -31,8 +31,13 @@ def test_doctor_reads_the_limit_of_its_process():
     def lower():
         resource.setrlimit(resource.RLIMIT_MEMLOCK, (soft, hard))
 
-    r = subprocess.run([sys.executable, "-m", "kvfabric", "doctor", "--json"], capture_output=True, text=True,
-                       timeout=60, preexec_fn=lower)
+    r = subprocess.run(
+        [sys.executable, "-m", "kvfabric", "doctor", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=lower,
+    )
     rows = json.loads(r.stdout)
     memlock = [x for x in rows if x["check"].startswith("locked-memory limit")]
     assert len(memlock) == 1, rows

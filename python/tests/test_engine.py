@@ -86,11 +86,12 @@ def test_batches_sync_async_and_await(protocol, peer_factory):
         e.write_many(seg, [(local.ctypes.data + i * block, peer.addr + i * block, block) for i in range(n)])
         assert peer.check(0, n * block, 9) == n * block
 
-        t = e.read_many_async(seg, [(local.ctypes.data + (n + i) * block, peer.addr + (n + i) * block, block)
-                                    for i in range(n)])
+        t = e.read_many_async(
+            seg, [(local.ctypes.data + (n + i) * block, peer.addr + (n + i) * block, block) for i in range(n)]
+        )
         assert t.wait(timeout=30) == n * block
         assert t.done()
-        assert np.array_equal(local[n * block:], pattern(n * block, n * block, 1))
+        assert np.array_equal(local[n * block :], pattern(n * block, n * block, 1))
 
         local[:block] = pattern(0, block, 11)
 
@@ -101,9 +102,13 @@ def test_batches_sync_async_and_await(protocol, peer_factory):
         assert peer.check(0, block, 11) == block
 
         # Mixed READ and WRITE in one submit, per-task status.
-        t = e.submit([kvfabric.Request(kvfabric.Op.WRITE, local.ctypes.data, peer.addr + block, block),
-                      kvfabric.Request(kvfabric.Op.READ, local.ctypes.data + block, peer.addr + 2 * block, block)],
-                     seg)
+        t = e.submit(
+            [
+                kvfabric.Request(kvfabric.Op.WRITE, local.ctypes.data, peer.addr + block, block),
+                kvfabric.Request(kvfabric.Op.READ, local.ctypes.data + block, peer.addr + 2 * block, block),
+            ],
+            seg,
+        )
         t.wait(30)
         assert t.task_status(1).state == kvfabric.State.COMPLETED
         assert t.task_status(1).transferred_bytes == block
@@ -213,10 +218,15 @@ def test_same_process_segment_is_a_copy():
 
 def test_settings_are_checked_when_read():
     from kvfabric import _core
+
     rows = {r[0]: r for r in _core.setting_table()}
     env, kind, default, meaning, values, choices, unit = rows["KVF_POST_MODE"]
-    assert (kind, default, choices, values) == ("Choice", "auto", ["auto", "direct", "progress"],
-                                                "`auto`, `direct`, `progress`")
+    assert (kind, default, choices, values) == (
+        "Choice",
+        "auto",
+        ["auto", "direct", "progress"],
+        "`auto`, `direct`, `progress`",
+    )
     assert rows["KVF_STAGING_BYTES"][1:3] == ("Bytes", "64MiB") and rows["KVF_STAGING_BYTES"][6] == "bytes"
     assert rows["KVF_TRANSFER_TIMEOUT_MS"][6] == "milliseconds"
     with pytest.raises(kvfabric.InvalidArgumentError, match="allowed values are auto, direct, progress"):
@@ -327,9 +337,19 @@ def test_expire_ends_a_hung_read_now_and_nothing_of_it_lands_later(peer_factory)
     # its own (expire_child.py): libfabric reads FI_AV_REMOVE_CLEANUP once
     # per process.
     peer = peer_factory("tcp")
-    r = subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "expire_child.py"), peer.name,
-                        str(peer.addr), str(peer.pid)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                       timeout=60)
+    r = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(os.path.dirname(__file__), "expire_child.py"),
+            peer.name,
+            str(peer.addr),
+            str(peer.pid),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["ended_batch"] == "COMPLETED", got  # expire() of an ended batch changes nothing

@@ -26,7 +26,8 @@ def declared(list_name: str) -> list[tuple[int, str, str, str]]:
 
 def test_core_exports_the_declaration():
     assert [(code, name, c_name, meaning) for name, code, c_name, meaning in _core.status_codes()] == [
-        (n, name, f"KVF_{c}", meaning) for n, name, c, meaning in declared("KVF_STATUS_CODES")]
+        (n, name, f"KVF_{c}", meaning) for n, name, c, meaning in declared("KVF_STATUS_CODES")
+    ]
 
 
 def test_every_code_has_its_exception_class():
@@ -35,8 +36,10 @@ def test_every_code_has_its_exception_class():
     for number, name, _, _ in rows:
         cls = ERROR_CLASSES[number]
         assert cls.code == number and issubclass(cls, KvfabricError)
-        assert cls.__name__ == (name if name.endswith("Error") else f"{name}Error") or (
-            name, cls.__name__) == ("Timeout", "TransferTimeoutError")
+        assert cls.__name__ == (name if name.endswith("Error") else f"{name}Error") or (name, cls.__name__) == (
+            "Timeout",
+            "TransferTimeoutError",
+        )
         assert getattr(kvfabric, cls.__name__) is cls  # exported by the package
         e = errors.error_for(number, "detail")
         assert type(e) is cls and e.code == number and str(e) == "detail"
@@ -48,10 +51,17 @@ def test_released_names_bases_and_numbers():
     # What users catch: every name of the released package, its built-in base
     # and its number (ABI, with the C API's negated codes) stay.
     released = {
-        "InvalidArgumentError": (1, ValueError), "NotFoundError": (2, LookupError),
-        "OutOfRangeError": (3, ValueError), "BusyError": (4, None), "TransferTimeoutError": (5, TimeoutError),
-        "FabricError": (6, None), "NetworkError": (7, ConnectionError), "ProtocolError": (8, None),
-        "UnavailableError": (9, None), "InternalError": (10, None), "PermissionDeniedError": (11, PermissionError),
+        "InvalidArgumentError": (1, ValueError),
+        "NotFoundError": (2, LookupError),
+        "OutOfRangeError": (3, ValueError),
+        "BusyError": (4, None),
+        "TransferTimeoutError": (5, TimeoutError),
+        "FabricError": (6, None),
+        "NetworkError": (7, ConnectionError),
+        "ProtocolError": (8, None),
+        "UnavailableError": (9, None),
+        "InternalError": (10, None),
+        "PermissionDeniedError": (11, PermissionError),
         "ClosedError": (12, None),
     }
     for name, (code, base) in released.items():
@@ -69,8 +79,7 @@ def test_a_difference_fails_the_import():
         errors.check_codes(rows + [("Overloaded", 13, "KVF_EOVERLOAD", "too much")])
     with pytest.raises(ImportError, match=r"ClosedError.code = 12 is no code of the engine"):
         errors.check_codes(rows[:-1])
-    swapped = [(("Busy" if r[0] == "Timeout" else "Timeout" if r[0] == "Busy" else r[0]),) + tuple(r[1:])
-               for r in rows]
+    swapped = [(("Busy" if r[0] == "Timeout" else "Timeout" if r[0] == "Busy" else r[0]),) + tuple(r[1:]) for r in rows]
     with pytest.raises(ImportError, match=r"code 4 is Timeout \(KVF_EBUSY\) in the engine, but BusyError here"):
         errors.check_codes(swapped)
 
@@ -112,8 +121,10 @@ def test_transfers_report_the_enum():
 
 
 def errors_table() -> str:
-    lines = ["| `.code` | exception | also a | C (`-code`) | C++ `Status::Code` | meaning |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "| `.code` | exception | also a | C (`-code`) | C++ `Status::Code` | meaning |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, code, c_name, meaning in _core.status_codes():
         cls = ERROR_CLASSES[code]
         also = ", ".join(f"`{b.__name__}`" for b in cls.__bases__ if b is not KvfabricError)

@@ -20,6 +20,8 @@ from conftest import LAB_HOSTS as HOSTS
 from conftest import in_host
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+
+
 def readme_command(prefix: str) -> str:
     """The README's command that starts with `prefix`, as printed (between backticks)."""
     with open(os.path.join(ROOT, "README.md")) as f:
@@ -36,16 +38,37 @@ def metadata(request, lab, tmp_path):
         if shutil.which("etcd") is None:
             pytest.skip("no etcd binary (Debian: apt install etcd-server; make deps installs it)")
         client, peer = f"http://{a}:2379", "http://127.0.0.1:2380"
-        proc = subprocess.Popen(in_host("A", "etcd", "--name", "lab", "--data-dir", str(tmp_path / "etcd"),
-                                        "--listen-client-urls", client, "--advertise-client-urls", client,
-                                        "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-                                        "--initial-cluster", f"lab={peer}"),
-                                env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            in_host(
+                "A",
+                "etcd",
+                "--name",
+                "lab",
+                "--data-dir",
+                str(tmp_path / "etcd"),
+                "--listen-client-urls",
+                client,
+                "--advertise-client-urls",
+                client,
+                "--listen-peer-urls",
+                peer,
+                "--initial-advertise-peer-urls",
+                peer,
+                "--initial-cluster",
+                f"lab={peer}",
+            ),
+            env=ENV,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         uri = f"etcd://{a}:2379"
         probe = ["curl", "-sf", "-X", "POST", "-d", "{}", f"{client}/v3/maintenance/status"]
     else:
-        proc = subprocess.Popen(in_host("A", sys.executable, "-m", "kvfabric", "metadata-server", "--host", a,
-                                        "--port", "8080"), env=ENV, stdout=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            in_host("A", sys.executable, "-m", "kvfabric", "metadata-server", "--host", a, "--port", "8080"),
+            env=ENV,
+            stdout=subprocess.DEVNULL,
+        )
         uri = f"http://{a}:8080/metadata"
         probe = ["curl", "-s", "-o", "/dev/null", f"http://{a}:8080/metadata?key=probe"]
     deadline = time.monotonic() + 20
@@ -92,8 +115,12 @@ with kvfabric.Engine("10.77.0.2:0", uri, "tcp") as engine:
 
 
 def test_the_readme_store_nodes_serve_another_host(metadata):
-    nodes = {h: subprocess.Popen(in_host(h, *node_command(h, metadata)), env=ENV, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True) for h in HOSTS}
+    nodes = {
+        h: subprocess.Popen(
+            in_host(h, *node_command(h, metadata)), env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for h in HOSTS
+    }
     try:
         started = {}
         for h, p in nodes.items():
@@ -101,8 +128,9 @@ def test_the_readme_store_nodes_serve_another_host(metadata):
             assert line, f"the store node of host {h} did not start: {p.stderr.read()[-2000:]}"
             started[h] = json.loads(line)
             assert started[h]["segment"].startswith(HOSTS[h] + ":"), f"host {h} advertises {started[h]}"
-        client = subprocess.run(in_host("B", sys.executable, "-c", CLIENT, metadata), env=ENV, capture_output=True,
-                                text=True, timeout=60)
+        client = subprocess.run(
+            in_host("B", sys.executable, "-c", CLIENT, metadata), env=ENV, capture_output=True, text=True, timeout=60
+        )
         assert client.returncode == 0, client.stderr[-3000:]
         out = json.loads(client.stdout.splitlines()[-1])
         assert sorted(out["members"]) == sorted(s["name"] for s in started.values())
@@ -123,12 +151,21 @@ def test_the_readme_store_nodes_serve_another_host(metadata):
 
 def test_a_node_that_would_advertise_loopback_is_refused_with_the_flag_to_set(metadata):
     a = HOSTS["A"]
-    cases = [(["--metadata", metadata], "--listen HOST:PORT"),
-             (["--listen", f"{a}:7401", "--local_server_name", "127.0.0.1:0", "--members", f"{a}:7401"],
-              f"--local_server_name {a}:0")]
+    cases = [
+        (["--metadata", metadata], "--listen HOST:PORT"),
+        (
+            ["--listen", f"{a}:7401", "--local_server_name", "127.0.0.1:0", "--members", f"{a}:7401"],
+            f"--local_server_name {a}:0",
+        ),
+    ]
     for args, advice in cases:
-        r = subprocess.run(in_host("A", sys.executable, "-m", "kvfabric", "store-node", "--pool", "64mb", *args),
-                           env=ENV, capture_output=True, text=True, timeout=60)
+        r = subprocess.run(
+            in_host("A", sys.executable, "-m", "kvfabric", "store-node", "--pool", "64mb", *args),
+            env=ENV,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert r.returncode == 1, (args, r.stdout, r.stderr)
         assert "loopback" in r.stderr and advice in r.stderr, r.stderr
 
@@ -144,13 +181,24 @@ with kvfabric.Engine(sys.argv[1], protocol="tcp") as e:
 
 
 def test_probe_from_another_host_reads_from_the_peer_over_the_link(lab):
-    target = subprocess.Popen(in_host("A", sys.executable, "-c", TARGET, f"{HOSTS['A']}:15000"), env=ENV,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    target = subprocess.Popen(
+        in_host("A", sys.executable, "-c", TARGET, f"{HOSTS['A']}:15000"),
+        env=ENV,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         name = target.stdout.readline().strip()
         assert name == f"{HOSTS['A']}:15000", target.stderr.read()[-2000:] if not name else name
-        r = subprocess.run(in_host("B", sys.executable, "-m", "kvfabric", "probe", name, "--protocol", "tcp"),
-                           env=ENV, capture_output=True, text=True, timeout=60)
+        r = subprocess.run(
+            in_host("B", sys.executable, "-m", "kvfabric", "probe", name, "--protocol", "tcp"),
+            env=ENV,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert r.returncode == 0, (r.stdout, r.stderr)
         out = json.loads(r.stdout)
         assert out["reachable"] and out["read_ms"] > 0, out
@@ -159,7 +207,12 @@ def test_probe_from_another_host_reads_from_the_peer_over_the_link(lab):
         target.stdin.close()
         target.wait(timeout=20)
     # Nothing serves that name now: unreachable, with the reason.
-    r = subprocess.run(in_host("B", sys.executable, "-m", "kvfabric", "probe", name, "--protocol", "tcp"), env=ENV,
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        in_host("B", sys.executable, "-m", "kvfabric", "probe", name, "--protocol", "tcp"),
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     out = json.loads(r.stdout)
     assert r.returncode == 1 and not out["reachable"] and "Connection refused" in out["error"], out

@@ -11,17 +11,22 @@ import sys
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-FAKE = os.environ.get("KVF_FAKE_CUDA_LIBRARY",
-                      os.path.join(HERE, "..", "..", "build", "tests", "libfake_cuda.so"))
-SCENARIOS = ["sglang_pd", "vllm_connector", "vllm_ec_connector", "checkpoint_engine", "sglang_remote_weights",
-             "sglang_elastic_ep", "miles_weight_update"]
+FAKE = os.environ.get("KVF_FAKE_CUDA_LIBRARY", os.path.join(HERE, "..", "..", "build", "tests", "libfake_cuda.so"))
+SCENARIOS = [
+    "sglang_pd",
+    "vllm_connector",
+    "vllm_ec_connector",
+    "checkpoint_engine",
+    "sglang_remote_weights",
+    "sglang_elastic_ep",
+    "miles_weight_update",
+]
 
 
 def run_python(code_or_args, env=None, timeout=120):
     args = code_or_args if isinstance(code_or_args, list) else ["-c", code_or_args]
     full = dict(os.environ, KVF_LOG_LEVEL="info", **(env or {}))
-    return subprocess.run([sys.executable, *args], env=full, capture_output=True, text=True, timeout=timeout,
-                          cwd=HERE)
+    return subprocess.run([sys.executable, *args], env=full, capture_output=True, text=True, timeout=timeout, cwd=HERE)
 
 
 def run_scenario(name, protocol, peer, gpu=False, env=None):

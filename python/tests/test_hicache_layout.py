@@ -12,8 +12,16 @@ DOC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs
 
 
 def config(**kw):
-    base = dict(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1, attn_cp_rank=0, attn_cp_size=1, is_mla_model=False,
-                model_name="org/model")
+    base = dict(
+        tp_rank=0,
+        tp_size=1,
+        pp_rank=0,
+        pp_size=1,
+        attn_cp_rank=0,
+        attn_cp_size=1,
+        is_mla_model=False,
+        model_name="org/model",
+    )
     base.update(kw)
     return types.SimpleNamespace(**base)
 
@@ -48,9 +56,13 @@ def test_head_splitting_is_refused_saying_so():
 def test_page_buffers_group_each_pages_buffers_in_order():
     assert page_buffers([10, 20, 30, 40], [1, 2, 3, 4], 2) == [[(10, 1), (20, 2)], [(30, 3), (40, 4)]]
     assert page_buffers([10, 20], [5, 5], 2) == [[(10, 5)], [(20, 5)]]
-    for ptrs, sizes, pages, what in [([1, 2, 3], [1, 1, 1], 2, "not the same number per page"),
-                                     ([1, 2], [1], 1, "addresses but"), ([], [], 1, "0 buffers"),
-                                     ([1, 2], [1, 0], 1, "size 0"), ([1], [1], 0, "at least one")]:
+    for ptrs, sizes, pages, what in [
+        ([1, 2, 3], [1, 1, 1], 2, "not the same number per page"),
+        ([1, 2], [1], 1, "addresses but"),
+        ([], [], 1, "0 buffers"),
+        ([1, 2], [1, 0], 1, "size 0"),
+        ([1], [1], 0, "at least one"),
+    ]:
         with pytest.raises(ValueError, match=what):
             page_buffers(ptrs, sizes, pages)
 
@@ -68,8 +80,9 @@ def test_byte_counts_parse_with_binary_units_and_refuse_nonsense():
 
 def test_options_come_from_the_extra_config_then_the_environment_then_defaults():
     env = {"KVF_HICACHE_PROTOCOL": "shm", "KVF_HICACHE_GLOBAL_SEGMENT_SIZE": "1gb"}
-    c = BackendConfig.resolve({"protocol": "tcp", "interface_v1": 1, "backend_name": "kvfabric"}, env,
-                              hostname=lambda: "10.1.2.3")
+    c = BackendConfig.resolve(
+        {"protocol": "tcp", "interface_v1": 1, "backend_name": "kvfabric"}, env, hostname=lambda: "10.1.2.3"
+    )
     assert (c.protocol, c.global_segment_size, c.local_hostname) == ("tcp", 1 << 30, "10.1.2.3")
     assert (c.metadata_server, c.key_prefix, c.settings) == ("P2PHANDSHAKE", None, {})
     c = BackendConfig.resolve({"settings": {"KVF_STORE_DEADLINE_MS": 100}, "local_hostname": "h:1"}, {})
@@ -85,8 +98,10 @@ def test_options_come_from_the_extra_config_then_the_environment_then_defaults()
 def test_the_documentation_lists_every_option_as_declared():
     with open(DOC) as f:
         text = f.read()
-    assert options_markdown() in text, ("docs/sglang.md's option table differs from the declaration: "
-                                        "python -m kvfabric.integrations.hicache_layout prints it")
+    assert options_markdown() in text, (
+        "docs/sglang.md's option table differs from the declaration: "
+        "python -m kvfabric.integrations.hicache_layout prints it"
+    )
 
 
 def test_pool_hits_follow_each_pools_policy():

@@ -13,9 +13,13 @@ RUNBOOK = os.path.join(HERE, "..", "..", "tests", "hw", "frameworks.sh")
 
 def run(tmp_path, *args, **env):
     out = tmp_path / "report.md"
-    p = subprocess.run([RUNBOOK, "--python", sys.executable, "--protocol", "tcp", "--pool", "64mb", "--out", str(out),
-                        *args],
-                       capture_output=True, text=True, timeout=300, env=dict(os.environ, **env))
+    p = subprocess.run(
+        [RUNBOOK, "--python", sys.executable, "--protocol", "tcp", "--pool", "64mb", "--out", str(out), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, **env),
+    )
     return p, out.read_text() if out.exists() else ""
 
 
@@ -36,14 +40,16 @@ def test_the_runbook_passes_when_b_takes_the_prompt_from_the_store(tmp_path):
 
 
 def test_the_runbook_fails_when_b_computed_the_prompt_itself(tmp_path):
-    p, report = run(tmp_path, "--only", "vllm", KVF_HW_FAKE_FRAMEWORK=os.path.join(HERE, "fake_framework.py"),
-                    FAKE_STORAGE_HITS="0")
+    p, report = run(
+        tmp_path, "--only", "vllm", KVF_HW_FAKE_FRAMEWORK=os.path.join(HERE, "fake_framework.py"), FAKE_STORAGE_HITS="0"
+    )
     assert p.returncode == 1 and report.count("**FAIL**") == 1 and "- PASS" not in report, report
 
 
 def test_an_instance_that_exits_fails_its_step_at_once(tmp_path):
-    p, report = run(tmp_path, "--only", "sglang", KVF_HW_FAKE_FRAMEWORK=os.path.join(HERE, "fake_framework.py"),
-                    FAKE_EXIT="1")
+    p, report = run(
+        tmp_path, "--only", "sglang", KVF_HW_FAKE_FRAMEWORK=os.path.join(HERE, "fake_framework.py"), FAKE_EXIT="1"
+    )
     assert p.returncode == 1 and "the instances did not start" in report and "exited before serving" in report, report
 
 

@@ -32,7 +32,7 @@ def _writer(e, seg, mine, remote, t, outcome):
                 mine[:n] = data
                 e.write(seg, base, remote + at, n)
                 e.read(seg, base + n, remote + at, n)
-                if not np.array_equal(mine[n:2 * n], data):
+                if not np.array_equal(mine[n : 2 * n], data):
                     outcome[t] = "read back other bytes than written"
                     return
             elif i % 3 == 1:
@@ -59,9 +59,12 @@ def test_close_while_writers_run(protocol, peer_factory):
         e.register(buf)
         seg = e.open(peer.name)
         outcome = [None] * 4
-        threads = [threading.Thread(target=_writer,
-                                    args=(e, seg, buf[t * slot:(t + 1) * slot], peer.addr + t * slot, t, outcome))
-                   for t in range(4)]
+        threads = [
+            threading.Thread(
+                target=_writer, args=(e, seg, buf[t * slot : (t + 1) * slot], peer.addr + t * slot, t, outcome)
+            )
+            for t in range(4)
+        ]
         for th in threads:
             th.start()
         time.sleep(rng.random() * 0.05)
@@ -91,8 +94,13 @@ def test_forked_child_leaves_the_parent_alone(protocol, peer_factory, http_metad
     TransferEngine refuse every call with a clear error; its normal exit
     leaves the parent's segments published and its transfers working."""
     peer = peer_factory(protocol, 16 * MiB, "engine", http_metadata_uri)
-    run = subprocess.run([sys.executable, os.path.join(HERE, "fork_parent.py"), protocol, http_metadata_uri,
-                          peer.name, str(peer.addr)], capture_output=True, text=True, timeout=120, cwd=HERE)
+    run = subprocess.run(
+        [sys.executable, os.path.join(HERE, "fork_parent.py"), protocol, http_metadata_uri, peer.name, str(peer.addr)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=HERE,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     out = json.loads(run.stdout.strip().splitlines()[-1])
     child = out["child"]

@@ -37,14 +37,34 @@ CHUNK = 256  # tokens, as lmcache_rank.py configures LMCache
 CHUNK_BYTES = 2 * 4 * CHUNK * 128 * 2  # k and v, 4 layers, 2 heads x 64, bfloat16
 # What LMCache logs when a put or a get went wrong, or what Python prints when
 # anything raised; the warnings for the keys asked for and never stored are expected.
-ERRORS = ("Failed to put", "Put task failed", "Timeout", "batch_get_buffer failed", "is None for key",
-          "batch_get_into failed", "batch_get_into threw", "Failed to process buffer", "Reshape failed",
-          "Metadata required", "unable to allocate", "Failed to allocate", "Error occurred", "Remote connection failed",
-          "Connection is None", "Failed to initialize", "Buffer registration", "AttributeError", "Traceback",
-          "[kvfabric] [error]")
+ERRORS = (
+    "Failed to put",
+    "Put task failed",
+    "Timeout",
+    "batch_get_buffer failed",
+    "is None for key",
+    "batch_get_into failed",
+    "batch_get_into threw",
+    "Failed to process buffer",
+    "Reshape failed",
+    "Metadata required",
+    "unable to allocate",
+    "Failed to allocate",
+    "Error occurred",
+    "Remote connection failed",
+    "Connection is None",
+    "Failed to initialize",
+    "Buffer registration",
+    "AttributeError",
+    "Traceback",
+    "[kvfabric] [error]",
+)
 
-pytestmark = pytest.mark.skipif(not PYTHON, reason="LMCache is not installed: set KVF_LMCACHE_PYTHON to the python "
-                                "of a venv with lmcache==0.5.6, kvfabric's wheel and its shim (make test does)")
+pytestmark = pytest.mark.skipif(
+    not PYTHON,
+    reason="LMCache is not installed: set KVF_LMCACHE_PYTHON to the python "
+    "of a venv with lmcache==0.5.6, kvfabric's wheel and its shim (make test does)",
+)
 
 
 class Worker:
@@ -53,9 +73,15 @@ class Worker:
 
     def __init__(self, spec: dict, env: dict):
         self.log = tempfile.TemporaryFile("w+")
-        self.p = subprocess.Popen([PYTHON, os.path.join(HERE, "lmcache_rank.py"), json.dumps(spec)],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
-                                  cwd=HERE, env=env)
+        self.p = subprocess.Popen(
+            [PYTHON, os.path.join(HERE, "lmcache_rank.py"), json.dumps(spec)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+            cwd=HERE,
+            env=env,
+        )
 
     def ready(self) -> dict:
         line = self.p.stdout.readline()
@@ -95,8 +121,11 @@ class Worker:
 
 
 def errors(log: str, expected_misses: list) -> list:
-    return [line for line in log.splitlines()
-            if any(e in line for e in ERRORS) and not any(k in line for k in expected_misses)]
+    return [
+        line
+        for line in log.splitlines()
+        if any(e in line for e in ERRORS) and not any(k in line for k in expected_misses)
+    ]
 
 
 @pytest.mark.parametrize("save_chunk_meta", ["default", False])

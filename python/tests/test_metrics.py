@@ -1,6 +1,7 @@
 """Engine.stats(), the metrics endpoint it feeds, and the helpers that read
 them (kvfabric.metrics): a transfer to another process shows in both the
 same way, byte for byte."""
+
 import math
 import time
 import urllib.error
@@ -51,7 +52,8 @@ def test_stats_and_the_endpoint_agree_with_what_moved(protocol, peer_factory):
         assert sum(r["write_bytes"] for r in st["rails"]) == moved
         assert sum(r["read_bytes"] for r in st["rails"]) == moved
         assert {(h["op"], h["size_class"]) for h in st["latency"]} == {
-            (op, c) for op in ("write", "read") for c in ("4KiB", "64KiB", "1MiB", "16MiB")}
+            (op, c) for op in ("write", "read") for c in ("4KiB", "64KiB", "1MiB", "16MiB")
+        }
         assert [(r["buffers"], r["bytes"]) for r in st["registrations"]] == [(1, 4 << 20)]
         assert st["segments_open"] == 1 and st["failures"] == []
         # The scrape, read back, is the same figures.
@@ -72,7 +74,6 @@ def test_engines_of_one_process_share_an_endpoint_with_their_own_labels():
         assert set(engines) == {a.name, b.name}
         assert engines[a.name]["peers"][0]["write_bytes"] == 1 << 20
         assert engines[b.name]["peers"] == []
-
 
 
 def test_metrics_off_leaves_the_rails_counting():
@@ -105,16 +106,22 @@ def test_quantiles_and_rates():
     assert quantile(buckets, 0.99) == 0.1
     assert quantile([(0.001, 0), (math.inf, 2)], 0.5) == math.inf
     assert quantile([(0.001, 0)], 0.5) is None
-    before = {"rails": [{"index": 0, "write_bytes": 100, "read_bytes": 0, "stalls": 0, "errors": 0}],
-              "peers": [{"peer": "p", "write_requests": 1, "read_requests": 0, "write_bytes": 100, "read_bytes": 0,
-                         "failures": 0}],
-              "failures": [], "latency": [{"op": "write", "size_class": "4KiB", "count": 1,
-                                           "buckets": [(0.001, 1), (math.inf, 0)]}]}
-    after = {"rails": [{"index": 0, "write_bytes": 300, "read_bytes": 50, "stalls": 1, "errors": 0}],
-             "peers": [{"peer": "p", "write_requests": 3, "read_requests": 1, "write_bytes": 300, "read_bytes": 50,
-                        "failures": 1}],
-             "failures": [{"op": "read", "code": "Timeout", "count": 1}],
-             "latency": [{"op": "write", "size_class": "4KiB", "count": 3, "buckets": [(0.001, 1), (math.inf, 2)]}]}
+    before = {
+        "rails": [{"index": 0, "write_bytes": 100, "read_bytes": 0, "stalls": 0, "errors": 0}],
+        "peers": [
+            {"peer": "p", "write_requests": 1, "read_requests": 0, "write_bytes": 100, "read_bytes": 0, "failures": 0}
+        ],
+        "failures": [],
+        "latency": [{"op": "write", "size_class": "4KiB", "count": 1, "buckets": [(0.001, 1), (math.inf, 0)]}],
+    }
+    after = {
+        "rails": [{"index": 0, "write_bytes": 300, "read_bytes": 50, "stalls": 1, "errors": 0}],
+        "peers": [
+            {"peer": "p", "write_requests": 3, "read_requests": 1, "write_bytes": 300, "read_bytes": 50, "failures": 1}
+        ],
+        "failures": [{"op": "read", "code": "Timeout", "count": 1}],
+        "latency": [{"op": "write", "size_class": "4KiB", "count": 3, "buckets": [(0.001, 1), (math.inf, 2)]}],
+    }
     r = rates(before, after, 2.0)
     assert r["rails"][0]["write_rate"] == 100 and r["rails"][0]["read_rate"] == 25
     assert r["rails"][0]["new_stalls"] == 1
@@ -131,9 +138,10 @@ def test_a_stores_figures_are_served_beside_its_engines():
 
     nodes = Nodes("tcp", 2)
     try:
-        with kvfabric.Engine(protocol="tcp", settings={"KVF_METRICS_LISTEN": "127.0.0.1:0",
-                                                       "KVF_LOG_LEVEL": "error",
-                                                       "KVF_STORE_SHARE_POOLS": "0"}) as e:
+        with kvfabric.Engine(
+            protocol="tcp",
+            settings={"KVF_METRICS_LISTEN": "127.0.0.1:0", "KVF_LOG_LEVEL": "error", "KVF_STORE_SHARE_POOLS": "0"},
+        ) as e:
             store = kvfabric.Store(e, members=nodes.members)
             try:
                 pages = [np.full(8192 + i, i, dtype=np.uint8) for i in range(8)]

@@ -37,24 +37,24 @@ def test_sync_async_and_polled_transfers(protocol, engine, peer_factory):
     assert engine.transfer_sync_write(peer.name, base, peer.addr, MiB) == 0
     assert peer.check(0, MiB, 21) == MiB
     assert engine.transfer_sync_read(peer.name, base + MiB, peer.addr + 2 * MiB, MiB) == 0
-    assert np.array_equal(local[MiB:2 * MiB], pattern(2 * MiB, MiB, 1))
+    assert np.array_equal(local[MiB : 2 * MiB], pattern(2 * MiB, MiB, 1))
 
     n, block = 8, 256 << 10
-    local[:n * block] = pattern(0, n * block, 22)
+    local[: n * block] = pattern(0, n * block, 22)
     addrs = [base + i * block for i in range(n)]
     peers = [peer.addr + i * block for i in range(n)]
     assert engine.batch_transfer_sync_write(peer.name, addrs, peers, [block] * n) == 0
     assert peer.check(0, n * block, 22) == n * block
     assert engine.batch_transfer_sync_read(peer.name, [base + 4 * MiB], [peer.addr + 4 * MiB], [MiB]) == 0
-    assert np.array_equal(local[4 * MiB:5 * MiB], pattern(4 * MiB, MiB, 1))
+    assert np.array_equal(local[4 * MiB : 5 * MiB], pattern(4 * MiB, MiB, 1))
 
-    local[:n * block] = pattern(0, n * block, 23)
+    local[: n * block] = pattern(0, n * block, 23)
     b1 = engine.batch_transfer_async_write(peer.name, addrs, peers, [block] * n)
     b2 = engine.batch_transfer_async_read(peer.name, [base + 6 * MiB], [peer.addr + 6 * MiB], [MiB])
     assert b1 > 0 and b2 > 0 and b1 != b2
     assert engine.get_batch_transfer_status([b1, b2]) == 0
     assert peer.check(0, n * block, 23) == n * block
-    assert np.array_equal(local[6 * MiB:7 * MiB], pattern(6 * MiB, MiB, 1))
+    assert np.array_equal(local[6 * MiB : 7 * MiB], pattern(6 * MiB, MiB, 1))
 
     local[:MiB] = pattern(0, MiB, 24)
     bid = engine.transfer_submit_write(peer.name, base, peer.addr, MiB)
@@ -66,8 +66,10 @@ def test_sync_async_and_polled_transfers(protocol, engine, peer_factory):
     assert peer.check(0, MiB, 24) == MiB
     assert engine.transfer_check_status(bid) == -1  # consumed: now unknown
 
-    assert engine.transfer_sync(peer.name, base, peer.addr, 16, TransferOpcode.WRITE,
-                                TransferNotify("req-7", "kv ready")) == 0
+    assert (
+        engine.transfer_sync(peer.name, base, peer.addr, 16, TransferOpcode.WRITE, TransferNotify("req-7", "kv ready"))
+        == 0
+    )
     assert json.loads(peer.ask("notifies")) == [["req-7", "kv ready"]]
     assert engine.unregister_memory(base) == 0
 
@@ -169,8 +171,12 @@ def test_cli():
 
 def test_cli_probe_live_peer(peer_factory):
     peer = peer_factory("tcp")
-    r = subprocess.run([sys.executable, "-m", "kvfabric", "probe", peer.name, "--protocol", "tcp"],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "kvfabric", "probe", peer.name, "--protocol", "tcp"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     out = json.loads(r.stdout)
     assert r.returncode == 0 and out["reachable"] and out["buffers"][0]["addr"] == peer.addr
 
@@ -187,9 +193,11 @@ def test_shim_serves_mooncake_imports(tmp_path):
     site = str(tmp_path)
     r = run("-m", "kvfabric", "mooncake-shim", "install", "--site_dir", site)
     assert r.returncode == 0, r.stdout + r.stderr
-    code = (f"import site; site.addsitedir({site!r}); from mooncake.engine import TransferEngine; "
-            "te = TransferEngine(); print(type(te).__module__, te.initialize('127.0.0.1', 'P2PHANDSHAKE', 'tcp', ''), "
-            "te.get_rpc_port() > 0); te.close()")
+    code = (
+        f"import site; site.addsitedir({site!r}); from mooncake.engine import TransferEngine; "
+        "te = TransferEngine(); print(type(te).__module__, te.initialize('127.0.0.1', 'P2PHANDSHAKE', 'tcp', ''), "
+        "te.get_rpc_port() > 0); te.close()"
+    )
     r = run("-c", code)
     assert r.stdout.split() == ["kvfabric.compat.mooncake", "0", "True"], r.stderr[-2000:]
     r = run("-c", code, env={**os.environ, "KVF_MOONCAKE_SHIM": "0"})
@@ -202,7 +210,7 @@ def test_cluster_metadata_backends(backend, request, peer_factory):
     """The same transfers with segments found through etcd or the http store."""
     uri = request.getfixturevalue("http_metadata_uri" if backend == "http" else "etcd_uri")
     if backend == "bare_etcd":  # Mooncake's form: host:port means etcd
-        uri = uri[len("etcd://"):]
+        uri = uri[len("etcd://") :]
     peer = peer_factory("tcp", api="mooncake", metadata=uri)
     te = TransferEngine()
     assert te.initialize("127.0.0.1", uri, "tcp", "") == 0
@@ -252,18 +260,36 @@ def test_bad_numbers_are_logged_clearly_and_change_nothing(peer_factory, capfd):
         assert te.register_memory(base, MiB) == 0
         capfd.readouterr()
         cases = [
-            (lambda: te.transfer_sync_write(peer.name, base, -1, 16), -1,
-             "peer_buffer_addresses[0] -1 is out of range"),
-            (lambda: te.transfer_sync_read(peer.name, 1.5, peer.addr, 16), -1,
-             "buffers[0] must be an integer, not float"),
-            (lambda: te.batch_transfer_sync_write(peer.name, [base, base], [peer.addr, 1 << 64], [16, 16]), -1,
-             "peer_buffer_addresses[1] 18446744073709551616 is out of range"),
-            (lambda: te.batch_transfer_sync_read(peer.name, [base], [peer.addr], [16.0]), -1,
-             "lengths[0] must be an integer"),
-            (lambda: te.batch_transfer_async_write(peer.name, [base], [peer.addr], [-1]), 0,
-             "lengths[0] -1 is out of range"),
-            (lambda: te.transfer_submit_write(peer.name, base, peer.addr, 1 << 64), 0,
-             "lengths[0] 18446744073709551616"),
+            (
+                lambda: te.transfer_sync_write(peer.name, base, -1, 16),
+                -1,
+                "peer_buffer_addresses[0] -1 is out of range",
+            ),
+            (
+                lambda: te.transfer_sync_read(peer.name, 1.5, peer.addr, 16),
+                -1,
+                "buffers[0] must be an integer, not float",
+            ),
+            (
+                lambda: te.batch_transfer_sync_write(peer.name, [base, base], [peer.addr, 1 << 64], [16, 16]),
+                -1,
+                "peer_buffer_addresses[1] 18446744073709551616 is out of range",
+            ),
+            (
+                lambda: te.batch_transfer_sync_read(peer.name, [base], [peer.addr], [16.0]),
+                -1,
+                "lengths[0] must be an integer",
+            ),
+            (
+                lambda: te.batch_transfer_async_write(peer.name, [base], [peer.addr], [-1]),
+                0,
+                "lengths[0] -1 is out of range",
+            ),
+            (
+                lambda: te.transfer_submit_write(peer.name, base, peer.addr, 1 << 64),
+                0,
+                "lengths[0] 18446744073709551616",
+            ),
             (lambda: te.transfer_sync(peer.name, base, peer.addr, 16, 7), -1, "opcode 7"),
             (lambda: te.batch_transfer_async(peer.name, [base], [peer.addr], [16], 1 << 64), 0, "opcode"),
             (lambda: te.transfer_check_status(-1), -1, "batch id -1 is out of range"),

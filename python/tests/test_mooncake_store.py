@@ -7,9 +7,16 @@ import os
 import numpy as np
 import pytest
 
-from kvfabric.compat.mooncake_store import (INVALID_PARAMS, OBJECT_ALREADY_EXISTS, OBJECT_NOT_FOUND, RPC_FAIL,
-                                            MooncakeDistributedStore, MooncakeHostMemAllocator, ObjectDataType,
-                                            ReplicateConfig)
+from kvfabric.compat.mooncake_store import (
+    INVALID_PARAMS,
+    OBJECT_ALREADY_EXISTS,
+    OBJECT_NOT_FOUND,
+    RPC_FAIL,
+    MooncakeDistributedStore,
+    MooncakeHostMemAllocator,
+    ObjectDataType,
+    ReplicateConfig,
+)
 from test_store import Nodes
 
 MiB = 1 << 20
@@ -45,24 +52,27 @@ def test_batches_from_registered_buffers_come_back_byte_exact(mooncake_store):
     assert store.batch_put_from(keys, ptrs, sizes, ReplicateConfig()) == [0] * len(keys)
     assert store.batch_is_exist(keys + ["mc/absent"]) == [1] * len(keys) + [0]
     assert store.is_exist(keys[3]) == 1 and store.is_exist("mc/absent") == 0
-    got = store.batch_get_into(keys + ["mc/absent"], [dst.ctypes.data + o for o in offsets] + [dst.ctypes.data],
-                               sizes + [4096])
+    got = store.batch_get_into(
+        keys + ["mc/absent"], [dst.ctypes.data + o for o in offsets] + [dst.ctypes.data], sizes + [4096]
+    )
     assert got[:-1] == sizes, "bytes read per key"
     assert got[-1] == OBJECT_NOT_FOUND
     for o, n in zip(offsets, sizes):
-        assert np.array_equal(dst[o:o + n], src[o:o + n])
+        assert np.array_equal(dst[o : o + n], src[o : o + n])
 
     # One key = several buffers (per-layer k and v), read back into another split.
-    k, v = src[:64 << 10], src[1 * MiB:1 * MiB + (16 << 10)]
-    assert store.batch_put_from_multi_buffers(["mc/kv"], [[k.ctypes.data, v.ctypes.data]],
-                                              [[k.nbytes, v.nbytes]], ReplicateConfig()) == [0]
+    k, v = src[: 64 << 10], src[1 * MiB : 1 * MiB + (16 << 10)]
+    assert store.batch_put_from_multi_buffers(
+        ["mc/kv"], [[k.ctypes.data, v.ctypes.data]], [[k.nbytes, v.nbytes]], ReplicateConfig()
+    ) == [0]
     dst[:] = 0
     half = (k.nbytes + v.nbytes) // 2
-    assert store.batch_get_into_multi_buffers(["mc/kv"], [[dst.ctypes.data, dst.ctypes.data + MiB]],
-                                              [[half, k.nbytes + v.nbytes - half]]) == [k.nbytes + v.nbytes]
+    assert store.batch_get_into_multi_buffers(
+        ["mc/kv"], [[dst.ctypes.data, dst.ctypes.data + MiB]], [[half, k.nbytes + v.nbytes - half]]
+    ) == [k.nbytes + v.nbytes]
     whole = np.concatenate([k, v])
     assert np.array_equal(dst[:half], whole[:half])
-    assert np.array_equal(dst[MiB:MiB + whole.nbytes - half], whole[half:])
+    assert np.array_equal(dst[MiB : MiB + whole.nbytes - half], whole[half:])
 
     # A buffer too small is Mooncake's -600; an unregistered one too, and nothing is stored.
     assert store.batch_get_into([keys[0]], [dst.ctypes.data], [sizes[0] - 1]) == [INVALID_PARAMS] or sizes[0] == 1
@@ -117,15 +127,17 @@ def test_vllms_encoder_cache_call_sequence(mooncake_store):
     config = ReplicateConfig()
     config.data_type = ObjectDataType.TENSOR
     header_fmt = struct.Struct("<IIQQ")
-    embeddings = {f"ec/mm{i}": np.random.default_rng(i).integers(0, 256, (16 + i) * 1024, dtype=np.uint8)
-                  for i in range(3)}
+    embeddings = {
+        f"ec/mm{i}": np.random.default_rng(i).integers(0, 256, (16 + i) * 1024, dtype=np.uint8) for i in range(3)
+    }
     for key, data in embeddings.items():
         header = (ctypes.c_ubyte * header_fmt.size).from_buffer_copy(header_fmt.pack(0x4D4F4F4E, 12, 16, data.nbytes))
         hptr = ctypes.addressof(header)
         assert store.register_buffer(data.ctypes.data, data.nbytes) == 0
         assert store.register_buffer(hptr, header_fmt.size) == 0
-        assert store.batch_put_from_multi_buffers([key], [[hptr, data.ctypes.data]],
-                                                  [[header_fmt.size, data.nbytes]], config) == [0]
+        assert store.batch_put_from_multi_buffers(
+            [key], [[hptr, data.ctypes.data]], [[header_fmt.size, data.nbytes]], config
+        ) == [0]
         assert store.unregister_buffer(data.ctypes.data) == 0 and store.unregister_buffer(hptr) == 0
     assert store.batch_is_exist(list(embeddings)) == [1, 1, 1]
     read = np.zeros(1 * MiB, dtype=np.uint8)
@@ -135,8 +147,8 @@ def test_vllms_encoder_cache_call_sequence(mooncake_store):
     got = store.batch_get_into(list(embeddings), [read.ctypes.data + o for o in offsets], sizes)
     assert got == sizes
     for (key, data), o in zip(embeddings.items(), offsets):
-        assert header_fmt.unpack(read[o:o + header_fmt.size].tobytes())[3] == data.nbytes
-        assert np.array_equal(read[o + header_fmt.size:o + header_fmt.size + data.nbytes], data)
+        assert header_fmt.unpack(read[o : o + header_fmt.size].tobytes())[3] == data.nbytes
+        assert np.array_equal(read[o + header_fmt.size : o + header_fmt.size + data.nbytes], data)
     assert store.unregister_buffer(read.ctypes.data, read.nbytes) == 0
 
 
@@ -188,7 +200,11 @@ def test_calls_before_setup_answer_mooncakes_codes_and_raise_nothing():
 def test_replicate_config_and_host_allocator_look_like_mooncakes():
     cfg = ReplicateConfig()
     assert (cfg.replica_num, cfg.with_hard_pin, cfg.preferred_segment, cfg.prefer_alloc_in_same_node) == (
-        1, False, "", False)
+        1,
+        False,
+        "",
+        False,
+    )
     assert hasattr(cfg, "group_ids") and not hasattr(cfg, "session_ids")
     alloc = MooncakeHostMemAllocator()
     ptr = alloc.alloc(1 << 20)
@@ -211,8 +227,13 @@ def test_workers_that_give_memory_find_each_other_through_etcd(etcd_uri, monkeyp
     monkeypatch.setenv("KVF_LOG_LEVEL", "error")
     monkeypatch.setenv("KVF_STORE_CLUSTER", f"mc-{os.getpid()}")
     here = os.path.dirname(os.path.abspath(__file__))
-    other = subprocess.Popen([sys.executable, os.path.join(here, "mooncake_store_node.py"), "tcp", etcd_uri],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=here)
+    other = subprocess.Popen(
+        [sys.executable, os.path.join(here, "mooncake_store_node.py"), "tcp", etcd_uri],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=here,
+    )
     store = MooncakeDistributedStore()
     try:
         started = json.loads(other.stdout.readline())
@@ -282,17 +303,23 @@ def test_ranged_reads_in_a_session_read_parts_of_pages(mooncake_store):
     assert store.batch_put_from([keys[0]], [src.ctypes.data + page], [page]) == [0]
     for layer in range(layers):
         got = store.batch_get_into_multi_buffer_ranges(
-            keys, [[dst.ctypes.data + i * page + layer * per_layer] for i in range(8)],
-            [[per_layer]] * 8, [[layer * per_layer]] * 8)
+            keys,
+            [[dst.ctypes.data + i * page + layer * per_layer] for i in range(8)],
+            [[per_layer]] * 8,
+            [[layer * per_layer]] * 8,
+        )
         assert got == [per_layer] * 8, (layer, got)
     assert np.array_equal(dst, src)
     assert store.batch_get_into_multi_buffer_ranges(["layerwise/absent"], [[dst.ctypes.data]], [[1]], [[0]]) == [
-        OBJECT_NOT_FOUND]
+        OBJECT_NOT_FOUND
+    ]
     assert store.batch_get_into_multi_buffer_ranges([keys[1]], [[dst.ctypes.data]], [[2]], [[page - 1]]) == [
-        INVALID_PARAMS], "a range past the page's end"
+        INVALID_PARAMS
+    ], "a range past the page's end"
     assert store.batch_get_session_end(keys) == 0
     assert store.batch_get_into_multi_buffer_ranges([keys[1]], [[dst.ctypes.data]], [[1]], [[0]]) == [
-        OBJECT_NOT_FOUND], "after the session"
+        OBJECT_NOT_FOUND
+    ], "after the session"
 
 
 def test_ranged_writes_in_a_session_put_whole_pages(mooncake_store):
@@ -313,23 +340,29 @@ def test_ranged_writes_in_a_session_put_whole_pages(mooncake_store):
     assert store.batch_is_exist(keys) == [0] * n, "nothing is put before the session ends"
     for layer in reversed(range(layers)):  # any order
         got = store.batch_put_from_multi_buffer_ranges(
-            keys, [[src.ctypes.data + i * page + layer * per_layer] for i in range(n)],
-            [[per_layer]] * n, [[layer * per_layer]] * n)
+            keys,
+            [[src.ctypes.data + i * page + layer * per_layer] for i in range(n)],
+            [[per_layer]] * n,
+            [[layer * per_layer]] * n,
+        )
         assert got == [0] * n, (layer, got)
     assert store.batch_put_from_multi_buffer_ranges([keys[1]], [[src.ctypes.data]], [[2]], [[page - 1]]) == [
-        INVALID_PARAMS], "a range past the page's end"
+        INVALID_PARAMS
+    ], "a range past the page's end"
     assert store.batch_put_from_multi_buffer_ranges(["layersave/none"], [[src.ctypes.data]], [[1]], [[0]]) == [
-        OBJECT_NOT_FOUND]
+        OBJECT_NOT_FOUND
+    ]
     unregistered = np.ones(16, dtype=np.uint8)
     assert store.batch_put_from_multi_buffer_ranges([keys[2]], [[unregistered.ctypes.data]], [[16]], [[0]]) == [
-        INVALID_PARAMS], "a range from memory the engine does not know"
+        INVALID_PARAMS
+    ], "a range from memory the engine does not know"
     assert store.batch_put_session_revoke([keys[-1], "layersave/none"]) == [0, OBJECT_NOT_FOUND]
     assert store.batch_put_session_end(keys) == [0] * (n - 1) + [OBJECT_NOT_FOUND]
     assert store.batch_put_session_end(keys[:1]) == [OBJECT_NOT_FOUND], "ended already"
     assert store.batch_is_exist(keys) == [1] * (n - 1) + [0], "the revoked key was never put"
     got = store.batch_get_into(keys[:-1], [dst.ctypes.data + i * page for i in range(n - 1)], [page] * (n - 1))
     assert got == [page] * (n - 1)
-    assert np.array_equal(dst[:(n - 1) * page], src[:(n - 1) * page])
+    assert np.array_equal(dst[: (n - 1) * page], src[: (n - 1) * page])
     # A session left open at close is let go with it.
     assert store.batch_put_session_start(["layersave/open"], [page]) == [0]
 
@@ -343,9 +376,20 @@ def test_sizes_as_mooncake_writes_them_and_rdma_devices_on_tcp(monkeypatch, capf
     monkeypatch.setenv("KVF_LOG_LEVEL", "info")
     try:
         store = MooncakeDistributedStore()
-        assert store.setup({"local_hostname": "127.0.0.1", "metadata_server": "P2PHANDSHAKE",
-                            "global_segment_size": "0MB", "local_buffer_size": "2 MB", "protocol": "tcp",
-                            "device_name": "ibp6s0,mlx5_1", "master_server_address": "127.0.0.1:50051"}) == 0
+        assert (
+            store.setup(
+                {
+                    "local_hostname": "127.0.0.1",
+                    "metadata_server": "P2PHANDSHAKE",
+                    "global_segment_size": "0MB",
+                    "local_buffer_size": "2 MB",
+                    "protocol": "tcp",
+                    "device_name": "ibp6s0,mlx5_1",
+                    "master_server_address": "127.0.0.1:50051",
+                }
+            )
+            == 0
+        )
         try:
             assert store._buffer_bytes == 2 * MiB
             assert store.put("sized", b"x" * 4096) == 0 and store.get("sized") == b"x" * 4096
@@ -355,11 +399,24 @@ def test_sizes_as_mooncake_writes_them_and_rdma_devices_on_tcp(monkeypatch, capf
         for bad in ("50%", "-1", "16 parsecs", [16]):
             again = MooncakeDistributedStore()
             assert again.setup("127.0.0.1", "P2PHANDSHAKE", 0, bad, "tcp", "", "") == INVALID_PARAMS, bad
-            assert again.setup({"local_hostname": "127.0.0.1", "metadata_server": "P2PHANDSHAKE",
-                                "global_segment_size": bad, "protocol": "tcp"}) == INVALID_PARAMS, bad
+            assert (
+                again.setup(
+                    {
+                        "local_hostname": "127.0.0.1",
+                        "metadata_server": "P2PHANDSHAKE",
+                        "global_segment_size": bad,
+                        "protocol": "tcp",
+                    }
+                )
+                == INVALID_PARAMS
+            ), bad
             err = capfd.readouterr().err
-            assert "local_buffer_size" in err and "global_segment_size" in err and "is not a byte count" in err \
-                or "is negative" in err, err
+            assert (
+                "local_buffer_size" in err
+                and "global_segment_size" in err
+                and "is not a byte count" in err
+                or "is negative" in err
+            ), err
     finally:
         nodes.close()
 
@@ -419,9 +476,11 @@ def test_ranges_of_pages_land_where_each_buffer_asks(mooncake_store):
         [["mc/r0", "mc/r2"], ["mc/r1", "mc/absent"]],
         [[[0, 1000], [2000]], [[0, 100], [0]]],  # offsets into each buffer
         [[[5, 39_000], [40_001]], [[123, 40_001], [0]]],  # offsets into each page
-        [[[1000, 1000], [1]], [[100, 1], [16]]])  # sizes
-    assert got == [[[1000, 1000], [1]], [[100, INVALID_PARAMS], [OBJECT_NOT_FOUND]]], \
+        [[[1000, 1000], [1]], [[100, 1], [16]]],
+    )  # sizes
+    assert got == [[[1000, 1000], [1]], [[100, INVALID_PARAMS], [OBJECT_NOT_FOUND]]], (
         "bytes per range; a range past its page's end is -600, an absent key -704"
+    )
     assert np.array_equal(a[:1000], pages["mc/r0"][5:1005]) and np.array_equal(a[1000:2000], pages["mc/r0"][39_000:])
     assert a[2000] == pages["mc/r2"][40_001] and np.array_equal(b[:100], pages["mc/r1"][123:223])
     mismatched = store.get_into_ranges([a.ctypes.data], [["mc/r0"], ["mc/r1"]], [[[0]]], [[[0]]], [[[1]]])
@@ -462,10 +521,18 @@ def test_put_options_are_checked_as_mooncakes_binding_checks_them():
     cfg.replica_num = 2
     cfg.group_ids = ["a", "b"]
     cfg.preferred_segments = ["127.0.0.1:17000"]
-    for field, value in [("soft_pin_ttl_ms", -1), ("soft_pin_ttl_ms", 1 << 64), ("replica_num", -1),
-                         ("replica_num", "2"), ("replica_num", 2.0), ("soft_pin_action", 1),
-                         ("data_type", 3), ("group_ids", [1, 2]), ("preferred_segment", None),
-                         ("preferred_segments", "one")]:
+    for field, value in [
+        ("soft_pin_ttl_ms", -1),
+        ("soft_pin_ttl_ms", 1 << 64),
+        ("replica_num", -1),
+        ("replica_num", "2"),
+        ("replica_num", 2.0),
+        ("soft_pin_action", 1),
+        ("data_type", 3),
+        ("group_ids", [1, 2]),
+        ("preferred_segment", None),
+        ("preferred_segments", "one"),
+    ]:
         with pytest.raises(TypeError, match=field):
             setattr(cfg, field, value)
     with pytest.raises(AttributeError):
@@ -528,8 +595,9 @@ def test_replica_num_copies_each_page_on_that_many_nodes(monkeypatch):
 def test_a_store_clients_port_and_soft_pin_options_follow_mooncake(mooncake_store):
     store = mooncake_store
     longest = MooncakeDistributedStore()  # Mooncake's positional form to its end: engine, SSD offload, ...
-    assert longest.setup("127.0.0.1", "P2PHANDSHAKE", 0, MiB, "tcp", "", "", None, False, "", "default", False,
-                         9300) == 0
+    assert (
+        longest.setup("127.0.0.1", "P2PHANDSHAKE", 0, MiB, "tcp", "", "", None, False, "", "default", False, 9300) == 0
+    )
     assert longest.close() == 0
     port = int(store.get_hostname().rsplit(":", 1)[1])
     assert 12300 <= port <= 14300, "a bare host name takes a port of MC_STORE_CLIENT_MIN_PORT..MAX_PORT"
@@ -553,11 +621,20 @@ def test_lines_logged_before_any_engine_obey_kvf_log_level():
     import subprocess
     import sys
 
-    code = ("from kvfabric import _core; _core.log('info', 'an info line'); _core.log('error', 'an error line')")
-    quiet = subprocess.run([sys.executable, "-c", code], env={**os.environ, "KVF_LOG_LEVEL": "error"},
-                           capture_output=True, text=True, timeout=60)
+    code = "from kvfabric import _core; _core.log('info', 'an info line'); _core.log('error', 'an error line')"
+    quiet = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "KVF_LOG_LEVEL": "error"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert "an error line" in quiet.stderr and "an info line" not in quiet.stderr, quiet.stderr
-    loud = subprocess.run([sys.executable, "-c", code], env={k: v for k, v in os.environ.items()
-                                                              if k != "KVF_LOG_LEVEL"},
-                          capture_output=True, text=True, timeout=60)
+    loud = subprocess.run(
+        [sys.executable, "-c", code],
+        env={k: v for k, v in os.environ.items() if k != "KVF_LOG_LEVEL"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert "an info line" in loud.stderr, "info by default"

@@ -23,8 +23,13 @@ pytestmark = pytest.mark.skipif(not PYTHON, reason="no interpreter with torch (m
 
 
 def run(role: str, protocol: str, env: dict) -> dict:
-    done = subprocess.run([PYTHON, os.path.join(HERE, "mooncake_tensor_rank.py"), role, protocol], env=env,
-                          capture_output=True, text=True, timeout=180)
+    done = subprocess.run(
+        [PYTHON, os.path.join(HERE, "mooncake_tensor_rank.py"), role, protocol],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert done.returncode == 0 and done.stdout.strip(), f"{role} exited {done.returncode}: {done.stderr[-3000:]}"
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -33,8 +38,7 @@ def run(role: str, protocol: str, env: dict) -> dict:
 def test_tensors_put_by_one_process_are_read_by_another(protocol):
     nodes = Nodes(protocol, 2)
     try:
-        env = dict(os.environ, KVF_STORE_MEMBERS=nodes.members, KVF_LOG_LEVEL="error",
-                   KVF_STORE_DEADLINE_MS="2000")
+        env = dict(os.environ, KVF_STORE_MEMBERS=nodes.members, KVF_LOG_LEVEL="error", KVF_STORE_DEADLINE_MS="2000")
         for role in ("put", "get"):
             checks = run(role, protocol, env)
             assert checks and all(checks.values()), f"{role}: failed {[k for k, v in checks.items() if not v]}"

@@ -12,8 +12,7 @@ from kvfabric.compat.mooncake import TransferEngine, TransferNotify
 
 # Text, bytes that are not UTF-8, every byte value, empty, a NUL, a lone
 # continuation byte, and text again after them.
-MESSAGES = [b"first", b"\xff\xfe not UTF-8", bytes(range(256)), b"", b"a\x00b", b"\x80", "caf\u00e9".encode(),
-            b"last"]
+MESSAGES = [b"first", b"\xff\xfe not UTF-8", bytes(range(256)), b"", b"a\x00b", b"\x80", "caf\u00e9".encode(), b"last"]
 
 
 def test_engine_notifies_are_the_bytes_sent(peer_factory):
@@ -61,7 +60,13 @@ def test_mooncake_get_notifies_keeps_every_message(peer_factory):
         # Mooncake's types: a list of TransferNotify whose name and msg are str.
         assert all(isinstance(n, TransferNotify) and type(n.name) is str and type(n.msg) is str for n in got)
         assert [(n.name_bytes, n.msg_bytes) for n in got] == [
-            (b"", b"plain"), (b"", b"\xff raw"), (b"", nested), (b"", other_json), (name, msg), (b"kv", b"ready")]
+            (b"", b"plain"),
+            (b"", b"\xff raw"),
+            (b"", nested),
+            (b"", other_json),
+            (name, msg),
+            (b"kv", b"ready"),
+        ]
         assert (got[0].msg, got[4].name, got[5].name, got[5].msg) == ("plain", "req-\u00e9", "kv", "ready")
         assert got[1].msg.encode("utf-8", "surrogateescape") == b"\xff raw"
         # Forwarded as read, a message keeps its bytes.

@@ -17,8 +17,10 @@ from page_ledger import PageEvent  # noqa: E402
 
 def test_a_node_logging_at_debug_level_writes_where_each_page_went(tmp_path, capfd):
     settings = {"KVF_LOG_LEVEL": "debug"}
-    with kvfabric.Engine(protocol="tcp", settings=settings) as node_engine, \
-            kvfabric.Engine(protocol="tcp", settings=settings) as engine:
+    with (
+        kvfabric.Engine(protocol="tcp", settings=settings) as node_engine,
+        kvfabric.Engine(protocol="tcp", settings=settings) as engine,
+    ):
         name = f"127.0.0.1:{free_port()}"
         node = kvfabric.Store(node_engine, pool_bytes=8 << 20, listen=name, members=name)
         store = kvfabric.Store(engine, members=node.name)
@@ -50,8 +52,12 @@ def test_an_evicted_page_or_one_whose_node_ended_is_accounted_for():
     assert page_ledger.account(ASKED, [stored, event(15, "n1", "evicted", 7)], {})[0] == "evicted"
     assert page_ledger.account(ASKED, [stored], {("n1", 0): 18.0})[0] == "node gone"
     # Followed through a hand-over to the node that stored it before its old home let it go.
-    moved = [stored, event(12.0, "n2", "stored", 3), event(12.01, "n1", "handed over", 7),
-             event(16, "n2", "evicted", 3)]
+    moved = [
+        stored,
+        event(12.0, "n2", "stored", 3),
+        event(12.01, "n1", "handed over", 7),
+        event(16, "n2", "evicted", 3),
+    ]
     verdict, path = page_ledger.account(ASKED, moved, {})
     assert verdict == "evicted"
     assert [e.node for e in path] == ["n1", "n1", "n2", "n2"]
@@ -69,8 +75,10 @@ def test_a_page_gone_any_other_way_is_lost():
     assert page_ledger.account(ASKED, [stored], {("n1", 0): 25.0})[0] == "lost: still in its pool"
     assert page_ledger.account(ASKED, [stored, event(11, "n1", "removed", 7)], {})[0] == "lost: removed"
     assert page_ledger.account(ASKED, [stored, event(11, "n1", "overwritten", 7)], {})[0] == "lost: overwritten"
-    assert page_ledger.account(ASKED, [stored, event(11, "n1", "handed over", 7)], {})[0] == \
-        "lost: handed over, and no other node stored it"
+    assert (
+        page_ledger.account(ASKED, [stored, event(11, "n1", "handed over", 7)], {})[0]
+        == "lost: handed over, and no other node stored it"
+    )
     # An eviction after the question was asked does not explain it; one of another page of the key neither.
     assert page_ledger.account(ASKED, [stored, event(21, "n1", "evicted", 7)], {})[0] == "lost: still in its pool"
     assert page_ledger.account(ASKED, [stored, event(15, "n1", "evicted", 6)], {})[0] == "lost: still in its pool"

@@ -23,13 +23,20 @@ def run_pair(tmp_path, target_cmd, initiator_cmd, env):
     output."""
     for name, code in examples().items():
         (tmp_path / name).write_text(code)
-    target = subprocess.Popen(target_cmd(str(tmp_path / "target.py")), env=env, stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    target = subprocess.Popen(
+        target_cmd(str(tmp_path / "target.py")),
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         name = target.stdout.readline().strip()
         assert name, f"the target did not start: {target.stderr.read()[-2000:] if target.poll() is not None else ''}"
-        r = subprocess.run(initiator_cmd(str(tmp_path / "initiator.py"), name), env=env, capture_output=True,
-                           text=True, timeout=60)
+        r = subprocess.run(
+            initiator_cmd(str(tmp_path / "initiator.py"), name), env=env, capture_output=True, text=True, timeout=60
+        )
         assert r.returncode == 0, r.stderr[-3000:]
         return r.stdout, name
     finally:
@@ -42,14 +49,22 @@ def test_the_readme_names_its_python_target_and_initiator():
 
 
 def test_the_readme_example_runs_on_one_host(tmp_path):
-    out, name = run_pair(tmp_path, lambda t: [sys.executable, t, "127.0.0.1"],
-                         lambda i, n: [sys.executable, i, "127.0.0.1", n], dict(os.environ, KVF_LOG_LEVEL="warn"))
+    out, name = run_pair(
+        tmp_path,
+        lambda t: [sys.executable, t, "127.0.0.1"],
+        lambda i, n: [sys.executable, i, "127.0.0.1", n],
+        dict(os.environ, KVF_LOG_LEVEL="warn"),
+    )
     assert name == "127.0.0.1:15000"
     assert out.strip() == f"read back {8 << 12} bytes of 7"
 
 
 def test_the_readme_example_runs_between_two_hosts(tmp_path, lab):
-    out, name = run_pair(tmp_path, lambda t: in_host("A", sys.executable, t, lab["A"]),
-                         lambda i, n: in_host("B", sys.executable, i, lab["B"], n), LAB_ENV)
+    out, name = run_pair(
+        tmp_path,
+        lambda t: in_host("A", sys.executable, t, lab["A"]),
+        lambda i, n: in_host("B", sys.executable, i, lab["B"], n),
+        LAB_ENV,
+    )
     assert name == f"{lab['A']}:15000"
     assert out.strip() == f"read back {8 << 12} bytes of 7"

@@ -18,27 +18,43 @@ import pytest
 from json_process import JsonProcess
 from sglang_interface import embedding_store_present
 
-pytestmark = pytest.mark.skipif(not embedding_store_present(), reason="SGLang's embedding store is not unpacked "
-                                "(make check / make test do it; or set KVF_SGLANG_SRC)")
+pytestmark = pytest.mark.skipif(
+    not embedding_store_present(),
+    reason="SGLang's embedding store is not unpacked (make check / make test do it; or set KVF_SGLANG_SRC)",
+)
 
 PAGE = 16 << 10
 
 
 class Instance(JsonProcess):
     def __init__(self, nodes):
-        env = {"MOONCAKE_MASTER": "127.0.0.1:50051", "MOONCAKE_PROTOCOL": nodes.protocol, "MOONCAKE_DEVICE": "",
-               "MOONCAKE_TE_META_DATA_SERVER": "P2PHANDSHAKE", "MOONCAKE_GLOBAL_SEGMENT_SIZE": "0",
-               "MOONCAKE_LOCAL_HOSTNAME": "127.0.0.1", "KVF_STORE_MEMBERS": nodes.members, "KVF_LOG_LEVEL": "error",
-               "KVF_STORE_DEADLINE_MS": 2000, "KVF_STORE_DOWN_RETRY_MS": 300}
-        super().__init__("sglang_embedding_rank.py", {"env": env, "page_bytes": PAGE, "pages": 64},
-                         env=dict(os.environ), what="SGLang instance")
+        env = {
+            "MOONCAKE_MASTER": "127.0.0.1:50051",
+            "MOONCAKE_PROTOCOL": nodes.protocol,
+            "MOONCAKE_DEVICE": "",
+            "MOONCAKE_TE_META_DATA_SERVER": "P2PHANDSHAKE",
+            "MOONCAKE_GLOBAL_SEGMENT_SIZE": "0",
+            "MOONCAKE_LOCAL_HOSTNAME": "127.0.0.1",
+            "KVF_STORE_MEMBERS": nodes.members,
+            "KVF_LOG_LEVEL": "error",
+            "KVF_STORE_DEADLINE_MS": 2000,
+            "KVF_STORE_DOWN_RETRY_MS": 300,
+        }
+        super().__init__(
+            "sglang_embedding_rank.py",
+            {"env": env, "page_bytes": PAGE, "pages": 64},
+            env=dict(os.environ),
+            what="SGLang instance",
+        )
 
 
 def test_sglangs_embedding_store_puts_and_another_instance_gets_byte_exact(nodes):
     a, b = Instance(nodes), Instance(nodes)
     try:
-        assert a.info["backend"] == "sglang.srt.mem_cache.storage.mooncake_store.mooncake_embedding_store." \
-                                    "MooncakeEmbeddingStore"
+        assert (
+            a.info["backend"] == "sglang.srt.mem_cache.storage.mooncake_store.mooncake_embedding_store."
+            "MooncakeEmbeddingStore"
+        )
         assert a.info["store"] == "kvfabric.compat.mooncake_store.MooncakeDistributedStore"
         images = ["img-a", "img-b", "img-c"]
         # Runs of pool pages, the last cut to the embedding's bytes, as
@@ -60,8 +76,7 @@ def test_sglangs_embedding_store_puts_and_another_instance_gets_byte_exact(nodes
         assert got["results"] == [True, True] and got["wrong"] == 0
         # The single-buffer calls, and a miss, which is False, never bytes.
         assert a(op="put", hashes=["img-e"], runs=[[[60, 1]]], nbytes=[PAGE], multi=False)["results"] == [True]
-        got = b(op="get", hashes=["img-e", "img-never"], runs=[[[61, 1]], [[62, 1]]], nbytes=[PAGE, PAGE],
-                multi=False)
+        got = b(op="get", hashes=["img-e", "img-never"], runs=[[[61, 1]], [[62, 1]]], nbytes=[PAGE, PAGE], multi=False)
         assert got["results"] == [True, False] and got["wrong"] == 0
     finally:
         a.close()

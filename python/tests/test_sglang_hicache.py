@@ -18,8 +18,10 @@ from json_process import JsonProcess
 from sglang_interface import source_dir
 from test_store import Nodes
 
-pytestmark = pytest.mark.skipif(source_dir() is None, reason="SGLang's HiCache sources are not unpacked "
-                                "(make check / make test do it; or set KVF_SGLANG_SRC)")
+pytestmark = pytest.mark.skipif(
+    source_dir() is None,
+    reason="SGLang's HiCache sources are not unpacked (make check / make test do it; or set KVF_SGLANG_SRC)",
+)
 
 if source_dir() is not None:
     from hicache_rank import check, fill, make_backend
@@ -28,11 +30,23 @@ if source_dir() is not None:
 def spec(protocol, nodes, kind="mha", layout="page_first", config=None, extra=None, pool=None):
     """A rank's spec (hicache_rank.py) for store nodes `nodes` (a Nodes, or a member list)."""
     members = nodes if isinstance(nodes, str) else nodes.members
-    return {"kind": kind, "layout": layout, "config": config or {}, "pool": pool or {},
-            "extra": {"protocol": protocol, "local_hostname": "127.0.0.1",
-                      "settings": {"KVF_STORE_MEMBERS": members, "KVF_LOG_LEVEL": "error",
-                                   "KVF_STORE_DEADLINE_MS": 2000, "KVF_STORE_DOWN_RETRY_MS": 300},
-                      **(extra or {})}}
+    return {
+        "kind": kind,
+        "layout": layout,
+        "config": config or {},
+        "pool": pool or {},
+        "extra": {
+            "protocol": protocol,
+            "local_hostname": "127.0.0.1",
+            "settings": {
+                "KVF_STORE_MEMBERS": members,
+                "KVF_LOG_LEVEL": "error",
+                "KVF_STORE_DEADLINE_MS": 2000,
+                "KVF_STORE_DOWN_RETRY_MS": 300,
+            },
+            **(extra or {}),
+        },
+    }
 
 
 class Rank(JsonProcess):
@@ -160,7 +174,7 @@ def test_a_full_pool_evicts_and_refuses_as_false_when_it_cannot(backends):
         fill(pool, hashes[:24], range(24), 0)
         # More pages than the pool holds: the oldest are evicted, every put succeeds.
         for i in range(0, fits + 8, 8):
-            run = hashes[i:i + 8]
+            run = hashes[i : i + 8]
             assert writer.batch_set_v1(run, pool.indices([j % 24 for j in range(i, i + len(run))])) == [True] * len(run)
         keys = writer.scheme.keys(hashes)
         present = writer.store.batch_exists(keys)
@@ -236,10 +250,20 @@ def test_ranks_can_be_the_nodes(protocol, backends):
     members = ",".join(names)
     made = []
     for name in names:
-        s = spec(protocol, members, "mla",
-                 extra={"global_segment_size": "32mb",
-                        "settings": {"KVF_STORE_MEMBERS": members, "KVF_STORE_LISTEN": name, "KVF_LOG_LEVEL": "error",
-                                     "KVF_STORE_DOWN_RETRY_MS": 100}})
+        s = spec(
+            protocol,
+            members,
+            "mla",
+            extra={
+                "global_segment_size": "32mb",
+                "settings": {
+                    "KVF_STORE_MEMBERS": members,
+                    "KVF_STORE_LISTEN": name,
+                    "KVF_LOG_LEVEL": "error",
+                    "KVF_STORE_DOWN_RETRY_MS": 100,
+                },
+            },
+        )
         made.append(new(backends, s))
     (a, apool), (b, bpool) = made
     # The first rank found the second down when it started; both see both within the retry.
@@ -273,10 +297,13 @@ def test_hybrid_pools_through_the_v2_calls(nodes, backends):
     fill(indexer, hashes, range(6), 0)
     ends = [hashes[2], hashes[5]]  # Mamba states are kept at the end of each radix node
     fill(mamba, ends, [0, 1], 0)
-    done = backend.batch_set_v2([
-        PoolTransfer(PoolName.KV, host_indices=kv.indices(range(6)), keys=hashes),
-        PoolTransfer(PoolName.INDEXER, host_indices=indexer.indices(range(6)), keys=hashes),
-        PoolTransfer(PoolName.MAMBA, host_indices=mamba.indices([0, 1]), keys=ends)])
+    done = backend.batch_set_v2(
+        [
+            PoolTransfer(PoolName.KV, host_indices=kv.indices(range(6)), keys=hashes),
+            PoolTransfer(PoolName.INDEXER, host_indices=indexer.indices(range(6)), keys=hashes),
+            PoolTransfer(PoolName.MAMBA, host_indices=mamba.indices([0, 1]), keys=ends),
+        ]
+    )
     assert done == {PoolName.KV: [True] * 6, PoolName.INDEXER: [True] * 6, PoolName.MAMBA: [True, True]}
 
     def exists(*transfers):
@@ -292,8 +319,9 @@ def test_hybrid_pools_through_the_v2_calls(nodes, backends):
     assert backend.store.batch_remove(backend.scheme.keys([hashes[5]])) == [0]  # its KV page too
     backend.store.batch_remove([k + "@mamba" for k in backend.scheme.keys([hashes[5]])])
     fill(kv, hashes[5:], [5], 0)
-    assert backend.batch_set_v2([PoolTransfer(PoolName.KV, host_indices=kv.indices([5]), keys=hashes[5:])]) == \
-        {PoolName.KV: [True]}
+    assert backend.batch_set_v2([PoolTransfer(PoolName.KV, host_indices=kv.indices([5]), keys=hashes[5:])]) == {
+        PoolName.KV: [True]
+    }
     r = exists(trailing, every)
     assert (r.kv_hit_pages, r.restorable_prefix_pages) == (3, [3])
     # An indexer page missing cuts every prefix past it.
@@ -302,10 +330,13 @@ def test_hybrid_pools_through_the_v2_calls(nodes, backends):
     assert exists(every).kv_hit_pages == 1
 
     # Reads: every pool's pages come back byte for byte in another process's pools.
-    got = backend.batch_get_v2([
-        PoolTransfer(PoolName.KV, host_indices=kv.indices(range(10, 13)), keys=hashes[:3]),
-        PoolTransfer(PoolName.MAMBA, host_indices=mamba.indices([5]), keys=[hashes[2]]),
-        PoolTransfer(PoolName.INDEXER, host_indices=indexer.indices([10, 11]), keys=hashes[:2])])
+    got = backend.batch_get_v2(
+        [
+            PoolTransfer(PoolName.KV, host_indices=kv.indices(range(10, 13)), keys=hashes[:3]),
+            PoolTransfer(PoolName.MAMBA, host_indices=mamba.indices([5]), keys=[hashes[2]]),
+            PoolTransfer(PoolName.INDEXER, host_indices=indexer.indices([10, 11]), keys=hashes[:2]),
+        ]
+    )
     assert got == {PoolName.KV: [True] * 3, PoolName.MAMBA: [True], PoolName.INDEXER: [True, False]}
     assert check(kv, hashes[:3], range(10, 13), got[PoolName.KV], 0) == 0
     assert mamba.page_bytes(5) == content(hashes[2], 0, mamba.page_nbytes())

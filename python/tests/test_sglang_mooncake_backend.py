@@ -18,20 +18,31 @@ import pytest
 from sglang_interface import mooncake_backend_present
 from test_sglang_hicache import Rank
 
-pytestmark = pytest.mark.skipif(not mooncake_backend_present(), reason="SGLang's Mooncake backend is not unpacked "
-                                "(make check / make test do it; or set KVF_SGLANG_SRC)")
+pytestmark = pytest.mark.skipif(
+    not mooncake_backend_present(),
+    reason="SGLang's Mooncake backend is not unpacked (make check / make test do it; or set KVF_SGLANG_SRC)",
+)
 
 
 def mooncake_spec(protocol, nodes, kind, tp_rank=0, tp_size=1):
     """A rank of SGLang's Mooncake backend, configured as its docs say (extra
     config with a master address), the store's members in the environment."""
-    return {"backend": "mooncake", "kind": kind, "layout": "page_first",
-            "config": {"tp_rank": tp_rank, "tp_size": tp_size},
-            "extra": {"master_server_address": "127.0.0.1:50051", "metadata_server": "P2PHANDSHAKE",
-                      "protocol": protocol, "device_name": "", "global_segment_size": 0,
-                      "local_hostname": "127.0.0.1", "check_server": False},
-            "env": {"KVF_STORE_MEMBERS": nodes.members, "KVF_LOG_LEVEL": "error",
-                    "KVF_STORE_DEADLINE_MS": 2000}}
+    return {
+        "backend": "mooncake",
+        "kind": kind,
+        "layout": "page_first",
+        "config": {"tp_rank": tp_rank, "tp_size": tp_size},
+        "extra": {
+            "master_server_address": "127.0.0.1:50051",
+            "metadata_server": "P2PHANDSHAKE",
+            "protocol": protocol,
+            "device_name": "",
+            "global_segment_size": 0,
+            "local_hostname": "127.0.0.1",
+            "check_server": False,
+        },
+        "env": {"KVF_STORE_MEMBERS": nodes.members, "KVF_LOG_LEVEL": "error", "KVF_STORE_DEADLINE_MS": 2000},
+    }
 
 
 @pytest.mark.parametrize("kind", ["mha", "mla"])
@@ -91,7 +102,8 @@ def test_a_dead_node_is_false_for_its_pages_never_an_exception(nodes):
         assert got["wrong"] == 0
         assert 0 < got["results"].count(True) < 32, "the live nodes' pages, and only those"
         assert writer(op="exists", hashes=hashes)["prefix"] < 32
-        assert writer(op="set", hashes=["after-0", "after-1"], slots=[0, 1])["results"] == [True, True], \
+        assert writer(op="set", hashes=["after-0", "after-1"], slots=[0, 1])["results"] == [True, True], (
             "new pages go to the live nodes"
+        )
     finally:
         writer.close()

@@ -61,8 +61,9 @@ class Env:
         self.real = tmp_path / "real"
         pkg = self.real / "mooncake"
         pkg.mkdir(parents=True)
-        (pkg / "__init__.py").write_text("from pkgutil import extend_path\n"
-                                         "__path__ = extend_path(__path__, __name__)\nINIT_RAN = True\n")
+        (pkg / "__init__.py").write_text(
+            "from pkgutil import extend_path\n__path__ = extend_path(__path__, __name__)\nINIT_RAN = True\n"
+        )
         (pkg / "engine.py").write_text("REAL = True\n\nclass TransferEngine:\n    pass\n")
         (pkg / "pg.py").write_text("PG = True\n")
         dist = self.real / "mooncake_transfer_engine-9.9.9.dist-info"
@@ -72,21 +73,33 @@ class Env:
 
     def _env(self, real: bool, shim_env):
         env = {k: v for k, v in os.environ.items() if k != shim.ENV}
-        paths = ([str(self.real)] if real else []) + [KVF_ROOT] + \
-            ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
+        paths = (
+            ([str(self.real)] if real else [])
+            + [KVF_ROOT]
+            + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
+        )
         env["PYTHONPATH"] = os.pathsep.join(paths)
         if shim_env is not None:
             env[shim.ENV] = shim_env
         return env
 
     def cli(self, action, *flags, real=True, shim_env=None):
-        return subprocess.run([sys.executable, "-m", "kvfabric", "mooncake-shim", action, "--site_dir",
-                               str(self.site), *flags], capture_output=True, text=True, timeout=120,
-                              env=self._env(real, shim_env))
+        return subprocess.run(
+            [sys.executable, "-m", "kvfabric", "mooncake-shim", action, "--site_dir", str(self.site), *flags],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=self._env(real, shim_env),
+        )
 
     def load(self, real=True, shim_env=None) -> dict:
-        r = subprocess.run([sys.executable, "-c", LOAD, str(self.site)], capture_output=True, text=True,
-                           timeout=120, env=self._env(real, shim_env))
+        r = subprocess.run(
+            [sys.executable, "-c", LOAD, str(self.site)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=self._env(real, shim_env),
+        )
         assert r.returncode == 0, r.stderr[-2000:]
         return json.loads(r.stdout.splitlines()[-1])
 
@@ -216,6 +229,7 @@ def test_a_table_entry_without_its_kvfabric_module_is_not_answered(monkeypatch):
 def test_enable_keeps_one_finder_where_the_mode_says(monkeypatch):
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
     monkeypatch.delenv(shim.ENV, raising=False)
+
     def finders():
         return [f for f in sys.meta_path if isinstance(f, shim._Finder)]
 

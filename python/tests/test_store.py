@@ -29,9 +29,14 @@ class Nodes:
         self.procs = [self._start(name) for name in self.names]
 
     def _start(self, name: str) -> subprocess.Popen:
-        p = subprocess.Popen([sys.executable, os.path.join(HERE, "store_node.py"), self.protocol, name,
-                              self.members], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=HERE,
-                             env=self.env)
+        p = subprocess.Popen(
+            [sys.executable, os.path.join(HERE, "store_node.py"), self.protocol, name, self.members],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=HERE,
+            env=self.env,
+        )
         line = p.stdout.readline()
         assert line, f"store node {name} did not start (exit {p.wait()})"
         assert json.loads(line)["name"] == name
@@ -64,8 +69,9 @@ class Nodes:
 def cluster(request):
     nodes = Nodes(request.param, 3)
     engine = kvfabric.Engine(protocol=request.param, settings={"KVF_LOG_LEVEL": "error"})
-    store = kvfabric.Store(engine, members=nodes.members,
-                           settings={"KVF_STORE_DEADLINE_MS": 2000, "KVF_STORE_DOWN_RETRY_MS": 300})
+    store = kvfabric.Store(
+        engine, members=nodes.members, settings={"KVF_STORE_DEADLINE_MS": 2000, "KVF_STORE_DOWN_RETRY_MS": 300}
+    )
     yield nodes, engine, store
     store.close()
     engine.close()
@@ -162,8 +168,12 @@ def test_a_forked_childs_store_is_inert_and_the_parents_still_serves(cluster):
     if pid == 0:
         code = 0
         try:
-            for call in (lambda: store.batch_exists(keys), lambda: store.batch_remove(keys[:1]),
-                         lambda: store.batch_put(["from-child"], [src[0][1]]), lambda: store.remove_all()):
+            for call in (
+                lambda: store.batch_exists(keys),
+                lambda: store.batch_remove(keys[:1]),
+                lambda: store.batch_put(["from-child"], [src[0][1]]),
+                lambda: store.remove_all(),
+            ):
                 try:
                     call()
                     code |= 1
@@ -218,9 +228,29 @@ def test_the_store_node_command_serves_until_sigterm():
     import signal
 
     names = [f"127.0.0.1:{free_port()}" for _ in range(2)]
-    procs = [subprocess.Popen([sys.executable, "-m", "kvfabric", "store-node", "--pool", "16mb", "--protocol", "tcp",
-                               "--listen", n, "--members", ",".join(names), "--set", "KVF_LOG_LEVEL=error"],
-                              stdout=subprocess.PIPE, text=True) for n in names]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "kvfabric",
+                "store-node",
+                "--pool",
+                "16mb",
+                "--protocol",
+                "tcp",
+                "--listen",
+                n,
+                "--members",
+                ",".join(names),
+                "--set",
+                "KVF_LOG_LEVEL=error",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for n in names
+    ]
     try:
         for n, p in zip(names, procs):
             line = p.stdout.readline()
@@ -242,8 +272,9 @@ def test_the_store_node_command_serves_until_sigterm():
         for p in procs:
             if p.poll() is None:
                 p.kill()
-    bad = subprocess.run([sys.executable, "-m", "kvfabric", "store-node", "--pool", "lots"], capture_output=True,
-                         text=True, timeout=30)
+    bad = subprocess.run(
+        [sys.executable, "-m", "kvfabric", "store-node", "--pool", "lots"], capture_output=True, text=True, timeout=30
+    )
     assert bad.returncode == 1 and "--pool" in bad.stderr and "not a byte count" in bad.stderr
 
 
@@ -264,8 +295,9 @@ sys.stdin.readline()  # until killed
 def test_pins_of_a_process_that_died_are_released_and_only_their_owner_unpins():
     nodes = Nodes("tcp", 1)
     try:
-        pinner = subprocess.Popen([sys.executable, "-c", PINNER, nodes.members], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, text=True)
+        pinner = subprocess.Popen(
+            [sys.executable, "-c", PINNER, nodes.members], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
         assert pinner.stdout.readline().strip() == "pinned"
         assert nodes.stats(0)["pinned_pages"] == 4
         with kvfabric.Engine(protocol="tcp", settings={"KVF_LOG_LEVEL": "error"}) as engine:
@@ -297,8 +329,13 @@ def test_a_member_that_comes_late_receives_its_keys_from_the_others():
     members = ",".join(names)
 
     def start(name):
-        p = subprocess.Popen([sys.executable, os.path.join(HERE, "store_node.py"), "tcp", name, members],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=HERE)
+        p = subprocess.Popen(
+            [sys.executable, os.path.join(HERE, "store_node.py"), "tcp", name, members],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=HERE,
+        )
         assert json.loads(p.stdout.readline())["name"] == name
         return p
 
@@ -346,8 +383,10 @@ def test_members_joining_and_leaving_are_logged(http_metadata_uri, capfd):
     """A client says at info level when a member joins placement and when one leaves the metadata store."""
     cluster = f"log{os.getpid()}"
     settings = {"KVF_STORE_CLUSTER": cluster, "KVF_STORE_MEMBERSHIP_REFRESH_MS": 200, "KVF_LOG_LEVEL": "info"}
-    with kvfabric.Engine(protocol="tcp", metadata=http_metadata_uri, settings=settings) as node_engine, \
-            kvfabric.Engine(protocol="tcp", metadata=http_metadata_uri, settings=settings) as engine:
+    with (
+        kvfabric.Engine(protocol="tcp", metadata=http_metadata_uri, settings=settings) as node_engine,
+        kvfabric.Engine(protocol="tcp", metadata=http_metadata_uri, settings=settings) as engine,
+    ):
         node = kvfabric.Store(node_engine, pool_bytes=8 << 20, settings=settings)
         store = kvfabric.Store(engine, settings=settings)
         assert store.members() == [node.name]
@@ -370,9 +409,11 @@ def test_copies_survive_a_node_and_nothing_older_is_read_after(protocol):
     settings = {"KVF_STORE_MAX_COPIES": "2", "KVF_LOG_LEVEL": "error"}
     nodes = Nodes(protocol, 3, settings)
     engine = kvfabric.Engine(protocol=protocol, settings={"KVF_LOG_LEVEL": "error"})
-    store = kvfabric.Store(engine, members=nodes.members,
-                           settings={"KVF_STORE_DEADLINE_MS": 2000, "KVF_STORE_DOWN_RETRY_MS": 300,
-                                     "KVF_STORE_MAX_COPIES": 2})
+    store = kvfabric.Store(
+        engine,
+        members=nodes.members,
+        settings={"KVF_STORE_DEADLINE_MS": 2000, "KVF_STORE_DOWN_RETRY_MS": 300, "KVF_STORE_MAX_COPIES": 2},
+    )
     try:
         src = pages(engine, 48, 9)
         keys = [k for k, _, _ in src]

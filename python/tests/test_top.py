@@ -1,5 +1,6 @@
 """`kvfabric top` in a real terminal (tmux): it starts, shows the rails of a
 live engine with their throughput, and quits on q."""
+
 import os
 import re
 import shutil
@@ -18,11 +19,12 @@ tmux = shutil.which("tmux")
 pytestmark = pytest.mark.skipif(tmux is None, reason="tmux is not installed (scripts/install-deps.sh installs it)")
 
 
-
 def test_top_shows_the_rails_live_and_quits_on_q(tmp_path):
     sock, done = str(tmp_path / "tmux.sock"), tmp_path / "exit"
-    with kvfabric.Engine(protocol="tcp", settings={"KVF_METRICS_LISTEN": "127.0.0.1:0"}) as a, \
-            kvfabric.Engine(protocol="tcp") as b:
+    with (
+        kvfabric.Engine(protocol="tcp", settings={"KVF_METRICS_LISTEN": "127.0.0.1:0"}) as a,
+        kvfabric.Engine(protocol="tcp") as b,
+    ):
         address = a.stats()["metrics_address"]
         src, dst = bytearray(1 << 20), bytearray(1 << 20)
         a.register(src)
@@ -39,17 +41,22 @@ def test_top_shows_the_rails_live_and_quits_on_q(tmp_path):
         cmd = "%s -m kvfabric top %s; echo $? > %s" % (sys.executable, address, done)
         env = dict(os.environ, TERM="xterm-256color")
         try:
-            subprocess.run([tmux, "-S", sock, "new-session", "-d", "-x", "160", "-y", "48", cmd], env=env,
-                           check=True)
+            subprocess.run([tmux, "-S", sock, "new-session", "-d", "-x", "160", "-y", "48", cmd], env=env, check=True)
             screen, seen = "", False
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
-                screen = subprocess.run([tmux, "-S", sock, "capture-pane", "-p"], stdout=subprocess.PIPE,
-                                        text=True).stdout
+                screen = subprocess.run(
+                    [tmux, "-S", sock, "capture-pane", "-p"], stdout=subprocess.PIPE, text=True
+                ).stdout
                 # The rail row (provider and domain), its state, a throughput,
                 # and the peer with its traffic.
-                seen = ("0 tcp;ofi_rxm lo" in screen and "in service" in screen and b.name in screen
-                        and re.search(r"[0-9.]+ [KMG]B/s", screen) is not None and "write latency p50" in screen)
+                seen = (
+                    "0 tcp;ofi_rxm lo" in screen
+                    and "in service" in screen
+                    and b.name in screen
+                    and re.search(r"[0-9.]+ [KMG]B/s", screen) is not None
+                    and "write latency p50" in screen
+                )
                 if seen:
                     break
                 time.sleep(0.3)
@@ -72,8 +79,10 @@ def test_names_show_as_written_never_as_markup(tmp_path):
     (markup's closing tag) show as written, and top keeps running."""
     import http.server
 
-    with kvfabric.Engine(protocol="tcp", settings={"KVF_METRICS_LISTEN": "127.0.0.1:0"}) as a, \
-            kvfabric.Engine(protocol="tcp") as b:
+    with (
+        kvfabric.Engine(protocol="tcp", settings={"KVF_METRICS_LISTEN": "127.0.0.1:0"}) as a,
+        kvfabric.Engine(protocol="tcp") as b,
+    ):
         src, dst = bytearray(1 << 16), bytearray(1 << 16)
         a.register(src)
         b.register(dst)
@@ -81,7 +90,8 @@ def test_names_show_as_written_never_as_markup(tmp_path):
         with urllib.request.urlopen("http://%s/metrics" % a.stats()["metrics_address"]) as r:
             scrape = r.read().decode()
     scrape = scrape.replace('engine="%s"' % a.name, 'engine="[::1]:7400"').replace(
-        'peer="%s"' % b.name, 'peer="[/]peer[b]"')
+        'peer="%s"' % b.name, 'peer="[/]peer[b]"'
+    )
     assert "[::1]:7400" in scrape and "[/]peer[b]" in scrape
 
     class Scrape(http.server.BaseHTTPRequestHandler):
@@ -101,12 +111,14 @@ def test_names_show_as_written_never_as_markup(tmp_path):
     sock, done = str(tmp_path / "tmux.sock"), tmp_path / "exit"
     cmd = "%s -m kvfabric top 127.0.0.1:%d; echo $? > %s" % (sys.executable, server.server_address[1], done)
     try:
-        subprocess.run([tmux, "-S", sock, "new-session", "-d", "-x", "160", "-y", "48", cmd],
-                       env=dict(os.environ, TERM="xterm-256color"), check=True)
+        subprocess.run(
+            [tmux, "-S", sock, "new-session", "-d", "-x", "160", "-y", "48", cmd],
+            env=dict(os.environ, TERM="xterm-256color"),
+            check=True,
+        )
         screen, deadline = "", time.monotonic() + 30
         while time.monotonic() < deadline:
-            screen = subprocess.run([tmux, "-S", sock, "capture-pane", "-p"], stdout=subprocess.PIPE,
-                                    text=True).stdout
+            screen = subprocess.run([tmux, "-S", sock, "capture-pane", "-p"], stdout=subprocess.PIPE, text=True).stdout
             if "engine [::1]:7400" in screen and "[/]peer[b]" in screen:
                 break
             time.sleep(0.3)
@@ -133,15 +145,22 @@ def test_a_store_node_is_named_and_shows_what_it_served(tmp_path):
     try:
         client.start()
         cmd = "%s -m kvfabric top 127.0.0.1:%d --interval 0.5" % (sys.executable, port)
-        subprocess.run([tmux, "-S", sock, "new-session", "-d", "-x", "200", "-y", "48", cmd],
-                       env=dict(os.environ, TERM="xterm-256color"), check=True)
+        subprocess.run(
+            [tmux, "-S", sock, "new-session", "-d", "-x", "200", "-y", "48", cmd],
+            env=dict(os.environ, TERM="xterm-256color"),
+            check=True,
+        )
         screen, seen, deadline = "", False, time.monotonic() + 30
         while time.monotonic() < deadline and not seen:
-            screen = subprocess.run([tmux, "-S", sock, "capture-pane", "-p"], stdout=subprocess.PIPE,
-                                    text=True).stdout
+            screen = subprocess.run([tmux, "-S", sock, "capture-pane", "-p"], stdout=subprocess.PIPE, text=True).stdout
             m = re.search(r"served: stored ([0-9.]+) ([KMG]?B)/s, read ([0-9.]+) ([KMG]?B)/s", screen)
-            seen = (f"store node {nodes.names[0]}" in screen and "pages 8," in screen and m is not None
-                    and float(m.group(1)) > 0 and float(m.group(3)) > 0)
+            seen = (
+                f"store node {nodes.names[0]}" in screen
+                and "pages 8," in screen
+                and m is not None
+                and float(m.group(1)) > 0
+                and float(m.group(3)) > 0
+            )
             time.sleep(0.3)
         assert seen, "kvfabric top did not show the node and what it served:\n" + screen
     finally:

@@ -23,8 +23,10 @@ import pytest
 from json_process import JsonProcess
 from vllm_interface import source_dir
 
-pytestmark = pytest.mark.skipif(source_dir() is None, reason="vLLM's encoder-cache store sources are not unpacked "
-                                "(make check / make test do it; or set KVF_VLLM_SRC)")
+pytestmark = pytest.mark.skipif(
+    source_dir() is None,
+    reason="vLLM's encoder-cache store sources are not unpacked (make check / make test do it; or set KVF_VLLM_SRC)",
+)
 
 
 class Encoder(JsonProcess):
@@ -33,12 +35,27 @@ class Encoder(JsonProcess):
     def __init__(self, nodes, tmp_path, read_buffer_bytes=8 << 20):
         config = tmp_path / "mooncake.json"
         if not config.exists():  # vLLM's format; members come from the environment (docs/vllm.md)
-            config.write_text(json.dumps({
-                "metadata_server": "P2PHANDSHAKE", "master_server_address": "127.0.0.1:50051",
-                "protocol": nodes.protocol, "device_name": "", "mode": "standalone-store",
-                "global_segment_size": 0, "local_buffer_size": "16mb"}))
-        env = dict(os.environ, MOONCAKE_CONFIG_PATH=str(config), KVF_STORE_MEMBERS=nodes.members,
-                   KVF_LOG_LEVEL="error", KVF_STORE_DEADLINE_MS="2000", KVF_STORE_DOWN_RETRY_MS="300")
+            config.write_text(
+                json.dumps(
+                    {
+                        "metadata_server": "P2PHANDSHAKE",
+                        "master_server_address": "127.0.0.1:50051",
+                        "protocol": nodes.protocol,
+                        "device_name": "",
+                        "mode": "standalone-store",
+                        "global_segment_size": 0,
+                        "local_buffer_size": "16mb",
+                    }
+                )
+            )
+        env = dict(
+            os.environ,
+            MOONCAKE_CONFIG_PATH=str(config),
+            KVF_STORE_MEMBERS=nodes.members,
+            KVF_LOG_LEVEL="error",
+            KVF_STORE_DEADLINE_MS="2000",
+            KVF_STORE_DOWN_RETRY_MS="300",
+        )
         spec = {"read_buffer_bytes": read_buffer_bytes, "max_pending_items": 32, "max_pending_bytes": 1 << 30}
         super().__init__("vllm_encoder_rank.py", spec, env=env, what="encoder")
 
@@ -56,8 +73,11 @@ def test_vllms_encoder_store_publishes_and_another_encoder_reads_byte_exact(node
     a, b = Encoder(nodes, tmp_path), Encoder(nodes, tmp_path)
     try:
         assert a.info["store"] == "kvfabric.compat.mooncake_store.MooncakeDistributedStore"
-        first = items(["img-0", "img-1"]) + items(["img-2"], shape=(7, 1152), dtype="bfloat16", seed=10) + \
-            items(["img-3"], shape=(300, 64), dtype="float32", seed=20)
+        first = (
+            items(["img-0", "img-1"])
+            + items(["img-2"], shape=(7, 1152), dtype="bfloat16", seed=10)
+            + items(["img-3"], shape=(300, 64), dtype="float32", seed=20)
+        )
         ids = [i["id"] for i in first]
         assert a(op="step", items=first)["loaded"] == [], "an empty store: every output is encoded"
         assert a(op="flush")["pending"] == 0, "the publisher put them all"

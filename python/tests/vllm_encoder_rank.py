@@ -48,14 +48,14 @@ def main() -> int:
     spec = json.loads(sys.argv[1])
     store_client, backend_mod, data = load_encoder_store()
     config = SimpleNamespace(  # what build_embedding_namespace reads of vLLM's config
-        model_config=SimpleNamespace(multimodal_config=None, model="kvfabric/test-vlm", revision=None,
-                                     dtype="float16"),
-        ec_transfer_config=SimpleNamespace(ec_connector_extra_config={"cross_encoder_cache": True}))
+        model_config=SimpleNamespace(multimodal_config=None, model="kvfabric/test-vlm", revision=None, dtype="float16"),
+        ec_transfer_config=SimpleNamespace(ec_connector_extra_config={"cross_encoder_cache": True}),
+    )
     namespace = data.build_embedding_namespace(config)
     client = store_client.create_mooncake_embedding_store_client(read_buffer_bytes=spec["read_buffer_bytes"])
-    backend = backend_mod.MooncakeEmbeddingStoreBackend(client, namespace,
-                                                        max_pending_items=spec["max_pending_items"],
-                                                        max_pending_bytes=spec["max_pending_bytes"])
+    backend = backend_mod.MooncakeEmbeddingStoreBackend(
+        client, namespace, max_pending_items=spec["max_pending_items"], max_pending_bytes=spec["max_pending_bytes"]
+    )
 
     def handle(cmd: dict) -> dict:
         out = {"error": None}
@@ -65,17 +65,20 @@ def main() -> int:
                 expected = {}
                 for ident, i in items.items():
                     dt = getattr(cpu_torch, i["dtype"])
-                    expected[ident] = data.TensorSpec(shape=tuple(i["shape"]), dtype=str(dt),
-                                                      nbytes=int(np.prod(i["shape"])) * dt.itemsize)
+                    expected[ident] = data.TensorSpec(
+                        shape=tuple(i["shape"]), dtype=str(dt), nbytes=int(np.prod(i["shape"])) * dt.itemsize
+                    )
                 encoder_cache = {}
                 loaded = backend.resolve_inputs(expected, encoder_cache, "cpu")
                 out["loaded"] = sorted(loaded)
-                out["wrong"] = sum(1 for ident in loaded
-                                   if encoder_cache[ident].numpy().tobytes() != pattern(items[ident]).tobytes())
+                out["wrong"] = sum(
+                    1 for ident in loaded if encoder_cache[ident].numpy().tobytes() != pattern(items[ident]).tobytes()
+                )
                 for ident in items:
                     if ident not in loaded:  # the encoder computes it, and the store publishes it
-                        out_tensor = cpu_torch.empty(tuple(items[ident]["shape"]),
-                                                     dtype=getattr(cpu_torch, items[ident]["dtype"]))
+                        out_tensor = cpu_torch.empty(
+                            tuple(items[ident]["shape"]), dtype=getattr(cpu_torch, items[ident]["dtype"])
+                        )
                         out_tensor.numpy()[...] = pattern(items[ident])
                         backend.save_output(ident, out_tensor)
             elif cmd["op"] == "flush":

@@ -28,9 +28,16 @@ FILES = (
     "vllm/distributed/ec_transfer/ec_connector/mooncake_store_embedding/backend.py",
     "vllm/distributed/kv_transfer/kv_connector/v1/mooncake/rdma_utils.py",
 )
-PACKAGES = ("vllm", "vllm.distributed", "vllm.distributed.ec_transfer", "vllm.distributed.ec_transfer.ec_connector",
-            "vllm.distributed.kv_transfer", "vllm.distributed.kv_transfer.kv_connector",
-            "vllm.distributed.kv_transfer.kv_connector.v1", "vllm.distributed.kv_transfer.kv_connector.v1.mooncake")
+PACKAGES = (
+    "vllm",
+    "vllm.distributed",
+    "vllm.distributed.ec_transfer",
+    "vllm.distributed.ec_transfer.ec_connector",
+    "vllm.distributed.kv_transfer",
+    "vllm.distributed.kv_transfer.kv_connector",
+    "vllm.distributed.kv_transfer.kv_connector.v1",
+    "vllm.distributed.kv_transfer.kv_connector.v1.mooncake",
+)
 
 if os.environ.get("KVF_VLLM_SRC"):  # absolute, for processes started in another directory
     os.environ["KVF_VLLM_SRC"] = os.path.abspath(os.environ["KVF_VLLM_SRC"])
@@ -55,8 +62,10 @@ def load_encoder_store():
     """(store_client, backend, data): vLLM's mooncake_store_embedding modules."""
     root = source_dir()
     if root is None:
-        raise RuntimeError("vLLM's encoder-cache store sources are not unpacked: run `make check` or set "
-                           "KVF_VLLM_SRC (python/tests/vllm_interface.py)")
+        raise RuntimeError(
+            "vLLM's encoder-cache store sources are not unpacked: run `make check` or set "
+            "KVF_VLLM_SRC (python/tests/vllm_interface.py)"
+        )
     if "torch" not in sys.modules:
         sys.modules["torch"] = cpu_torch.module()
     for name in PACKAGES:
@@ -65,10 +74,17 @@ def load_encoder_store():
     _module("vllm.logger", init_logger=logging.getLogger)
     _module("vllm.utils", __path__=[])
     _module("vllm.utils.network_utils", get_ip=lambda: "127.0.0.1")
-    _module("vllm.envs", MOONCAKE_REQUESTER_LOCAL_HOSTNAME=os.environ.get("MOONCAKE_REQUESTER_LOCAL_HOSTNAME"),
-            MOONCAKE_PREFERRED_SEGMENT=os.environ.get("MOONCAKE_PREFERRED_SEGMENT"))
+    _module(
+        "vllm.envs",
+        MOONCAKE_REQUESTER_LOCAL_HOSTNAME=os.environ.get("MOONCAKE_REQUESTER_LOCAL_HOSTNAME"),
+        MOONCAKE_PREFERRED_SEGMENT=os.environ.get("MOONCAKE_PREFERRED_SEGMENT"),
+    )
     from kvfabric.compat import shim
+
     shim.enable()
     prefix = "vllm.distributed.ec_transfer.ec_connector.mooncake_store_embedding"
-    return (importlib.import_module(prefix + ".store_client"), importlib.import_module(prefix + ".backend"),
-            importlib.import_module(prefix + ".data"))
+    return (
+        importlib.import_module(prefix + ".store_client"),
+        importlib.import_module(prefix + ".backend"),
+        importlib.import_module(prefix + ".data"),
+    )

@@ -14,6 +14,7 @@ run checks the bytes it moved (--verify reads them back). Proves:
 Needs root and network namespaces: exits 77 (ctest's skip code) with the
 reason otherwise. Usage: lab_test.py --build BUILD_DIR
 """
+
 import argparse
 import json
 import os
@@ -36,8 +37,7 @@ ENV = dict(os.environ, KVF_LAB_PREFIX="kvftest%d" % os.getpid())
 
 
 def lab(*args, check=True):
-    return subprocess.run([LAB, *args], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          check=check)
+    return subprocess.run([LAB, *args], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=check)
 
 
 def bench():
@@ -50,10 +50,24 @@ class Target:
     def __init__(self, extra_env=None):
         devices = ",".join("a%d" % i for i in range(RAILS))
         self.proc = subprocess.Popen(
-            [LAB, "exec", "A", "env", *["%s=%s" % kv for kv in (extra_env or {}).items()], bench(), "--mode=target",
-             "--protocol=tcp", "--nic_filter=" + devices,
-             "--local_server_name=10.77.0.1:%d" % PORT, "--buffer_size=%d" % (256 << 20)],
-            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            [
+                LAB,
+                "exec",
+                "A",
+                "env",
+                *["%s=%s" % kv for kv in (extra_env or {}).items()],
+                bench(),
+                "--mode=target",
+                "--protocol=tcp",
+                "--nic_filter=" + devices,
+                "--local_server_name=10.77.0.1:%d" % PORT,
+                "--buffer_size=%d" % (256 << 20),
+            ],
+            env=ENV,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         deadline = time.time() + 30
         while time.time() < deadline:
             line = self.proc.stdout.readline()
@@ -80,11 +94,26 @@ def initiate(segment, op, block, duration, extra_env=None):
     """Runs an initiator in host B over every rail; returns its JSON point."""
     devices = ",".join("b%d" % i for i in range(RAILS))
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        cmd = [LAB, "exec", "B", "env", *["%s=%s" % kv for kv in (extra_env or {}).items()], bench(),
-               "--mode=initiator", "--protocol=tcp", "--nic_filter=" + devices,
-               "--local_server_name=10.77.0.2:0", "--segment_id=" + segment, "--operation=" + op,
-               "--block_size=%d" % block, "--batch_size=32", "--threads=2", "--duration=%g" % duration,
-               "--verify", "--json_out=" + out.name]
+        cmd = [
+            LAB,
+            "exec",
+            "B",
+            "env",
+            *["%s=%s" % kv for kv in (extra_env or {}).items()],
+            bench(),
+            "--mode=initiator",
+            "--protocol=tcp",
+            "--nic_filter=" + devices,
+            "--local_server_name=10.77.0.2:0",
+            "--segment_id=" + segment,
+            "--operation=" + op,
+            "--block_size=%d" % block,
+            "--batch_size=32",
+            "--threads=2",
+            "--duration=%g" % duration,
+            "--verify",
+            "--json_out=" + out.name,
+        ]
         r = subprocess.run(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
         if r.returncode != 0:
             raise AssertionError("initiator failed (%d): %s\n%s" % (r.returncode, r.stdout[-1000:], r.stderr[-3000:]))
@@ -106,8 +135,10 @@ def closes_connections():
 
 def scrape(host, port):
     """The /metrics text of the endpoint on 127.0.0.1:port inside `host`."""
-    code = ("import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:%d/metrics', timeout=5)"
-            ".read().decode())" % port)
+    code = (
+        "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:%d/metrics', timeout=5)"
+        ".read().decode())" % port
+    )
     return lab("exec", host, sys.executable, "-c", code).stdout
 
 
@@ -179,8 +210,10 @@ class MultiRailTest(unittest.TestCase):
         # twin subnet, so no pair holds both ends: refused before posting,
         # naming the rails of each side.
         self.target.stop()
-        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as ft, \
-                tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fi:
+        with (
+            tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as ft,
+            tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fi,
+        ):
             json.dump({"nics": {"a0": {"numa": 0}, "a1": {"numa": 0}, "a2": {"numa": 1}, "a3": {"numa": 1}}}, ft)
             json.dump({"nics": {"b0": {"numa": 1}, "b1": {"numa": 1}, "b2": {"numa": 0}, "b3": {"numa": 0}}}, fi)
         try:
@@ -191,8 +224,9 @@ class MultiRailTest(unittest.TestCase):
             self.assertIn("registered on rails {2,3}", str(refused.exception))
             self.assertIn("on its rails {0,1}", str(refused.exception))
             # Registered on every rail, the same buffer moves (on rails 0 and 1).
-            p = initiate(self.target.segment, "write", 1 << 20, 0.5,
-                         {"KVF_TOPOLOGY_FILE": fi.name, "KVF_REGISTER_RAILS": "all"})
+            p = initiate(
+                self.target.segment, "write", 1 << 20, 0.5, {"KVF_TOPOLOGY_FILE": fi.name, "KVF_REGISTER_RAILS": "all"}
+            )
             self.assertEqual(p["verify"], "verified")
             self.assertEqual(p["rail_bytes"][2] + p["rail_bytes"][3], 0, p)
         finally:
@@ -214,11 +248,17 @@ class MultiRailTest(unittest.TestCase):
             lab("link", "a2", "down")
             time.sleep(2.0)
             scraped["text"] = scrape("B", METRICS_PORT)
+
         t = threading.Thread(target=cut)
         t.start()
         try:
-            p = initiate(self.target.segment, "write", 1 << 20, 6,
-                         {"KVF_RAIL_STALL_MS": "500", "KVF_METRICS_LISTEN": "127.0.0.1:%d" % METRICS_PORT})
+            p = initiate(
+                self.target.segment,
+                "write",
+                1 << 20,
+                6,
+                {"KVF_RAIL_STALL_MS": "500", "KVF_METRICS_LISTEN": "127.0.0.1:%d" % METRICS_PORT},
+            )
         finally:
             t.join()
             lab("link", "a2", "up")
@@ -256,22 +296,47 @@ class MultiRailTest(unittest.TestCase):
         # bytes arrive, as they do here, so there the hazard stays
         # (docs/design/engine-failures.md, "libfabric 1.17's tcp provider and KVF_CLOSE_CONNECTIONS").
         if not closes_connections():
-            self.skipTest("libfabric before 1.18: a stalled rail's READs move without their connection closed "
-                          "(KVF_CLOSE_CONNECTIONS=auto), and may land later")
+            self.skipTest(
+                "libfabric before 1.18: a stalled rail's READs move without their connection closed "
+                "(KVF_CLOSE_CONNECTIONS=auto), and may land later"
+            )
         tool = os.path.join(BUILD, "tests", "kvfabric-lab-late-landing")
+
         def nics(h):
             return ",".join("%s%d" % (h, i) for i in range(RAILS))
 
-        target = subprocess.Popen([LAB, "exec", "A", tool, "target", nics("a"), "10.77.0.1:%d" % (PORT + 1)], env=ENV,
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        target = subprocess.Popen(
+            [LAB, "exec", "A", tool, "target", nics("a"), "10.77.0.1:%d" % (PORT + 1)],
+            env=ENV,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         initiator = None
         try:
             line = target.stdout.readline()
             self.assertTrue(line.startswith("segment "), line + target.stderr.read()[-2000:] if not line else line)
             segment = line.split()[1]
             initiator = subprocess.Popen(
-                [LAB, "exec", "B", "env", "KVF_RAIL_STALL_MS=500", tool, "initiator", nics("b"), "10.77.0.2:0",
-                 segment], env=ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                [
+                    LAB,
+                    "exec",
+                    "B",
+                    "env",
+                    "KVF_RAIL_STALL_MS=500",
+                    tool,
+                    "initiator",
+                    nics("b"),
+                    "10.77.0.2:0",
+                    segment,
+                ],
+                env=ENV,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
             time.sleep(1.0)  # its READs run on every rail
             lab("link", "a2", "down")
             try:
@@ -286,10 +351,12 @@ class MultiRailTest(unittest.TestCase):
             m = re.match(r"late (\d+) wrong (\d+)", out.strip())
             self.assertIsNotNone(m, out + err[-3000:])
             self.assertEqual(int(m.group(2)), 0, "READs got wrong bytes before the reuse")
-            self.assertEqual(int(m.group(1)), 0, "bytes landed in the reused buffer after their READ completed: "
-                             + err[-3000:])
-            self.assertRegex(err, r"closed the connection to .* its rail stalled",
-                             "the stalled rail closed no connection")
+            self.assertEqual(
+                int(m.group(1)), 0, "bytes landed in the reused buffer after their READ completed: " + err[-3000:]
+            )
+            self.assertRegex(
+                err, r"closed the connection to .* its rail stalled", "the stalled rail closed no connection"
+            )
         finally:
             for p in (initiator, target):
                 if p is not None and p.poll() is None:
@@ -304,8 +371,13 @@ def main():
     args, rest = ap.parse_known_args()
     BUILD = os.path.abspath(args.build)
     # lab.sh itself decides whether this machine can build the lab.
-    r = subprocess.run([LAB, "up", "--rails", "1", "--rates", "none"], env=ENV, stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, text=True)
+    r = subprocess.run(
+        [LAB, "up", "--rails", "1", "--rates", "none"],
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     lab("down", check=False)
     if r.returncode == 77:
         print(r.stderr.strip(), file=sys.stderr)

@@ -6,6 +6,7 @@ fi_write/fi_read, no engine) and kvfabric-bench (the engine), each as a real
 target process plus an initiator process, and reports medians and the ratio.
 The machine is noisy: alternating runs and medians keep the comparison fair.
 """
+
 import argparse
 import json
 import os
@@ -52,13 +53,24 @@ def run_initiator(cmd):
 
 def bare(a, proto, op):
     tool = os.path.join(a.build, "tools", "kvfabric-fabric-bench")
-    t, addr = start_target([tool, "--mode=target", "--protocol=" + proto, "--buffer_size=%d" % a.buffer],
-                           r"--segment_id=(\S+)")
+    t, addr = start_target(
+        [tool, "--mode=target", "--protocol=" + proto, "--buffer_size=%d" % a.buffer], r"--segment_id=(\S+)"
+    )
     try:
-        return run_initiator([tool, "--mode=initiator", "--protocol=" + proto, "--segment_id=" + addr,
-                              "--operation=" + op, "--block_size=%d" % a.block, "--queue_depth=%d" % a.queue_depth,
-                              "--duration=%g" % a.duration, "--json"]
-                             + (["--transmit_complete"] if a.transmit_complete else []))
+        return run_initiator(
+            [
+                tool,
+                "--mode=initiator",
+                "--protocol=" + proto,
+                "--segment_id=" + addr,
+                "--operation=" + op,
+                "--block_size=%d" % a.block,
+                "--queue_depth=%d" % a.queue_depth,
+                "--duration=%g" % a.duration,
+                "--json",
+            ]
+            + (["--transmit_complete"] if a.transmit_complete else [])
+        )
     finally:
         stop(t)
 
@@ -68,12 +80,22 @@ def engine(a, proto, op):
     sets = []
     for kv in a.engine_set + (["KVF_WRITE_COMPLETION=transmit"] if a.transmit_complete else []):
         sets += ["--set", kv]
-    t, seg = start_target([tool, "--mode=target", "--protocol=" + proto, "--buffer_size=%d" % a.buffer] + sets,
-                          r"--segment_id=(\S+)")
+    t, seg = start_target(
+        [tool, "--mode=target", "--protocol=" + proto, "--buffer_size=%d" % a.buffer] + sets, r"--segment_id=(\S+)"
+    )
     try:
-        cmd = [tool, "--mode=initiator", "--protocol=" + proto, "--segment_id=" + seg, "--operation=" + op,
-               "--block_size=%d" % a.block, "--batch_size=%d" % a.batch, "--threads=%d" % a.threads,
-               "--duration=%g" % a.duration, "--json"] + sets
+        cmd = [
+            tool,
+            "--mode=initiator",
+            "--protocol=" + proto,
+            "--segment_id=" + seg,
+            "--operation=" + op,
+            "--block_size=%d" % a.block,
+            "--batch_size=%d" % a.batch,
+            "--threads=%d" % a.threads,
+            "--duration=%g" % a.duration,
+            "--json",
+        ] + sets
         if a.verify:
             cmd.append("--verify")
         r = run_initiator(cmd)
@@ -92,25 +114,39 @@ def main():
     ap.add_argument("--block", type=int, default=1 << 20)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--queue_depth", type=int, default=0,
-                    help="bare tool operations in flight (default: threads x batch, as the engine)")
+    ap.add_argument(
+        "--queue_depth",
+        type=int,
+        default=0,
+        help="bare tool operations in flight (default: threads x batch, as the engine)",
+    )
     ap.add_argument("--buffer", type=int, default=1 << 28)
     ap.add_argument("--duration", type=float, default=3)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--verify", action="store_true", help="engine runs check every byte")
     ap.add_argument("--json_out", help="write all samples and medians here")
-    ap.add_argument("--engine_set", action="append", default=[], metavar="KVF_NAME=value",
-                    help="a setting for both engine processes (repeatable)")
-    ap.add_argument("--transmit_complete", action="store_true",
-                    help="writes complete when the source is reusable, not when delivered, on both "
-                         "tools (no visibility guarantee: for measuring what delivery costs)")
+    ap.add_argument(
+        "--engine_set",
+        action="append",
+        default=[],
+        metavar="KVF_NAME=value",
+        help="a setting for both engine processes (repeatable)",
+    )
+    ap.add_argument(
+        "--transmit_complete",
+        action="store_true",
+        help="writes complete when the source is reusable, not when delivered, on both "
+        "tools (no visibility guarantee: for measuring what delivery costs)",
+    )
     a = ap.parse_args()
     if a.queue_depth <= 0:
         a.queue_depth = a.threads * a.batch
 
     results = []
-    print("block %d B, engine batch %d x threads %d, bare queue depth %d, %d x %g s runs, medians"
-          % (a.block, a.batch, a.threads, a.queue_depth, a.reps, a.duration))
+    print(
+        "block %d B, engine batch %d x threads %d, bare queue depth %d, %d x %g s runs, medians"
+        % (a.block, a.batch, a.threads, a.queue_depth, a.reps, a.duration)
+    )
     print("%-6s %-5s %12s %12s %8s" % ("proto", "op", "bare GB/s", "engine GB/s", "ratio"))
     failed = False
     for proto in a.protocols.split(","):
@@ -120,8 +156,16 @@ def main():
                 b.append(bare(a, proto, op)["bytes_per_s"] / 1e9)
                 e.append(engine(a, proto, op)["bytes_per_s"] / 1e9)
             mb, me = statistics.median(b), statistics.median(e)
-            row = {"protocol": proto, "operation": op, "block_size": a.block, "bare_gbps": b, "engine_gbps": e,
-                   "bare_median": mb, "engine_median": me, "ratio": me / mb}
+            row = {
+                "protocol": proto,
+                "operation": op,
+                "block_size": a.block,
+                "bare_gbps": b,
+                "engine_gbps": e,
+                "bare_median": mb,
+                "engine_median": me,
+                "ratio": me / mb,
+            }
             results.append(row)
             print("%-6s %-5s %12.2f %12.2f %7.0f%%" % (proto, op, mb, me, 100 * me / mb))
             sys.stdout.flush()

@@ -27,6 +27,7 @@ Prints one JSON line per model with the medians (GB/s), GET figures as a
 ratio of the bare READ and PUT figures of the bare WRITE (the store puts by
 WRITE); --json_out keeps every round.
 """
+
 import argparse
 import json
 import os
@@ -49,12 +50,28 @@ SHAPES = {
 
 def backend_for(a, pool, members):
     factory, config_cls, _ = sglang_interface.load()
-    extra = {"backend_name": "kvfabric", "module_path": "kvfabric.integrations.sglang", "class_name": "HiCacheKvfabric",
-             "interface_v1": 1, "protocol": a.protocol, "local_hostname": "127.0.0.1",
-             "settings": {"KVF_STORE_MEMBERS": members, "KVF_LOG_LEVEL": "warn"}}
-    config = config_cls(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1, attn_cp_rank=0, attn_cp_size=1,
-                        is_mla_model=a.model == "mla", enable_storage_metrics=False, is_page_first_layout=True,
-                        model_name="bench/" + a.model, extra_config=extra)
+    extra = {
+        "backend_name": "kvfabric",
+        "module_path": "kvfabric.integrations.sglang",
+        "class_name": "HiCacheKvfabric",
+        "interface_v1": 1,
+        "protocol": a.protocol,
+        "local_hostname": "127.0.0.1",
+        "settings": {"KVF_STORE_MEMBERS": members, "KVF_LOG_LEVEL": "warn"},
+    }
+    config = config_cls(
+        tp_rank=0,
+        tp_size=1,
+        pp_rank=0,
+        pp_size=1,
+        attn_cp_rank=0,
+        attn_cp_size=1,
+        is_mla_model=a.model == "mla",
+        enable_storage_metrics=False,
+        is_page_first_layout=True,
+        model_name="bench/" + a.model,
+        extra_config=extra,
+    )
     backend = factory.create_backend("dynamic", config, pool)
     backend.register_mem_pool_host(pool)
     return backend
@@ -75,9 +92,26 @@ def run(a):
     # Room for every round's pages: a removed or read page's slot stays out of
     # use for the read window (15 s), longer than a run of rounds.
     node_pool = (2 * a.rounds + 2) * batch + (64 << 20)
-    node = subprocess.Popen([sys.executable, "-m", "kvfabric", "store-node", "--pool", str(node_pool), "--protocol",
-                             a.protocol, "--listen", listen, "--members", listen, "--set", "KVF_LOG_LEVEL=warn"],
-                            stdout=subprocess.PIPE, text=True)
+    node = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kvfabric",
+            "store-node",
+            "--pool",
+            str(node_pool),
+            "--protocol",
+            a.protocol,
+            "--listen",
+            listen,
+            "--members",
+            listen,
+            "--set",
+            "KVF_LOG_LEVEL=warn",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = node.stdout.readline()
         if not line:
@@ -132,8 +166,13 @@ def run(a):
                 if got != [0] * a.pages:
                     raise SystemExit(f"round {r}: store put: {got}")
 
-            ops = [("get", get), ("store_get", store_get), ("bare_read", bare_read), ("store_put", store_put),
-                   ("bare_write", bare_write)]
+            ops = [
+                ("get", get),
+                ("store_get", store_get),
+                ("bare_read", bare_read),
+                ("store_put", store_put),
+                ("bare_write", bare_write),
+            ]
             if r % 2:
                 ops.reverse()
             for name, fn in ops:
@@ -145,11 +184,18 @@ def run(a):
                 wrong = sum(pool.page_bytes(d) != content(h, 0, page) for h, d in zip(hashes, dst))
             rounds.append({k: batch / v / 1e9 for k, v in t.items()})
         med = {k: statistics.median(x[k] for x in rounds) for k in rounds[0]}
-        summary = {"model": a.model, "protocol": a.protocol, "page_bytes": page,
-                   "buffers_per_page": len(pool.page_spans(0)), "pages_per_batch": a.pages, "rounds": a.rounds,
-                   "wrong_pages": wrong, "gbps": {k: round(v, 3) for k, v in med.items()},
-                   "get_of_bare_read": {k: round(med[k] / med["bare_read"], 3) for k in ("get", "store_get")},
-                   "set_of_bare_write": {k: round(med[k] / med["bare_write"], 3) for k in ("set", "store_put")}}
+        summary = {
+            "model": a.model,
+            "protocol": a.protocol,
+            "page_bytes": page,
+            "buffers_per_page": len(pool.page_spans(0)),
+            "pages_per_batch": a.pages,
+            "rounds": a.rounds,
+            "wrong_pages": wrong,
+            "gbps": {k: round(v, 3) for k, v in med.items()},
+            "get_of_bare_read": {k: round(med[k] / med["bare_read"], 3) for k in ("get", "store_get")},
+            "set_of_bare_write": {k: round(med[k] / med["bare_write"], 3) for k in ("set", "store_put")},
+        }
         print(json.dumps(summary), flush=True)
         backend.close()
         return summary, rounds
@@ -164,13 +210,16 @@ def main():
     ap.add_argument("--protocol", choices=["tcp", "shm"], default="tcp")
     ap.add_argument("--pages", type=int, default=32, help="pages per batch (SGLang sends up to 128)")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--sglang_src", default=os.environ.get("KVF_SGLANG_SRC", "build/sglang-0.5.23"),
-                    help="SGLang's unpacked sources (make check unpacks them)")
+    ap.add_argument(
+        "--sglang_src",
+        default=os.environ.get("KVF_SGLANG_SRC", "build/sglang-0.5.23"),
+        help="SGLang's unpacked sources (make check unpacks them)",
+    )
     ap.add_argument("--json_out")
     a = ap.parse_args()
     os.environ["KVF_SGLANG_SRC"] = os.path.abspath(a.sglang_src)
     out = []
-    for model in (["mla", "mha"] if a.model == "both" else [a.model]):
+    for model in ["mla", "mha"] if a.model == "both" else [a.model]:
         a.model = model
         summary, rounds = run(a)
         out.append({**summary, "every_round": rounds})

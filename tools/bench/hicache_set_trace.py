@@ -8,6 +8,7 @@ set, its exists call, the PUT inside it, and the store's PUT.
 
 The figures of docs/results/hicache-bench-2026-11-27.md ("Traced on 2026-11-27") come from it.
 """
+
 import argparse
 import json
 import os
@@ -34,9 +35,26 @@ def main():
     pool.kv_buffer.fill(0)
     batch = pool.page_nbytes() * a.pages
     listen = f"127.0.0.1:{free_port()}"
-    node = subprocess.Popen([sys.executable, "-m", "kvfabric", "store-node", "--pool", str((2 * a.rounds + 2) * batch),
-                             "--protocol", a.protocol, "--listen", listen, "--members", listen,
-                             "--set", "KVF_LOG_LEVEL=warn"], stdout=subprocess.PIPE, text=True)
+    node = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kvfabric",
+            "store-node",
+            "--pool",
+            str((2 * a.rounds + 2) * batch),
+            "--protocol",
+            a.protocol,
+            "--listen",
+            listen,
+            "--members",
+            listen,
+            "--set",
+            "KVF_LOG_LEVEL=warn",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         if not node.stdout.readline():
             raise SystemExit(f"the store node did not start (exit {node.poll()})")
@@ -51,6 +69,7 @@ def main():
                 out = calls[name](*args, **kw)
                 timed[name].append(time.perf_counter() - t0)
                 return out
+
             return call
 
         store.batch_exists, store.batch_put = timer("exists"), timer("put in set")
@@ -68,10 +87,22 @@ def main():
                 raise SystemExit(f"round {r}: the store's put failed")
             puts.append(time.perf_counter() - t0)
         ms = lambda xs: round(statistics.median(xs) * 1e3, 2)  # noqa: E731
-        print(json.dumps({"protocol": a.protocol, "pages": a.pages, "page_bytes": pool.page_nbytes(),
-                          "rounds": a.rounds,
-                          "median_ms": {"set": ms(sets), "its exists": ms(timed["exists"]),
-                                        "its put": ms(timed["put in set"]), "store put": ms(puts)}}))
+        print(
+            json.dumps(
+                {
+                    "protocol": a.protocol,
+                    "pages": a.pages,
+                    "page_bytes": pool.page_nbytes(),
+                    "rounds": a.rounds,
+                    "median_ms": {
+                        "set": ms(sets),
+                        "its exists": ms(timed["exists"]),
+                        "its put": ms(timed["put in set"]),
+                        "store put": ms(puts),
+                    },
+                }
+            )
+        )
         backend.close()
     finally:
         node.terminate()

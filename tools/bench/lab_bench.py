@@ -11,6 +11,7 @@ measures, each figure beside its ceiling from the same run:
   - uneven rails (--uneven rates): throughput against their summed rate.
 Writes everything to --json_out; tools/bench/plot_lab.py draws it.
 """
+
 import argparse
 import json
 import os
@@ -54,20 +55,44 @@ def tool(a, name):
 
 def engine_target(a, rails):
     devices = ",".join("a%d" % i for i in range(rails))
-    return start_target([LAB, "exec", "A", tool(a, "kvfabric-bench"), "--mode=target", "--protocol=tcp",
-                         "--nic_filter=" + devices, "--local_server_name=10.77.0.1:%d" % ENGINE_PORT,
-                         "--buffer_size=%d" % a.buffer], r"--segment_id=(\S+)")
+    return start_target(
+        [
+            LAB,
+            "exec",
+            "A",
+            tool(a, "kvfabric-bench"),
+            "--mode=target",
+            "--protocol=tcp",
+            "--nic_filter=" + devices,
+            "--local_server_name=10.77.0.1:%d" % ENGINE_PORT,
+            "--buffer_size=%d" % a.buffer,
+        ],
+        r"--segment_id=(\S+)",
+    )
 
 
 def engine_points(a, seg, rails, op, blocks, batch, threads, duration, extra=()):
     """One initiator process sweeping `blocks`; its JSON points."""
     devices = ",".join("b%d" % i for i in range(rails))
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        cmd = [LAB, "exec", "B", tool(a, "kvfabric-bench"), "--mode=initiator", "--protocol=tcp",
-               "--nic_filter=" + devices, "--local_server_name=10.77.0.2:0", "--segment_id=" + seg,
-               "--operation=" + op, "--block_size=" + ",".join(str(b) for b in blocks),
-               "--batch_size=%d" % batch, "--threads=%d" % threads, "--duration=%g" % duration,
-               "--json_out=" + out.name, *extra]
+        cmd = [
+            LAB,
+            "exec",
+            "B",
+            tool(a, "kvfabric-bench"),
+            "--mode=initiator",
+            "--protocol=tcp",
+            "--nic_filter=" + devices,
+            "--local_server_name=10.77.0.2:0",
+            "--segment_id=" + seg,
+            "--operation=" + op,
+            "--block_size=" + ",".join(str(b) for b in blocks),
+            "--batch_size=%d" % batch,
+            "--threads=%d" % threads,
+            "--duration=%g" % duration,
+            "--json_out=" + out.name,
+            *extra,
+        ]
         r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=900)
         if r.returncode != 0:
             raise RuntimeError("initiator failed (%d): %s" % (r.returncode, r.stderr[-2000:]))
@@ -80,17 +105,44 @@ def bare_fabric(a, rails, op, block):
     targets, inits = [], []
     try:
         for i in range(rails):
-            t, addr = start_target([LAB, "exec", "A", tool(a, "kvfabric-fabric-bench"), "--mode=target",
-                                    "--protocol=tcp", "--nic_filter=a%d" % i,
-                                    "--local_server_name=10.77.%d.1:%d" % (i, BARE_PORT + i),
-                                    "--buffer_size=%d" % (64 << 20)], r"--segment_id=(\S+)")
+            t, addr = start_target(
+                [
+                    LAB,
+                    "exec",
+                    "A",
+                    tool(a, "kvfabric-fabric-bench"),
+                    "--mode=target",
+                    "--protocol=tcp",
+                    "--nic_filter=a%d" % i,
+                    "--local_server_name=10.77.%d.1:%d" % (i, BARE_PORT + i),
+                    "--buffer_size=%d" % (64 << 20),
+                ],
+                r"--segment_id=(\S+)",
+            )
             targets.append((t, addr))
         for i, (_, addr) in enumerate(targets):
-            inits.append(subprocess.Popen(
-                [LAB, "exec", "B", tool(a, "kvfabric-fabric-bench"), "--mode=initiator", "--protocol=tcp",
-                 "--nic_filter=b%d" % i, "--segment_id=" + addr, "--operation=" + op, "--block_size=%d" % block,
-                 "--queue_depth=16", "--duration=%g" % a.duration, "--json"],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+            inits.append(
+                subprocess.Popen(
+                    [
+                        LAB,
+                        "exec",
+                        "B",
+                        tool(a, "kvfabric-fabric-bench"),
+                        "--mode=initiator",
+                        "--protocol=tcp",
+                        "--nic_filter=b%d" % i,
+                        "--segment_id=" + addr,
+                        "--operation=" + op,
+                        "--block_size=%d" % block,
+                        "--queue_depth=16",
+                        "--duration=%g" % a.duration,
+                        "--json",
+                    ],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+            )
         total = 0.0
         for p in inits:
             out, err = p.communicate(timeout=300)
@@ -120,14 +172,33 @@ def sweep(a, rates_label, rail_counts, ops, blocks, reps):
                 bare = statistics.median(bare_fabric(a, n, op, 1 << 20) for _ in range(reps)) if a.bare else None
                 for b in blocks:
                     med = statistics.median(samples[b])
-                    row = {"rates": rates_label, "rails": n, "operation": op, "block_size": b,
-                           "engine_bps": samples[b], "engine_median": med, "line_rate": line,
-                           "of_line": med / line, "bare_1mib": bare, "of_bare": med / bare if bare else None,
-                           "rail_bytes_last": per_rail[b]}
+                    row = {
+                        "rates": rates_label,
+                        "rails": n,
+                        "operation": op,
+                        "block_size": b,
+                        "engine_bps": samples[b],
+                        "engine_median": med,
+                        "line_rate": line,
+                        "of_line": med / line,
+                        "bare_1mib": bare,
+                        "of_bare": med / bare if bare else None,
+                        "rail_bytes_last": per_rail[b],
+                    }
                     rows.append(row)
-                    print("%-10s %2d rails %-5s %8d B: %7.0f MB/s  %5.1f%% of line %7.0f MB/s%s" % (
-                        rates_label, n, op, b, med / 1e6, 100 * med / line, line / 1e6,
-                        "" if not bare else "  %5.1f%% of bare %7.0f MB/s" % (100 * med / bare, bare / 1e6)))
+                    print(
+                        "%-10s %2d rails %-5s %8d B: %7.0f MB/s  %5.1f%% of line %7.0f MB/s%s"
+                        % (
+                            rates_label,
+                            n,
+                            op,
+                            b,
+                            med / 1e6,
+                            100 * med / line,
+                            line / 1e6,
+                            "" if not bare else "  %5.1f%% of bare %7.0f MB/s" % (100 * med / bare, bare / 1e6),
+                        )
+                    )
                     sys.stdout.flush()
         finally:
             stop(t)
@@ -148,10 +219,11 @@ def large_transfer(a, rails_max):
     finally:
         stop(t)
     ratio = out[rails_max] / out[1]
-    print("one %d MiB WRITE alone: %.1f ms over 1 rail, %.1f ms over %d rails: %.0f%% of the one-rail time" % (
-        a.large >> 20, out[1] / 1e3, out[rails_max] / 1e3, rails_max, 100 * ratio))
-    return {"bytes": a.large, "one_rail_us": out[1], "all_rails_us": out[rails_max], "rails": rails_max,
-            "ratio": ratio}
+    print(
+        "one %d MiB WRITE alone: %.1f ms over 1 rail, %.1f ms over %d rails: %.0f%% of the one-rail time"
+        % (a.large >> 20, out[1] / 1e3, out[rails_max] / 1e3, rails_max, 100 * ratio)
+    )
+    return {"bytes": a.large, "one_rail_us": out[1], "all_rails_us": out[rails_max], "rails": rails_max, "ratio": ratio}
 
 
 def probe(a, rails):
@@ -160,19 +232,42 @@ def probe(a, rails):
     try:
         devices = ",".join("b%d" % i for i in range(rails))
         for _ in range(max(5, a.reps)):
-            r = run_initiator([LAB, "exec", "B", tool(a, "kvfabric-bench"), "--mode=probe", "--protocol=tcp",
-                               "--nic_filter=" + devices, "--local_server_name=10.77.0.2:0",
-                               "--segment_id=" + seg, "--block_size=%d" % (1 << 20),
-                               "--buffer_size=%d" % (1 << 20), "--json"])
+            r = run_initiator(
+                [
+                    LAB,
+                    "exec",
+                    "B",
+                    tool(a, "kvfabric-bench"),
+                    "--mode=probe",
+                    "--protocol=tcp",
+                    "--nic_filter=" + devices,
+                    "--local_server_name=10.77.0.2:0",
+                    "--segment_id=" + seg,
+                    "--block_size=%d" % (1 << 20),
+                    "--buffer_size=%d" % (1 << 20),
+                    "--json",
+                ]
+            )
             rows.append(r)
     finally:
         stop(t)
-    med = {k: statistics.median(r[k] for r in rows)
-           for k in ("open_segment_us", "warmup_us", "first_transfer_us", "warm_transfer_p50_us")}
-    print("first use of a %dx%d-rail peer (median of %d fresh processes): open %.1f ms (one handshake, every "
-          "rail inserted), warmup %.3f ms, cold first 1 MiB write %.1f ms, warm %.1f ms" % (
-              rails, rails, len(rows), med["open_segment_us"] / 1e3, med["warmup_us"] / 1e3,
-              med["first_transfer_us"] / 1e3, med["warm_transfer_p50_us"] / 1e3))
+    med = {
+        k: statistics.median(r[k] for r in rows)
+        for k in ("open_segment_us", "warmup_us", "first_transfer_us", "warm_transfer_p50_us")
+    }
+    print(
+        "first use of a %dx%d-rail peer (median of %d fresh processes): open %.1f ms (one handshake, every "
+        "rail inserted), warmup %.3f ms, cold first 1 MiB write %.1f ms, warm %.1f ms"
+        % (
+            rails,
+            rails,
+            len(rows),
+            med["open_segment_us"] / 1e3,
+            med["warmup_us"] / 1e3,
+            med["first_transfer_us"] / 1e3,
+            med["warm_transfer_p50_us"] / 1e3,
+        )
+    )
     return {"rails": rails, "runs": rows, "median": med}
 
 

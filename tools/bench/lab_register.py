@@ -9,6 +9,7 @@ the reason tcp and shm register on the caller's thread whatever
 KVF_REGISTER_PARALLEL says, so on tcp the two PARALLEL rows match; on a
 verbs or EFA lab they differ. Needs root. Usage: lab_register.py --build BUILD [--bytes N] [--rounds N]
 """
+
 import argparse
 import json
 import os
@@ -37,10 +38,23 @@ def main():
     lab("up", "--rails", "4", "--rates", "2gbit")
     target = None
     try:
-        target = subprocess.Popen([LAB, "exec", "A", bench, "--mode=target", "--protocol=tcp",
-                                   "--nic_filter=a0,a1,a2,a3", "--local_server_name=10.77.0.1:17400",
-                                   "--buffer_size=%d" % (64 << 20)], env=ENV, stdout=subprocess.PIPE,
-                                  stderr=subprocess.DEVNULL, text=True)
+        target = subprocess.Popen(
+            [
+                LAB,
+                "exec",
+                "A",
+                bench,
+                "--mode=target",
+                "--protocol=tcp",
+                "--nic_filter=a0,a1,a2,a3",
+                "--local_server_name=10.77.0.1:17400",
+                "--buffer_size=%d" % (64 << 20),
+            ],
+            env=ENV,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         segment = None
         while segment is None:
             line = target.stdout.readline()
@@ -55,20 +69,46 @@ def main():
         for r in range(a.rounds):
             for rails, par in combos:
                 with tempfile.NamedTemporaryFile(suffix=".json") as out:
-                    subprocess.run([LAB, "exec", "B", "env", "KVF_TOPOLOGY_FILE=" + topo.name,
-                                    "KVF_REGISTER_RAILS=" + rails, "KVF_REGISTER_PARALLEL=" + par, "KVF_LOG_LEVEL=warn",
-                                    bench, "--mode=initiator", "--protocol=tcp", "--nic_filter=b0,b1,b2,b3",
-                                    "--local_server_name=10.77.0.2:0", "--segment_id=" + segment,
-                                    "--operation=write", "--block_size=65536", "--batch_size=1", "--threads=1",
-                                    "--duration=0.05", "--buffer_size=%d" % a.bytes, "--json_out=" + out.name],
-                                   env=ENV, check=True, stdout=subprocess.DEVNULL, timeout=120)
+                    subprocess.run(
+                        [
+                            LAB,
+                            "exec",
+                            "B",
+                            "env",
+                            "KVF_TOPOLOGY_FILE=" + topo.name,
+                            "KVF_REGISTER_RAILS=" + rails,
+                            "KVF_REGISTER_PARALLEL=" + par,
+                            "KVF_LOG_LEVEL=warn",
+                            bench,
+                            "--mode=initiator",
+                            "--protocol=tcp",
+                            "--nic_filter=b0,b1,b2,b3",
+                            "--local_server_name=10.77.0.2:0",
+                            "--segment_id=" + segment,
+                            "--operation=write",
+                            "--block_size=65536",
+                            "--batch_size=1",
+                            "--threads=1",
+                            "--duration=0.05",
+                            "--buffer_size=%d" % a.bytes,
+                            "--json_out=" + out.name,
+                        ],
+                        env=ENV,
+                        check=True,
+                        stdout=subprocess.DEVNULL,
+                        timeout=120,
+                    )
                     times[(rails, par)].append(json.load(open(out.name))["points"][0]["register_ms"])
         os.unlink(topo.name)
-        print("registering %d MiB of host memory on a 4-rail host (2 rails near it), median of %d rounds:"
-              % (a.bytes >> 20, a.rounds))
+        print(
+            "registering %d MiB of host memory on a 4-rail host (2 rails near it), median of %d rounds:"
+            % (a.bytes >> 20, a.rounds)
+        )
         for (rails, par), v in times.items():
-            print("  KVF_REGISTER_RAILS=%-4s KVF_REGISTER_PARALLEL=%s  %8.3f ms  (all: %s)"
-                  % (rails, par, statistics.median(v), ", ".join("%.3f" % x for x in v)))
+            print(
+                "  KVF_REGISTER_RAILS=%-4s KVF_REGISTER_PARALLEL=%s  %8.3f ms  (all: %s)"
+                % (rails, par, statistics.median(v), ", ".join("%.3f" % x for x in v))
+            )
     finally:
         if target:
             target.terminate()

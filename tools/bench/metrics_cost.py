@@ -9,6 +9,7 @@ writes (32 x 2 threads: the per-request cost at its largest share), and one
 figure is the median of --reps alternated runs; the verdict is the ratio
 on/off (throughput) and the difference on - off (latency).
 """
+
 import argparse
 import json
 import os
@@ -51,9 +52,21 @@ def run(a, tool, proto, seg, block, batch, threads, metrics):
         scraper = threading.Thread(target=scrape_while, args=(address, stop_event, counts))
         scraper.start()
     try:
-        r = run_initiator([tool, "--mode=initiator", "--protocol=" + proto, "--segment_id=" + seg,
-                           "--operation=write", "--block_size=%d" % block, "--batch_size=%d" % batch,
-                           "--threads=%d" % threads, "--duration=%g" % a.duration, "--json"] + sets)
+        r = run_initiator(
+            [
+                tool,
+                "--mode=initiator",
+                "--protocol=" + proto,
+                "--segment_id=" + seg,
+                "--operation=write",
+                "--block_size=%d" % block,
+                "--batch_size=%d" % batch,
+                "--threads=%d" % threads,
+                "--duration=%g" % a.duration,
+                "--json",
+            ]
+            + sets
+        )
     finally:
         stop_event.set()
         if scraper:
@@ -65,8 +78,18 @@ def run(a, tool, proto, seg, block, batch, threads, metrics):
 
 def bare(a, proto, block, depth):
     """The bare fabric's writes at the same queue depth (compare.py's run)."""
-    return compare.bare(argparse.Namespace(build=a.build, buffer=256 << 20, block=block, queue_depth=depth,
-                                           duration=a.duration, transmit_complete=False), proto, "write")
+    return compare.bare(
+        argparse.Namespace(
+            build=a.build,
+            buffer=256 << 20,
+            block=block,
+            queue_depth=depth,
+            duration=a.duration,
+            transmit_complete=False,
+        ),
+        proto,
+        "write",
+    )
 
 
 def main():
@@ -79,12 +102,15 @@ def main():
     a = ap.parse_args()
     tool = os.path.join(a.build, "tools", "kvfabric-bench")
     results = []
-    print("write, %d alternated runs of %g s each, medians; 'on' serves the endpoint and is scraped every second"
-          % (a.reps, a.duration))
+    print(
+        "write, %d alternated runs of %g s each, medians; 'on' serves the endpoint and is scraped every second"
+        % (a.reps, a.duration)
+    )
     print("%-5s %-20s %14s %14s %14s %8s" % ("proto", "workload", "bare", "metrics off", "metrics on", "on/off"))
     for proto in a.protocols.split(","):
-        t, seg = start_target([tool, "--mode=target", "--protocol=" + proto, "--buffer_size=%d" % (256 << 20)],
-                              r"--segment_id=(\S+)")
+        t, seg = start_target(
+            [tool, "--mode=target", "--protocol=" + proto, "--buffer_size=%d" % (256 << 20)], r"--segment_id=(\S+)"
+        )
         try:
             for name, block, batch, threads in WORKLOADS:
                 latency = batch == 1
@@ -99,9 +125,20 @@ def main():
                 b = bare(a, proto, block, batch * threads)
                 bare_v = b["duration_s"] / (b["bytes"] / block) * 1e6 if latency else b["bytes_per_s"] / 1e9
                 m_off, m_on = statistics.median(off), statistics.median(on)
-                row = {"protocol": proto, "workload": name, "block": block, "batch": batch, "threads": threads,
-                       "unit": "us (p50)" if latency else "GB/s", "bare": bare_v, "off": off, "on": on,
-                       "median_off": m_off, "median_on": m_on, "scrapes": scrapes}
+                row = {
+                    "protocol": proto,
+                    "workload": name,
+                    "block": block,
+                    "batch": batch,
+                    "threads": threads,
+                    "unit": "us (p50)" if latency else "GB/s",
+                    "bare": bare_v,
+                    "off": off,
+                    "on": on,
+                    "median_off": m_off,
+                    "median_on": m_on,
+                    "scrapes": scrapes,
+                }
                 if latency:
                     row["on_minus_off_us"] = m_on - m_off
                     verdict = "%+.1f us" % (m_on - m_off)
@@ -111,15 +148,22 @@ def main():
                     verdict = "%.3f" % (m_on / m_off)
                     fmt = "%9.3f GB/s"
                 results.append(row)
-                print("%-5s %-20s %14s %14s %14s %8s" % (proto, name, fmt % bare_v, fmt % m_off, fmt % m_on,
-                                                         verdict))
+                print("%-5s %-20s %14s %14s %14s %8s" % (proto, name, fmt % bare_v, fmt % m_off, fmt % m_on, verdict))
                 sys.stdout.flush()
         finally:
             stop(t)
     if a.json_out:
         with open(a.json_out, "w") as f:
-            json.dump({"results": results, "reps": a.reps, "duration_s": a.duration,
-                       "when": time.strftime("%Y-%m-%d %H:%M:%S")}, f, indent=1)
+            json.dump(
+                {
+                    "results": results,
+                    "reps": a.reps,
+                    "duration_s": a.duration,
+                    "when": time.strftime("%Y-%m-%d %H:%M:%S"),
+                },
+                f,
+                indent=1,
+            )
 
 
 if __name__ == "__main__":

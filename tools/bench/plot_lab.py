@@ -6,6 +6,7 @@ rails, each with its ceiling (the emulated line rate, and the bare fabric).
 
 Needs matplotlib (Debian: python3-matplotlib).
 """
+
 import argparse
 import json
 import os
@@ -42,23 +43,40 @@ def by_block(doc, out):
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, n in enumerate(counts):
         for op, style in (("write", "-o"), ("read", "--s")):
-            pts = sorted((r["block_size"], r["engine_median"] / 1e6) for r in rows
-                         if r["rails"] == n and r["operation"] == op)
+            pts = sorted(
+                (r["block_size"], r["engine_median"] / 1e6) for r in rows if r["rails"] == n and r["operation"] == op
+            )
             if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], style, color=colors[i % len(colors)],
-                        label="%d rail%s %s" % (n, "s" if n > 1 else "", op))
+                ax.plot(
+                    [p[0] for p in pts],
+                    [p[1] for p in pts],
+                    style,
+                    color=colors[i % len(colors)],
+                    label="%d rail%s %s" % (n, "s" if n > 1 else "", op),
+                )
         line = next(r["line_rate"] for r in rows if r["rails"] == n) / 1e6
         ax.axhline(line, color=colors[i % len(colors)], linestyle=":", linewidth=1)
-        ax.annotate("line rate, %d rail%s" % (n, "s" if n > 1 else ""), (rows[0]["block_size"], line),
-                    textcoords="offset points", xytext=(2, 3), fontsize=8, color=colors[i % len(colors)])
+        ax.annotate(
+            "line rate, %d rail%s" % (n, "s" if n > 1 else ""),
+            (rows[0]["block_size"], line),
+            textcoords="offset points",
+            xytext=(2, 3),
+            fontsize=8,
+            color=colors[i % len(colors)],
+        )
     blocks = sorted({r["block_size"] for r in rows})
     ax.set_xscale("log", base=2)
     ax.set_xticks(blocks)
     ax.set_xticklabels([label_bytes(b) for b in blocks])
     ax.set_xlabel("block size (bytes per request)")
     ax.set_ylim(0, max(r["line_rate"] for r in rows) / 1e6 * 1.15)
-    return finish(fig, ax, "kvfabric over %s emulated rails (tcp, tbf-shaped veth)" % doc["args"]["rates"],
-                  "lower right", os.path.join(out, "lab-throughput-vs-block.png"))
+    return finish(
+        fig,
+        ax,
+        "kvfabric over %s emulated rails (tcp, tbf-shaped veth)" % doc["args"]["rates"],
+        "lower right",
+        os.path.join(out, "lab-throughput-vs-block.png"),
+    )
 
 
 def by_rails(doc, out):
@@ -69,14 +87,20 @@ def by_rails(doc, out):
     fig, ax = plt.subplots(figsize=(7, 5))
     lines = [next(r["line_rate"] for r in rows if r["rails"] == n) / 1e6 for n in counts]
     ax.plot(counts, lines, "k:", label="line rate (sum of the rails' tbf rates)")
-    bare = [next((r["bare_1mib"] for r in rows if r["rails"] == n and r["operation"] == "write"), None)
-            for n in counts]
+    bare = [next((r["bare_1mib"] for r in rows if r["rails"] == n and r["operation"] == "write"), None) for n in counts]
     if all(bare):
         ax.plot(counts, [b / 1e6 for b in bare], "k--", alpha=0.6, label="bare fabric, 1 MiB writes, every rail")
     for b in pick:
         for op, marker in (("write", "o"), ("read", "s")):
-            ys = [next(r["engine_median"] for r in rows if r["rails"] == n and r["block_size"] == b
-                       and r["operation"] == op) / 1e6 for n in counts]
+            ys = [
+                next(
+                    r["engine_median"]
+                    for r in rows
+                    if r["rails"] == n and r["block_size"] == b and r["operation"] == op
+                )
+                / 1e6
+                for n in counts
+            ]
             ax.plot(counts, ys, "-" + marker, label="kvfabric %s, %s blocks" % (op, label_bytes(b)))
     ax.set_xticks(counts)
     ax.set_xlabel("rails (each %s)" % doc["args"]["rates"])

@@ -32,9 +32,20 @@ from kvfabric.compat.mooncake import TransferEngine
 
 
 def cpp_run(tool, protocol, seg, op, block, batch, duration):
-    r = run_initiator([tool, "--mode=initiator", f"--protocol={protocol}", f"--segment_id={seg}",
-                       f"--operation={op}", f"--block_size={block}", f"--batch_size={batch}", "--threads=1",
-                       f"--duration={duration}", "--json"])
+    r = run_initiator(
+        [
+            tool,
+            "--mode=initiator",
+            f"--protocol={protocol}",
+            f"--segment_id={seg}",
+            f"--operation={op}",
+            f"--block_size={block}",
+            f"--batch_size={batch}",
+            "--threads=1",
+            f"--duration={duration}",
+            "--json",
+        ]
+    )
     return r["bytes_per_s"] / 1e9
 
 
@@ -72,8 +83,7 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--protocol", default="tcp")
     ap.add_argument("--ops", default="write")
-    ap.add_argument("--shapes", default="128x1048576",
-                    help="comma list of BATCHxBLOCK, e.g. 65536x128,128x1048576")
+    ap.add_argument("--shapes", default="128x1048576", help="comma list of BATCHxBLOCK, e.g. 65536x128,128x1048576")
     ap.add_argument("--duration", type=float, default=3)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--json_out")
@@ -81,8 +91,9 @@ def main():
     tool = os.path.join(a.build, "tools", "kvfabric-bench")
     shapes = [tuple(int(x) for x in sh.split("x")) for sh in a.shapes.split(",")]
     size = max(batch * block for batch, block in shapes)
-    target, seg = start_target([tool, "--mode=target", f"--protocol={a.protocol}", f"--buffer_size={size}"],
-                               r"--segment_id=(\S+)")
+    target, seg = start_target(
+        [tool, "--mode=target", f"--protocol={a.protocol}", f"--buffer_size={size}"], r"--segment_id=(\S+)"
+    )
     te = TransferEngine()
     results = []
     try:
@@ -96,8 +107,10 @@ def main():
         remote = te.get_first_buffer_address(seg)
         te.warmup_efa_segment(seg)
         print(f"{a.protocol}, 1 thread, {a.reps} x {a.duration:g} s runs, medians")
-        print(f"{'batch x block':>15} {'op':6} {'C++ GB/s':>9} {'Python GB/s':>12} {'Python / C++':>13} "
-              f"{'Python us/req':>14} {'(wall)':>7}")
+        print(
+            f"{'batch x block':>15} {'op':6} {'C++ GB/s':>9} {'Python GB/s':>12} {'Python / C++':>13} "
+            f"{'Python us/req':>14} {'(wall)':>7}"
+        )
         for batch, block in shapes:
             for op in a.ops.split(","):
                 cpp, py, us, wall_us = [], [], [], []
@@ -109,10 +122,22 @@ def main():
                     wall_us.append(w)
                 c, p = statistics.median(cpp), statistics.median(py)
                 u, w = statistics.median(us), statistics.median(wall_us)
-                results.append({"batch": batch, "block": block, "operation": op, "cpp_gbps": cpp,
-                                "python_gbps": py, "python_us_per_request": us, "python_wall_us_per_request": wall_us,
-                                "cpp_median": c, "python_median": p, "ratio": p / c, "python_us_median": u,
-                                "python_wall_us_median": w})
+                results.append(
+                    {
+                        "batch": batch,
+                        "block": block,
+                        "operation": op,
+                        "cpp_gbps": cpp,
+                        "python_gbps": py,
+                        "python_us_per_request": us,
+                        "python_wall_us_per_request": wall_us,
+                        "cpp_median": c,
+                        "python_median": p,
+                        "ratio": p / c,
+                        "python_us_median": u,
+                        "python_wall_us_median": w,
+                    }
+                )
                 print(f"{f'{batch} x {block}':>15} {op:6} {c:9.2f} {p:12.2f} {p / c:12.0%} {u:14.3f} {w:7.3f}")
     finally:
         te.close()

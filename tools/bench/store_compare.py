@@ -37,6 +37,7 @@ byte.
 Needs network access for pip the first time (--skip_mooncake measures
 kvfabric alone). The Mooncake processes log to BUILD/store-compare/.
 """
+
 import argparse
 import json
 import os
@@ -73,6 +74,7 @@ def wait_port(port, proc, what, timeout=30):
 def die_with_parent():
     """In a child before exec: SIGKILL when this script dies, so no Mooncake process outlives it."""
     import ctypes
+
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
@@ -92,13 +94,17 @@ def mooncake_python(a):
     py = os.path.join(venv, "bin", "python")
     if not os.path.exists(py):
         if sys.version_info < (3, 10):
-            print("store_compare: the Mooncake wheels need Python 3.10 or later; this is %s" % sys.version.split()[0],
-                  file=sys.stderr)
+            print(
+                "store_compare: the Mooncake wheels need Python 3.10 or later; this is %s" % sys.version.split()[0],
+                file=sys.stderr,
+            )
             return None
         r = subprocess.run([sys.executable, "-m", "venv", venv], capture_output=True, text=True)
         if r.returncode != 0:
-            print("store_compare: cannot create the virtual environment %s: %s" % (venv, r.stderr.strip()),
-                  file=sys.stderr)
+            print(
+                "store_compare: cannot create the virtual environment %s: %s" % (venv, r.stderr.strip()),
+                file=sys.stderr,
+            )
             return None
     show = subprocess.run([py, "-m", "pip", "show", a.mooncake_package], capture_output=True, text=True)
     installed = re.search(r"^Version: (\S+)", show.stdout, re.M)
@@ -106,13 +112,24 @@ def mooncake_python(a):
         return py
     spec = "%s==%s" % (a.mooncake_package, a.mooncake_version)
     print("store_compare: pip install %s into %s" % (spec, venv), file=sys.stderr)
-    r = subprocess.run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", spec],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [py, "-m", "pip", "install", "-q", "--disable-pip-version-check", spec], capture_output=True, text=True
+    )
     if r.returncode != 0:
-        print("store_compare: Mooncake could not be installed (pip install %s failed; no network, or no wheel for "
-              "this Python?):\n%s" % (spec, r.stderr.strip()[-1500:]), file=sys.stderr)
-        print("store_compare: " + ("measuring kvfabric alone (--skip_mooncake)" if a.skip_mooncake else
-                                   "nothing measured; --skip_mooncake measures kvfabric alone"), file=sys.stderr)
+        print(
+            "store_compare: Mooncake could not be installed (pip install %s failed; no network, or no wheel for "
+            "this Python?):\n%s" % (spec, r.stderr.strip()[-1500:]),
+            file=sys.stderr,
+        )
+        print(
+            "store_compare: "
+            + (
+                "measuring kvfabric alone (--skip_mooncake)"
+                if a.skip_mooncake
+                else "nothing measured; --skip_mooncake measures kvfabric alone"
+            ),
+            file=sys.stderr,
+        )
         return None
     return py
 
@@ -126,6 +143,7 @@ def mooncake_node_main(argv):
     # Blocked before Mooncake starts its threads, so they inherit the mask and sigwait gets the signal.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
     from mooncake.store import MooncakeDistributedStore
+
     store = MooncakeDistributedStore()
     rc = store.setup(hostname, metadata, int(segment), int(local_buffer), "tcp", "", master)
     print("READY %d" % rc, flush=True)
@@ -160,6 +178,7 @@ def mooncake_client_main(argv):
     hostname, metadata, master, page, working_set, max_threads, max_batch = argv
     page, working_set, max_threads, max_batch = int(page), int(working_set), int(max_threads), int(max_batch)
     from mooncake.store import MooncakeDistributedStore
+
     store = MooncakeDistributedStore()
     rc = store.setup(hostname, metadata, 0, 0, "tcp", "", master)  # contributes no memory
     if rc != 0:
@@ -187,14 +206,14 @@ def mooncake_client_main(argv):
     for first in range(0, working_set, max_batch):
         idx = range(first, min(working_set, first + max_batch))
         for j, i in enumerate(idx):
-            region[j * page:(j + 1) * page] = pattern(i)
-        res = store.batch_put_from([key(i) for i in idx], [base + j * page for j in range(len(idx))],
-                                   [page] * len(idx))
+            region[j * page : (j + 1) * page] = pattern(i)
+        res = store.batch_put_from([key(i) for i in idx], [base + j * page for j in range(len(idx))], [page] * len(idx))
         bad += sum(1 for r in res if r != 0)
-        res = store.batch_get_into([key(i) for i in idx], [base + slab + j * page for j in range(len(idx))],
-                                   [page] * len(idx))
+        res = store.batch_get_into(
+            [key(i) for i in idx], [base + slab + j * page for j in range(len(idx))], [page] * len(idx)
+        )
         for j, i in enumerate(idx):
-            if res[j] != page or region[slab + j * page:slab + (j + 1) * page] != pattern(i):
+            if res[j] != page or region[slab + j * page : slab + (j + 1) * page] != pattern(i):
                 bad += 1
     print(json.dumps({"ready": True, "working_set": working_set, "not_back_exact": bad}), flush=True)
 
@@ -254,10 +273,23 @@ def mooncake_client_main(argv):
         total = Tally()
         for r in per:
             total.add(r)
-        print(json.dumps({"op": op, "threads": threads, "batch": batch, "seconds": seconds,
-                          "gbps": total.bytes / seconds / 1e9, "keys_per_s": total.keys / seconds,
-                          "keys": total.keys, "hits": total.hits, "batches": total.batches,
-                          "failed_keys_by_code": total.errors}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "op": op,
+                    "threads": threads,
+                    "batch": batch,
+                    "seconds": seconds,
+                    "gbps": total.bytes / seconds / 1e9,
+                    "keys_per_s": total.keys / seconds,
+                    "keys": total.keys,
+                    "hits": total.hits,
+                    "batches": total.batches,
+                    "failed_keys_by_code": total.errors,
+                }
+            ),
+            flush=True,
+        )
     store.unregister_buffer(base)
     store.close()
     return 0
@@ -296,39 +328,67 @@ class MooncakeCluster:
         a = self.a
         rpc, http, metrics = free_port(), free_port(), free_port()
         master = os.path.join(os.path.dirname(self.py), "mooncake_master")
-        m = self._spawn("mooncake-master", [master, "--rpc_address=127.0.0.1", "--rpc_port=%d" % rpc,
-                                            "--enable_http_metadata_server=true",
-                                            "--http_metadata_server_host=127.0.0.1",
-                                            "--http_metadata_server_port=%d" % http,
-                                            "--metrics_host=127.0.0.1", "--metrics_port=%d" % metrics,
-                                            "--enable_metric_reporting=false", "--logtostderr"],
-                        stdout=subprocess.DEVNULL)
+        m = self._spawn(
+            "mooncake-master",
+            [
+                master,
+                "--rpc_address=127.0.0.1",
+                "--rpc_port=%d" % rpc,
+                "--enable_http_metadata_server=true",
+                "--http_metadata_server_host=127.0.0.1",
+                "--http_metadata_server_port=%d" % http,
+                "--metrics_host=127.0.0.1",
+                "--metrics_port=%d" % metrics,
+                "--enable_metric_reporting=false",
+                "--logtostderr",
+            ],
+            stdout=subprocess.DEVNULL,
+        )
         wait_port(rpc, m, "mooncake_master")
         wait_port(http, m, "mooncake_master's metadata server")
         meta, addr = "http://127.0.0.1:%d/metadata" % http, "127.0.0.1:%d" % rpc
         me = os.path.abspath(__file__)
         for n in range(a.nodes):
-            p = self._spawn("mooncake-node-%d" % n, [self.py, me, "_mooncake_node", "127.0.0.1", meta, addr,
-                                                      str(a.pool), str(a.node_buffer)], stdout=subprocess.PIPE)
+            p = self._spawn(
+                "mooncake-node-%d" % n,
+                [self.py, me, "_mooncake_node", "127.0.0.1", meta, addr, str(a.pool), str(a.node_buffer)],
+                stdout=subprocess.PIPE,
+            )
             line = p.stdout.readline().strip()
             if line != "READY 0":
                 log = self.log_tail("mooncake-node-%d" % n)
                 raise RuntimeError("Mooncake node %d did not start ('%s'):\n%s" % (n, line, log))
-        self.client = self._spawn("mooncake-client", [self.py, me, "_mooncake_client", "127.0.0.1", meta, addr,
-                                                      str(a.page), str(a.working_set), str(max(a.threads)),
-                                                      str(a.batch)],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.client = self._spawn(
+            "mooncake-client",
+            [
+                self.py,
+                me,
+                "_mooncake_client",
+                "127.0.0.1",
+                meta,
+                addr,
+                str(a.page),
+                str(a.working_set),
+                str(max(a.threads)),
+                str(a.batch),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
         ready = self._read_client()
         if ready.get("not_back_exact"):
-            raise RuntimeError("Mooncake returned %d of %d pages wrong or not at all after the fill"
-                               % (ready["not_back_exact"], a.working_set))
+            raise RuntimeError(
+                "Mooncake returned %d of %d pages wrong or not at all after the fill"
+                % (ready["not_back_exact"], a.working_set)
+            )
         return ready
 
     def _read_client(self):
         line = self.client.stdout.readline()
         if not line:
-            raise RuntimeError("the Mooncake client exited (%s):\n%s" % (self.client.poll(),
-                                                                        self.log_tail("mooncake-client")))
+            raise RuntimeError(
+                "the Mooncake client exited (%s):\n%s" % (self.client.poll(), self.log_tail("mooncake-client"))
+            )
         r = json.loads(line)
         if "error" in r:
             raise RuntimeError("the Mooncake client: %s\n%s" % (r["error"], self.log_tail("mooncake-client")))
@@ -336,8 +396,10 @@ class MooncakeCluster:
 
     def window(self, op, threads, batch):
         a = self.a
-        self.client.stdin.write(json.dumps({"op": op, "threads": threads, "batch": batch, "duration": a.duration,
-                                            "warmup": a.warmup}) + "\n")
+        self.client.stdin.write(
+            json.dumps({"op": op, "threads": threads, "batch": batch, "duration": a.duration, "warmup": a.warmup})
+            + "\n"
+        )
         self.client.stdin.flush()
         return self._read_client()
 
@@ -368,10 +430,35 @@ class MooncakeCluster:
 
 def kvfabric_window(a, op, threads, batch):
     tool = os.path.join(a.build, "tools", "kvfabric-store-bench")
-    return run_initiator([tool, "local", "--nodes", str(a.nodes), "--protocol", "tcp", "--pool", str(a.pool),
-                          "--op", op, "--page", str(a.page), "--batch", str(batch), "--threads", str(threads),
-                          "--working_set", str(a.working_set), "--duration", "%g" % a.duration,
-                          "--warmup", "%g" % a.warmup, "--rounds", "1", "--json"])
+    return run_initiator(
+        [
+            tool,
+            "local",
+            "--nodes",
+            str(a.nodes),
+            "--protocol",
+            "tcp",
+            "--pool",
+            str(a.pool),
+            "--op",
+            op,
+            "--page",
+            str(a.page),
+            "--batch",
+            str(batch),
+            "--threads",
+            str(threads),
+            "--working_set",
+            str(a.working_set),
+            "--duration",
+            "%g" % a.duration,
+            "--warmup",
+            "%g" % a.warmup,
+            "--rounds",
+            "1",
+            "--json",
+        ]
+    )
 
 
 # ---------------------------------------------------------------- main
@@ -419,13 +506,22 @@ def main():
     ap.add_argument("--mooncake_package", default=PACKAGE)
     ap.add_argument("--mooncake_version", default=VERSION)
     ap.add_argument("--mooncake_venv", help="default: BUILD/mooncake-venv")
-    ap.add_argument("--mooncake_checksum", action="store_true",
-                    help="MOONCAKE_STORE_CHECKSUM=1: Mooncake checks a CRC of every page too")
-    ap.add_argument("--mooncake_env", action="append", default=[], metavar="NAME=VALUE",
-                    help="an environment variable for every Mooncake process (repeatable), e.g. "
-                         "MC_TCP_LANES_PER_PEER=8; by default Mooncake runs with its own defaults")
-    ap.add_argument("--skip_mooncake", action="store_true",
-                    help="when Mooncake cannot be installed, run kvfabric alone")
+    ap.add_argument(
+        "--mooncake_checksum",
+        action="store_true",
+        help="MOONCAKE_STORE_CHECKSUM=1: Mooncake checks a CRC of every page too",
+    )
+    ap.add_argument(
+        "--mooncake_env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an environment variable for every Mooncake process (repeatable), e.g. "
+        "MC_TCP_LANES_PER_PEER=8; by default Mooncake runs with its own defaults",
+    )
+    ap.add_argument(
+        "--skip_mooncake", action="store_true", help="when Mooncake cannot be installed, run kvfabric alone"
+    )
     ap.add_argument("--json_out", help="every window of both, and the medians")
     a = ap.parse_args()
     a.threads = [int(t) for t in a.threads.split(",")]
@@ -435,8 +531,10 @@ def main():
     a.mooncake_venv = a.mooncake_venv or os.path.join(a.build, "mooncake-venv")
     a.logs = os.path.join(a.build, "store-compare")
     if a.working_set * a.page > a.nodes * a.pool // 2:
-        ap.error("the working set (%d x %d B) should fit in half the pools (%d x %d B)" % (a.working_set, a.page,
-                                                                                         a.nodes, a.pool))
+        ap.error(
+            "the working set (%d x %d B) should fit in half the pools (%d x %d B)"
+            % (a.working_set, a.page, a.nodes, a.pool)
+        )
     if not os.access(os.path.join(a.build, "tools", "kvfabric-store-bench"), os.X_OK):
         ap.error("no %s/tools/kvfabric-store-bench: build first (make build)" % a.build)
 
@@ -451,8 +549,11 @@ def main():
     try:
         if cluster:
             ready = cluster.start()
-            print("Mooncake %s: master, %d nodes of %d MiB, a client; %d pages put and read back byte-exact"
-                  % (a.mooncake_version, a.nodes, a.pool >> 20, ready["working_set"]), file=sys.stderr)
+            print(
+                "Mooncake %s: master, %d nodes of %d MiB, a client; %d pages put and read back byte-exact"
+                % (a.mooncake_version, a.nodes, a.pool >> 20, ready["working_set"]),
+                file=sys.stderr,
+            )
         for op, threads, batch in cases:
             row = {"op": op, "threads": threads, "batch": batch, "page": a.page, "kvfabric": [], "mooncake": []}
             for _ in range(a.reps):
@@ -463,20 +564,29 @@ def main():
                     row["mooncake"].append(cluster.window(op, threads, batch))
             unit = "keys/s" if op == "exists" else "GB/s"
             row["unit"] = unit
-            row["kvfabric_windows"] = [r["median_keys_per_s" if op == "exists" else "median_store_gbps"]
-                                       for r in row["kvfabric"]]
+            row["kvfabric_windows"] = [
+                r["median_keys_per_s" if op == "exists" else "median_store_gbps"] for r in row["kvfabric"]
+            ]
             row["mooncake_windows"] = [r["keys_per_s" if op == "exists" else "gbps"] for r in row["mooncake"]]
-            row["bare_read_windows"] = [r["median_bare_read_gbps"] for r in row["kvfabric"]
-                                        if "median_bare_read_gbps" in r]
+            row["bare_read_windows"] = [
+                r["median_bare_read_gbps"] for r in row["kvfabric"] if "median_bare_read_gbps" in r
+            ]
             kv, mc = median(row["kvfabric_windows"]), median(row["mooncake_windows"])
-            row.update({"kvfabric_median": kv, "mooncake_median": mc,
-                        "bare_read_median_gbps": median(row["bare_read_windows"]),
-                        "kvfabric_failed_keys": sum(r["failures"] for r in row["kvfabric"]),
-                        "kvfabric_wrong_pages": sum(r["wrong_pages"] for r in row["kvfabric"]),
-                        "mooncake_failed_keys": sum(sum(r["failed_keys_by_code"].values()) for r in row["mooncake"])})
+            row.update(
+                {
+                    "kvfabric_median": kv,
+                    "mooncake_median": mc,
+                    "bare_read_median_gbps": median(row["bare_read_windows"]),
+                    "kvfabric_failed_keys": sum(r["failures"] for r in row["kvfabric"]),
+                    "kvfabric_wrong_pages": sum(r["wrong_pages"] for r in row["kvfabric"]),
+                    "mooncake_failed_keys": sum(sum(r["failed_keys_by_code"].values()) for r in row["mooncake"]),
+                }
+            )
             rows.append(row)
-            print("  %s x%d done: kvfabric %s, Mooncake %s %s" % (op, threads, fmt(kv, unit), fmt(mc, unit), unit),
-                  file=sys.stderr)
+            print(
+                "  %s x%d done: kvfabric %s, Mooncake %s %s" % (op, threads, fmt(kv, unit), fmt(mc, unit), unit),
+                file=sys.stderr,
+            )
     except RuntimeError as e:
         print("store_compare: %s" % e, file=sys.stderr)
         return 1
@@ -485,13 +595,20 @@ def main():
             cluster.stop()
     load.append(os.getloadavg()[0])
 
-    print("\n%d nodes + 1 client on this host, tcp, %d KiB pages, batch %d (exists %d), working set %d pages, "
-          "%d x %g s windows alternating, medians; load average %.1f before, %.1f after"
-          % (a.nodes, a.page >> 10, a.batch, a.exists_batch, a.working_set, a.reps, a.duration, load[0], load[1]))
-    print("kvfabric verifies every GET (xxh3-128 per page); Mooncake %s" %
-          ("checks its CRC (MOONCAKE_STORE_CHECKSUM=1)" if a.mooncake_checksum else
-           "verifies nothing (MOONCAKE_STORE_CHECKSUM unset; its pages were compared byte for byte once, "
-           "after the fill)"))
+    print(
+        "\n%d nodes + 1 client on this host, tcp, %d KiB pages, batch %d (exists %d), working set %d pages, "
+        "%d x %g s windows alternating, medians; load average %.1f before, %.1f after"
+        % (a.nodes, a.page >> 10, a.batch, a.exists_batch, a.working_set, a.reps, a.duration, load[0], load[1])
+    )
+    print(
+        "kvfabric verifies every GET (xxh3-128 per page); Mooncake %s"
+        % (
+            "checks its CRC (MOONCAKE_STORE_CHECKSUM=1)"
+            if a.mooncake_checksum
+            else "verifies nothing (MOONCAKE_STORE_CHECKSUM unset; its pages were compared byte for byte once, "
+            "after the fill)"
+        )
+    )
     if a.mooncake_env:
         print("Mooncake's environment: " + " ".join(a.mooncake_env))
     print("median (lowest-highest window)")
@@ -501,20 +618,46 @@ def main():
     for r in rows:
         kv, mc, bare = r["kvfabric_median"], r["mooncake_median"], r["bare_read_median_gbps"]
         gb = r["unit"] == "GB/s"
-        print(line % (r["op"], r["threads"], r["unit"], spread(r["kvfabric_windows"], r["unit"]),
-                      spread(r["mooncake_windows"], r["unit"]), spread(r["bare_read_windows"]),
-                      fmt(ratio(kv, bare) if gb else None), fmt(ratio(mc, bare) if gb else None), fmt(ratio(kv, mc))))
-    failures = [(r["op"], r["threads"], r["kvfabric_failed_keys"], r["kvfabric_wrong_pages"], r["mooncake_failed_keys"])
-                for r in rows if r["kvfabric_failed_keys"] or r["kvfabric_wrong_pages"] or r["mooncake_failed_keys"]]
+        print(
+            line
+            % (
+                r["op"],
+                r["threads"],
+                r["unit"],
+                spread(r["kvfabric_windows"], r["unit"]),
+                spread(r["mooncake_windows"], r["unit"]),
+                spread(r["bare_read_windows"]),
+                fmt(ratio(kv, bare) if gb else None),
+                fmt(ratio(mc, bare) if gb else None),
+                fmt(ratio(kv, mc)),
+            )
+        )
+    failures = [
+        (r["op"], r["threads"], r["kvfabric_failed_keys"], r["kvfabric_wrong_pages"], r["mooncake_failed_keys"])
+        for r in rows
+        if r["kvfabric_failed_keys"] or r["kvfabric_wrong_pages"] or r["mooncake_failed_keys"]
+    ]
     for op, t, kf, kw, mf in failures:
-        print("%s x%d: kvfabric %d failed keys, %d wrong pages; Mooncake %d failed keys (see --json_out)"
-              % (op, t, kf, kw, mf))
+        print(
+            "%s x%d: kvfabric %d failed keys, %d wrong pages; Mooncake %d failed keys (see --json_out)"
+            % (op, t, kf, kw, mf)
+        )
     if idle:
         print("Mooncake's processes, idle while kvfabric ran: %.1f%% of a core (median)" % (100 * median(idle)))
     if a.json_out:
         with open(a.json_out, "w") as f:
-            json.dump({"args": vars(a), "date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count(),
-                       "load_average_before_after": load, "mooncake_idle_cpu_share": idle, "cases": rows}, f, indent=1)
+            json.dump(
+                {
+                    "args": vars(a),
+                    "date": time.strftime("%Y-%m-%d"),
+                    "cpus": os.cpu_count(),
+                    "load_average_before_after": load,
+                    "mooncake_idle_cpu_share": idle,
+                    "cases": rows,
+                },
+                f,
+                indent=1,
+            )
     return 1 if any(r["kvfabric_wrong_pages"] for r in rows) else 0
 
 

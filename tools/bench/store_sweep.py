@@ -19,6 +19,7 @@ the line rate dotted in the lab); --plot_only JSON draws them from a sweep
 written before (with an interpreter that has matplotlib: make store-sweep
 uses PLOT_PY).
 """
+
 import argparse
 import json
 import os
@@ -57,8 +58,18 @@ class Place:
         self.members = ",".join("%s:%d" % (host, PORT + i) for i in range(a.nodes))
 
     def node_cmd(self, i):
-        cmd = [self.tool(), "serve", "--protocol", self.a.protocol, "--pool", str(self.a.pool),
-               "--listen", self.members.split(",")[i], "--members", self.members]
+        cmd = [
+            self.tool(),
+            "serve",
+            "--protocol",
+            self.a.protocol,
+            "--pool",
+            str(self.a.pool),
+            "--listen",
+            self.members.split(",")[i],
+            "--members",
+            self.members,
+        ]
         if self.lab:
             nics = ",".join("b%d" % r for r in range(self.a.rails))
             return [LAB, "exec", "B"] + cmd + ["--local_server_name", "10.77.0.2:0", "--nic_filter", nics]
@@ -103,8 +114,12 @@ def main():
     place = Place(a)
     pages = [size(p) for p in a.pages.split(",")]
     threads = [int(t) for t in a.threads.split(",")]
-    doc = {"args": {k: v for k, v in vars(a).items()}, "host": os.uname().nodename,
-           "started": time.strftime("%Y-%m-%d %H:%M:%S"), "points": []}
+    doc = {
+        "args": {k: v for k, v in vars(a).items()},
+        "host": os.uname().nodename,
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "points": [],
+    }
     if place.lab:
         doc["line_rate_gbps"] = sum(rail_rates(a.rates, a.rails)) / 1e9
     nodes = []
@@ -118,17 +133,45 @@ def main():
                 # A working set the pools hold with room to spare: no eviction.
                 working = max(a.batch, min(2048, int(0.5 * a.nodes * a.pool / page)))
                 for t in threads:
-                    r = run_initiator(place.drive_cmd([
-                        "--op", op, "--page", str(page), "--batch", str(a.batch), "--threads", str(t),
-                        "--working_set", str(working), "--duration", str(a.duration),
-                        "--rounds", str(a.rounds), "--json"]))
+                    r = run_initiator(
+                        place.drive_cmd(
+                            [
+                                "--op",
+                                op,
+                                "--page",
+                                str(page),
+                                "--batch",
+                                str(a.batch),
+                                "--threads",
+                                str(t),
+                                "--working_set",
+                                str(working),
+                                "--duration",
+                                str(a.duration),
+                                "--rounds",
+                                str(a.rounds),
+                                "--json",
+                            ]
+                        )
+                    )
                     r.update({"where": a.where, "page_bytes": page, "threads": t})
                     doc["points"].append(r)
                     line = doc.get("line_rate_gbps")
-                    print("%-5s %-4s %5s x %d threads: store %6.3f GB/s, bare READ %6.3f GB/s, ratio %.3f%s" % (
-                        a.where, op, label(page), t, r["median_store_gbps"], r["median_bare_read_gbps"],
-                        r["ratio_to_bare_read"], "" if not line else ", %.1f%% of line rate %.3f GB/s" % (
-                            100 * r["median_store_gbps"] / line, line)))
+                    print(
+                        "%-5s %-4s %5s x %d threads: store %6.3f GB/s, bare READ %6.3f GB/s, ratio %.3f%s"
+                        % (
+                            a.where,
+                            op,
+                            label(page),
+                            t,
+                            r["median_store_gbps"],
+                            r["median_bare_read_gbps"],
+                            r["ratio_to_bare_read"],
+                            ""
+                            if not line
+                            else ", %.1f%% of line rate %.3f GB/s" % (100 * r["median_store_gbps"] / line, line),
+                        )
+                    )
                     sys.stdout.flush()
     finally:
         for n in nodes:
@@ -146,8 +189,10 @@ def main():
 
 def plot(doc, out_dir):
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     os.makedirs(out_dir, exist_ok=True)
     where = doc["args"]["where"]
     for op in doc["args"]["ops"].split(","):
@@ -158,9 +203,14 @@ def plot(doc, out_dir):
         for t in sorted({p["threads"] for p in pts}):
             row = sorted((p for p in pts if p["threads"] == t), key=lambda p: p["page_bytes"])
             x = [p["page_bytes"] for p in row]
-            line, = ax.plot(x, [p["median_store_gbps"] for p in row], marker="o", label="store %s, %d thr" % (op, t))
-            ax.plot(x, [p["median_bare_read_gbps"] for p in row], linestyle="--", color=line.get_color(),
-                    label="bare READ, %d thr" % t)
+            (line,) = ax.plot(x, [p["median_store_gbps"] for p in row], marker="o", label="store %s, %d thr" % (op, t))
+            ax.plot(
+                x,
+                [p["median_bare_read_gbps"] for p in row],
+                linestyle="--",
+                color=line.get_color(),
+                label="bare READ, %d thr" % t,
+            )
         if doc.get("line_rate_gbps"):
             ax.axhline(doc["line_rate_gbps"], linestyle=":", color="black", label="line rate")
         ax.set_xscale("log", base=2)

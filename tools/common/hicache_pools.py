@@ -87,7 +87,7 @@ class _Pool:
     def fill(self, slot: int, content: bytes) -> None:
         at = 0
         for p, n in self.page_spans(slot):
-            ctypes.memmove(p, content[at:at + n], n)
+            ctypes.memmove(p, content[at : at + n], n)
             at += n
         assert at == len(content)
 
@@ -100,8 +100,7 @@ class _Pool:
 
 
 class MHAPool(_Pool):
-    def __init__(self, tokens=1024, page_size=16, layers=4, heads=2, head_dim=64, dtype=np.uint16,
-                 layout="page_first"):
+    def __init__(self, tokens=1024, page_size=16, layers=4, heads=2, head_dim=64, dtype=np.uint16, layout="page_first"):
         super().__init__(tokens, page_size, layout, dtype)
         self.layer_num, self.head_num, self.head_dim = layers, heads, head_dim
         self.kv_buffer = np.zeros((2, tokens, layers, heads, head_dim), dtype=dtype).view(Buffer)

@@ -23,8 +23,13 @@ import os
 import sys
 import types
 
-PACKAGES = ("sglang", "sglang.srt", "sglang.srt.mem_cache", "sglang.srt.mem_cache.storage",
-            "sglang.srt.mem_cache.storage.mooncake_store")
+PACKAGES = (
+    "sglang",
+    "sglang.srt",
+    "sglang.srt.mem_cache",
+    "sglang.srt.mem_cache.storage",
+    "sglang.srt.mem_cache.storage.mooncake_store",
+)
 MOONCAKE_BACKEND = os.path.join("sglang", "srt", "mem_cache", "storage", "mooncake_store", "mooncake_store.py")
 # Modules SGLang's Mooncake backend imports for names only: their names, stood in by empty classes.
 _NAMES_ONLY = {
@@ -51,8 +56,10 @@ def load():
     """(StorageBackendFactory, HiCacheStorageConfig, HiCacheStorageExtraInfo), SGLang's own."""
     root = source_dir()
     if root is None:
-        raise RuntimeError("SGLang's HiCache sources are not unpacked: run `make check` or set KVF_SGLANG_SRC "
-                           "(tools/common/sglang_interface.py)")
+        raise RuntimeError(
+            "SGLang's HiCache sources are not unpacked: run `make check` or set KVF_SGLANG_SRC "
+            "(tools/common/sglang_interface.py)"
+        )
     if "torch" not in sys.modules:
         torch = types.ModuleType("torch")
         torch.Tensor = type("Tensor", (), {})
@@ -81,8 +88,9 @@ def mooncake_backend_present() -> bool:
     return root is not None and os.path.exists(os.path.join(root, MOONCAKE_BACKEND))
 
 
-EMBEDDING_BACKEND = os.path.join("sglang", "srt", "mem_cache", "storage", "mooncake_store",
-                                 "mooncake_embedding_store.py")
+EMBEDDING_BACKEND = os.path.join(
+    "sglang", "srt", "mem_cache", "storage", "mooncake_store", "mooncake_embedding_store.py"
+)
 
 
 def embedding_store_present() -> bool:
@@ -116,5 +124,6 @@ def load_mooncake():
     if importlib.util.find_spec("requests") is None:  # only check_server, which the tests' config turns off
         sys.modules["requests"] = types.ModuleType("requests")
     from kvfabric.compat import shim
+
     shim.enable()
     return loaded

@@ -14,8 +14,10 @@ from dataclasses import dataclass
 
 # A kvfabric log line: its local wall-clock stamp (milliseconds), then the text.
 LOG_LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(\.\d+)?\] (.*)")
-PAGE_LINE = re.compile(r'store node (\S+): page (stored|evicted|removed|overwritten|handed over): '
-                       r'key "((?:[^"\\]|\\.)*)", generation (\d+), (\d+) bytes')
+PAGE_LINE = re.compile(
+    r"store node (\S+): page (stored|evicted|removed|overwritten|handed over): "
+    r'key "((?:[^"\\]|\\.)*)", generation (\d+), (\d+) bytes'
+)
 # Log stamps are to the millisecond, and a line is written a moment after what it tells.
 SLACK_S = 0.005
 # A hand-over commits the page at its new home before its old home lets it go.
@@ -54,8 +56,9 @@ def read_ledger(logs: list, keys: set) -> dict:
                         continue
                     at = log_time(line, wall_to_monotonic)
                     if at is not None:
-                        out.setdefault(m.group(3), []).append(PageEvent(at, node, incarnation, m.group(2),
-                                                                        int(m.group(4))))
+                        out.setdefault(m.group(3), []).append(
+                            PageEvent(at, node, incarnation, m.group(2), int(m.group(4)))
+                        )
         except OSError:
             pass
     for events in out.values():
@@ -100,8 +103,14 @@ def account(missing: dict, events: list, ended: dict, entered: dict = None, lag_
     page, path = stored[-1], [stored[-1]]
     while True:
         same = (page.node, page.incarnation, page.generation)
-        gone = next((e for e in events if (e.node, e.incarnation, e.generation) == same
-                     and e.what != "stored" and e.at >= page.at - SLACK_S), None)
+        gone = next(
+            (
+                e
+                for e in events
+                if (e.node, e.incarnation, e.generation) == same and e.what != "stored" and e.at >= page.at - SLACK_S
+            ),
+            None,
+        )
         end = ended.get((page.node, page.incarnation))
         if gone is None or gone.at > until:
             if end is not None and end <= until:
@@ -116,8 +125,14 @@ def account(missing: dict, events: list, ended: dict, entered: dict = None, lag_
             return "evicted", path
         if gone.what != "handed over":
             return f"lost: {gone.what}", path
-        moved = [e for e in events if e.what == "stored" and e.node != page.node and e not in path and
-                 max(page.at, gone.at - HANDOVER_S) - SLACK_S <= e.at <= gone.at + SLACK_S]
+        moved = [
+            e
+            for e in events
+            if e.what == "stored"
+            and e.node != page.node
+            and e not in path
+            and max(page.at, gone.at - HANDOVER_S) - SLACK_S <= e.at <= gone.at + SLACK_S
+        ]
         if not moved:
             return "lost: handed over, and no other node stored it", path
         page = moved[-1]

@@ -66,8 +66,11 @@ def run_target(protocol: str, size: int, name: str) -> None:
 
     import kvfabric
 
-    e = kvfabric.Engine(local_server_name=name, protocol=protocol,
-                        settings={"KVF_TRANSFER_TIMEOUT_MS": KVF_TIMEOUT_MS, "KVF_LOG_LEVEL": "error"})
+    e = kvfabric.Engine(
+        local_server_name=name,
+        protocol=protocol,
+        settings={"KVF_TRANSFER_TIMEOUT_MS": KVF_TIMEOUT_MS, "KVF_LOG_LEVEL": "error"},
+    )
     buf = np.zeros(size, dtype=np.uint8)
     e.register(buf)
     print(json.dumps({"name": e.name, "addr": int(buf.ctypes.data)}), flush=True)
@@ -83,17 +86,16 @@ def run_initiator(index: int, count: int, targets: list, duration: float, seed: 
     import kvfabric
 
     rng = random.Random(seed)
-    e = kvfabric.Engine(protocol="auto", settings={"KVF_TRANSFER_TIMEOUT_MS": KVF_TIMEOUT_MS,
-                                                   "KVF_LOG_LEVEL": "off"})
+    e = kvfabric.Engine(protocol="auto", settings={"KVF_TRANSFER_TIMEOUT_MS": KVF_TIMEOUT_MS, "KVF_LOG_LEVEL": "off"})
     slice_len = targets[0]["size"] // count
     local = np.zeros(2 * 8 * MiB, dtype=np.uint8)
     e.register(local)
     shadow = {t["name"]: np.zeros(slice_len, dtype=np.uint8) for t in targets}
     dirty = {t["name"]: True for t in targets}  # slice content unknown: rewrite first
     stats = {"ops": 0, "bytes": 0, "failures": [], "data_errors": 0, "resyncs": 0}
+
     def base_of(t):
         return t["addr"] + index * slice_len
-
 
     def transfer(t, reqs):
         t0 = time.monotonic()
@@ -101,8 +103,9 @@ def run_initiator(index: int, count: int, targets: list, duration: float, seed: 
             e.submit(reqs, t["name"]).wait()
             return True
         except kvfabric.KvfabricError as err:
-            stats["failures"].append({"target": t["name"], "start": t0, "end": time.monotonic(),
-                                      "error": str(err)[:300]})
+            stats["failures"].append(
+                {"target": t["name"], "start": t0, "end": time.monotonic(), "error": str(err)[:300]}
+            )
             dirty[t["name"]] = True
             return False
 
@@ -113,15 +116,16 @@ def run_initiator(index: int, count: int, targets: list, duration: float, seed: 
                 raise kvfabric.NotFoundError(f"{t['name']} has no registered buffer yet", 2)
             t["addr"] = bufs[0].addr
         except kvfabric.KvfabricError as err:
-            stats["failures"].append({"target": t["name"], "start": time.monotonic(), "end": time.monotonic(),
-                                      "error": str(err)[:300]})
+            stats["failures"].append(
+                {"target": t["name"], "start": time.monotonic(), "end": time.monotonic(), "error": str(err)[:300]}
+            )
             return False
         """Rewrites the whole owned slice with fresh bytes."""
         data = np.frombuffer(rng.randbytes(slice_len), dtype=np.uint8)
         step = 8 * MiB
         for off in range(0, slice_len, step):
             n = min(step, slice_len - off)
-            local[:n] = data[off:off + n]
+            local[:n] = data[off : off + n]
             if not transfer(t, [kvfabric.Request(kvfabric.Op.WRITE, local.ctypes.data, base_of(t) + off, n)]):
                 return False
         shadow[t["name"]][:] = data
@@ -157,25 +161,30 @@ def run_initiator(index: int, count: int, targets: list, duration: float, seed: 
             # WRITE random bytes, then READ them back into the other half of local.
             data = np.frombuffer(rng.randbytes(total), dtype=np.uint8)
             local[:total] = data
-            w = [kvfabric.Request(kvfabric.Op.WRITE, local.ctypes.data + lo, base_of(t) + off, n)
-                 for lo, off, n in spans]
+            w = [
+                kvfabric.Request(kvfabric.Op.WRITE, local.ctypes.data + lo, base_of(t) + off, n) for lo, off, n in spans
+            ]
             if not transfer(t, w):
                 continue
             for lo, off, n in spans:
-                shadow[t["name"]][off:off + n] = local[lo:lo + n]
-        r = [kvfabric.Request(kvfabric.Op.READ, local.ctypes.data + 8 * MiB + lo, base_of(t) + off, n)
-             for lo, off, n in spans]
+                shadow[t["name"]][off : off + n] = local[lo : lo + n]
+        r = [
+            kvfabric.Request(kvfabric.Op.READ, local.ctypes.data + 8 * MiB + lo, base_of(t) + off, n)
+            for lo, off, n in spans
+        ]
         if not transfer(t, r):
             continue
         for lo, off, n in spans:
-            got = local[8 * MiB + lo:8 * MiB + lo + n]
-            want = shadow[t["name"]][off:off + n]
+            got = local[8 * MiB + lo : 8 * MiB + lo + n]
+            want = shadow[t["name"]][off : off + n]
             if not np.array_equal(got, want):
                 stats["data_errors"] += 1
                 bad = int(np.argmax(got != want))
-                print(f"initiator {index}: DATA ERROR at {t['name']} slice offset {off} length {n}: first difference "
-                      f"at +{bad}, {int(np.count_nonzero(got != want))} bytes differ (t={time.monotonic():.3f})",
-                      file=sys.stderr)
+                print(
+                    f"initiator {index}: DATA ERROR at {t['name']} slice offset {off} length {n}: first difference "
+                    f"at +{bad}, {int(np.count_nonzero(got != want))} bytes differ (t={time.monotonic():.3f})",
+                    file=sys.stderr,
+                )
         stats["ops"] += 1
         stats["bytes"] += 2 * total
     e.close()
@@ -190,12 +199,18 @@ def run_intruder(targets: list, duration: float, seed: int, out_path: str) -> No
     import kvfabric
 
     rng = random.Random(seed)
-    engines = {"wrong token": kvfabric.Engine(protocol="tcp", settings={"KVF_AUTH_TOKEN": "not-" + secrets.token_hex(8),
-                                                                        "KVF_LOG_LEVEL": "off"}),
-               "no token": kvfabric.Engine(protocol="tcp", settings={"KVF_AUTH_TOKEN": "", "KVF_LOG_LEVEL": "off"})}
+    engines = {
+        "wrong token": kvfabric.Engine(
+            protocol="tcp", settings={"KVF_AUTH_TOKEN": "not-" + secrets.token_hex(8), "KVF_LOG_LEVEL": "off"}
+        ),
+        "no token": kvfabric.Engine(protocol="tcp", settings={"KVF_AUTH_TOKEN": "", "KVF_LOG_LEVEL": "off"}),
+    }
     stats = {"attempts": 0, "refused": 0, "unreachable": 0, "admitted": [], "other_errors": []}
-    calls = {"open": lambda e, n: e.open(n), "probe": lambda e, n: e.probe(n),
-             "notify": lambda e, n: e.notify(n, b"let me in")}
+    calls = {
+        "open": lambda e, n: e.open(n),
+        "probe": lambda e, n: e.probe(n),
+        "notify": lambda e, n: e.notify(n, b"let me in"),
+    }
     end = time.monotonic() + duration
     while time.monotonic() < end:
         who = rng.choice(list(engines))
@@ -230,8 +245,11 @@ def remove_shm_regions(pid: int) -> None:
 
 
 def start_target(protocol, size, name):
-    p = subprocess.Popen([sys.executable, __file__, "--role", "target", "--protocol", protocol, "--size", str(size),
-                          "--name", name], stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, __file__, "--role", "target", "--protocol", protocol, "--size", str(size), "--name", name],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     line = p.stdout.readline()
     if not line:
         raise RuntimeError(f"target {name} did not start")
@@ -284,23 +302,64 @@ def main() -> int:
         procs[name] = (p, proto)
         targets.append({"name": name, "addr": info["addr"], "size": a.size, "protocol": proto})
     outs = [f"/tmp/kvf-soak-{os.getpid()}-{i}.json" for i in range(a.initiators)]
-    inits = [subprocess.Popen([sys.executable, __file__, "--role", "initiator", "--index", str(i),
-                               "--initiators", str(a.initiators), "--targets_json", json.dumps(targets),
-                               "--duration", str(a.duration), "--seed", str(a.seed + i), "--out", outs[i]])
-             for i in range(a.initiators)]
+    inits = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                __file__,
+                "--role",
+                "initiator",
+                "--index",
+                str(i),
+                "--initiators",
+                str(a.initiators),
+                "--targets_json",
+                json.dumps(targets),
+                "--duration",
+                str(a.duration),
+                "--seed",
+                str(a.seed + i),
+                "--out",
+                outs[i],
+            ]
+        )
+        for i in range(a.initiators)
+    ]
     intruder_out = f"/tmp/kvf-soak-{os.getpid()}-intruder.json"
-    intruder = subprocess.Popen([sys.executable, __file__, "--role", "intruder", "--targets_json", json.dumps(targets),
-                                 "--duration", str(max(1.0, a.duration - 3)), "--seed", str(a.seed - 1),
-                                 "--out", intruder_out],
-                                env={k: v for k, v in os.environ.items() if k != "KVF_AUTH_TOKEN"})
+    intruder = subprocess.Popen(
+        [
+            sys.executable,
+            __file__,
+            "--role",
+            "intruder",
+            "--targets_json",
+            json.dumps(targets),
+            "--duration",
+            str(max(1.0, a.duration - 3)),
+            "--seed",
+            str(a.seed - 1),
+            "--out",
+            intruder_out,
+        ],
+        env={k: v for k, v in os.environ.items() if k != "KVF_AUTH_TOKEN"},
+    )
     store = None
     kills = []  # (target name, kill time, back-up time)
     t_end = time.monotonic() + a.duration
     next_kill = time.monotonic() + a.restart_every
     try:
         if a.store_nodes:  # the store's traffic ends with the rest: its start-up comes out of its share
-            store = store_driver.Traffic(a.store_nodes, a.store_clients, a.store_threads, a.store_pool, a.store_keys,
-                                       t_end, a.store_restart_every, a.seed, f"/tmp/kvf-soak-{os.getpid()}")
+            store = store_driver.Traffic(
+                a.store_nodes,
+                a.store_clients,
+                a.store_threads,
+                a.store_pool,
+                a.store_keys,
+                t_end,
+                a.store_restart_every,
+                a.seed,
+                f"/tmp/kvf-soak-{os.getpid()}",
+            )
         while time.monotonic() < t_end:
             time.sleep(0.1)
             if store:
@@ -345,9 +404,14 @@ def main() -> int:
         for k in ("ops", "bytes", "data_errors", "resyncs"):
             total[k] += s[k]
         for fail in s["failures"]:
-            explained = any(n == fail["target"] and fail["start"] - grace <= killed and fail["end"] + grace >= killed
-                            or n == fail["target"] and killed <= fail["start"] <= back + grace
-                            for n, killed, back in kills)
+            explained = any(
+                n == fail["target"]
+                and fail["start"] - grace <= killed
+                and fail["end"] + grace >= killed
+                or n == fail["target"]
+                and killed <= fail["start"] <= back + grace
+                for n, killed, back in kills
+            )
             if explained:
                 total["failures_injected"] += 1
             else:
@@ -358,21 +422,33 @@ def main() -> int:
         with open(intruder_out) as f:
             intruder_stats = json.load(f)
         os.unlink(intruder_out)
-    total.update({"restarts": len(kills), "duration_s": a.duration, "targets": a.targets,
-                  "initiators": a.initiators, "seed": a.seed, "initiator_exit_codes": [p.returncode for p in inits],
-                  "auth_token_set": True, "intruder_attempts": intruder_stats["attempts"],
-                  "intruder_refused": intruder_stats["refused"], "intruder_unreachable": intruder_stats["unreachable"],
-                  "intruder_admitted": len(intruder_stats["admitted"]),
-                  "intruder_other_errors": len(intruder_stats["other_errors"]),
-                  "intruder_exit_code": intruder.returncode})
+    total.update(
+        {
+            "restarts": len(kills),
+            "duration_s": a.duration,
+            "targets": a.targets,
+            "initiators": a.initiators,
+            "seed": a.seed,
+            "initiator_exit_codes": [p.returncode for p in inits],
+            "auth_token_set": True,
+            "intruder_attempts": intruder_stats["attempts"],
+            "intruder_refused": intruder_stats["refused"],
+            "intruder_unreachable": intruder_stats["unreachable"],
+            "intruder_admitted": len(intruder_stats["admitted"]),
+            "intruder_other_errors": len(intruder_stats["other_errors"]),
+            "intruder_exit_code": intruder.returncode,
+        }
+    )
     store_figures, store_good = store.result() if store else ({}, True)
-    print(f"soak: {total['ops']} verified operations, {total['bytes'] / 1e9:.2f} GB moved, {len(kills)} restarts, "
-          f"{total['failures_injected']} injected failures, {total['errors']} unexplained errors, "
-          f"{total['data_errors']} data errors (seed {a.seed}); with KVF_AUTH_TOKEN set, "
-          f"{total['intruder_refused']} of {total['intruder_attempts']} intruder attempts refused, "
-          f"{total['intruder_admitted']} admitted, {total['intruder_unreachable']} unreachable (target restarting), "
-          f"{total['intruder_other_errors']} other errors"
-          + (f"; {store_driver.summary_line(store_figures)}" if store else ""))
+    print(
+        f"soak: {total['ops']} verified operations, {total['bytes'] / 1e9:.2f} GB moved, {len(kills)} restarts, "
+        f"{total['failures_injected']} injected failures, {total['errors']} unexplained errors, "
+        f"{total['data_errors']} data errors (seed {a.seed}); with KVF_AUTH_TOKEN set, "
+        f"{total['intruder_refused']} of {total['intruder_attempts']} intruder attempts refused, "
+        f"{total['intruder_admitted']} admitted, {total['intruder_unreachable']} unreachable (target restarting), "
+        f"{total['intruder_other_errors']} other errors"
+        + (f"; {store_driver.summary_line(store_figures)}" if store else "")
+    )
     for fail in unexplained[:10]:
         print(f"  unexplained: {fail}")
     for issue in store_figures.get("unexplained", [])[:10]:
@@ -383,13 +459,29 @@ def main() -> int:
         print(f"  intruder: {x}")
     if a.json_out:
         with open(a.json_out, "w") as f:
-            json.dump({**total, "unexplained": unexplained, "kills": kills,
-                       "intruder_admitted_calls": intruder_stats["admitted"],
-                       "intruder_other_error_calls": intruder_stats["other_errors"], "store": store_figures}, f,
-                      indent=1)
-    ok = total["data_errors"] == 0 and total["errors"] == 0 and all(c == 0 for c in total["initiator_exit_codes"]) \
-        and total["ops"] > 0 and total["intruder_admitted"] == 0 and total["intruder_other_errors"] == 0 \
-        and total["intruder_refused"] > 0 and intruder.returncode == 0 and store_good
+            json.dump(
+                {
+                    **total,
+                    "unexplained": unexplained,
+                    "kills": kills,
+                    "intruder_admitted_calls": intruder_stats["admitted"],
+                    "intruder_other_error_calls": intruder_stats["other_errors"],
+                    "store": store_figures,
+                },
+                f,
+                indent=1,
+            )
+    ok = (
+        total["data_errors"] == 0
+        and total["errors"] == 0
+        and all(c == 0 for c in total["initiator_exit_codes"])
+        and total["ops"] > 0
+        and total["intruder_admitted"] == 0
+        and total["intruder_other_errors"] == 0
+        and total["intruder_refused"] > 0
+        and intruder.returncode == 0
+        and store_good
+    )
     return 0 if ok else 1
 
 

@@ -48,8 +48,12 @@ class Node:
     def launch(self) -> None:
         self.logs.append(f"{self.log_prefix}-node-{self.name.replace(':', '-')}-{len(self.logs)}.log")
         with open(self.logs[-1], "w") as log:
-            self.proc = subprocess.Popen([sys.executable, ROLES, "node", self.protocol, self.name, self.metadata,
-                                          str(self.pool_bytes)], stdout=subprocess.PIPE, stderr=log, text=True)
+            self.proc = subprocess.Popen(
+                [sys.executable, ROLES, "node", self.protocol, self.name, self.metadata, str(self.pool_bytes)],
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+            )
         self.stats, self.reader = {}, None
 
     def ready(self) -> None:
@@ -133,8 +137,12 @@ def clues(issue: dict, nodes: list, client_logs=()) -> dict:
     t0, t1 = issue.get("start", 0.0), issue.get("end", 0.0)
     keys = {f'"{k}"' for k in KEY.findall(issue.get("message", ""))}
     wall = time.time() - time.monotonic()  # log stamps are wall-clock time
-    released = [f"{n.name} (incarnation {i}): {r} pins released by {t:.2f}" for n in nodes
-                for t, i, r in n.released if t0 - 2 <= t <= t1 + 2]
+    released = [
+        f"{n.name} (incarnation {i}): {r} pins released by {t:.2f}"
+        for n in nodes
+        for t, i, r in n.released
+        if t0 - 2 <= t <= t1 + 2
+    ]
     lines = []
     logs = [(n.name, path) for n in nodes for path in n.logs] + [(f"client {i}", p) for i, p in enumerate(client_logs)]
     for who, path in logs:
@@ -148,8 +156,11 @@ def clues(issue: dict, nodes: list, client_logs=()) -> dict:
                         lines.append((at, f"{who}: {line.rstrip()}"))
         except OSError:
             pass
-    return {"start_local": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t0 + wall)), "pins_released": released,
-            "log": [text for _, text in sorted(lines)[:40]]}
+    return {
+        "start_local": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t0 + wall)),
+        "pins_released": released,
+        "log": [text for _, text in sorted(lines)[:40]],
+    }
 
 
 def account_missing(missing: list, nodes: list) -> tuple:
@@ -164,20 +175,31 @@ def account_missing(missing: list, nodes: list) -> tuple:
         verdict, path = page_ledger.account(m, ledger.get(m["key"], []), ended, entered, SETTLE_S)
         verdicts[verdict] += 1
         if verdict.startswith("lost"):
-            lost.append({**m, "verdict": verdict, "path": [f"{e.at:.3f} {e.node}#{e.incarnation} {e.what} "
-                                                           f"generation {e.generation}" for e in path]})
+            lost.append(
+                {
+                    **m,
+                    "verdict": verdict,
+                    "path": [f"{e.at:.3f} {e.node}#{e.incarnation} {e.what} generation {e.generation}" for e in path],
+                }
+            )
     return verdicts, lost
 
 
 def summarize(clients: list, nodes: list, kills: list, client_logs: list = (), joins: list = ()) -> dict:
     """The clients' and nodes' figures, each issue explained or not."""
-    total = {"counts": Counter(), "errors_by_code": Counter(), "wrong": [], "issues": [], "pin_intervals": [],
-             "missing": []}
+    total = {
+        "counts": Counter(),
+        "errors_by_code": Counter(),
+        "wrong": [],
+        "issues": [],
+        "pin_intervals": [],
+        "missing": [],
+    }
     misses = Counter()
     for c in clients:
         for k in ("counts", "errors_by_code"):
             total[k].update(c[k])
-        misses.update({k[len("misses_"):]: v for k, v in c["store_stats"].items() if k.startswith("misses_")})
+        misses.update({k[len("misses_") :]: v for k, v in c["store_stats"].items() if k.startswith("misses_")})
         for k in ("wrong", "issues", "pin_intervals", "missing"):
             total[k] += c[k]
     node_totals = Counter()
@@ -189,8 +211,12 @@ def summarize(clients: list, nodes: list, kills: list, client_logs: list = (), j
     pins_left = sum(n.done[-1].get("pinned_pages", 0) for n in nodes if n.done)
     unpins_failed = sum(lost for _, _, _, lost in total["pin_intervals"])
     if pins_left > unpins_failed:
-        unexplained.append({"kind": "pins_left", "message": f"{pins_left} pinned pages left on the nodes at the end, "
-                                                            f"{unpins_failed} unpins failed"})
+        unexplained.append(
+            {
+                "kind": "pins_left",
+                "message": f"{pins_left} pinned pages left on the nodes at the end, {unpins_failed} unpins failed",
+            }
+        )
     for issue in total["issues"]:
         why = explain(issue, kills, total["pin_intervals"], nodes, joins)
         if why:
@@ -202,31 +228,58 @@ def summarize(clients: list, nodes: list, kills: list, client_logs: list = (), j
     verdicts, lost = account_missing(total["missing"], nodes)
     page_events = page_ledger.count_events([path for n in nodes for path in n.logs])
     c = total["counts"]
-    return {"page_events": page_events, "audited": c["audited"], "audit_missing": len(total["missing"]),
-            "missing_verdicts": dict(verdicts), "lost_pages": lost, "store_ops": c["calls"],
-            "store_gb": (c["put_bytes"] + c["hit_bytes"]) / 1e9, "puts": c["puts"],
-            "put_failures": c["put_failures"], "gets": c["gets"], "hits": c["hits"], "misses": c["misses"],
-            "misses_by_reason": dict(misses), "stale": c["stale"], "exists": c["exists"],
-            "exists_hits": c["exists_hits"], "removes": c["removes"], "removed": c["removed"], "pins": c["pins"],
-            "unpins": c["unpins"], "buffers_too_small": c["buffers_too_small"], "refusals": c["refusals"],
-            "refusals_pinned": c["refusals_pinned"], "pins_left": pins_left, "unpins_failed": unpins_failed,
-            "node_counters": dict(node_totals), "errors_by_code": dict(total["errors_by_code"]),
-            "explained_issues": dict(explained), "explained": explained_list, "unexplained": unexplained,
-            "wrong_bytes": total["wrong"], "node_restarts": len(kills), "node_kills": kills, "nodes": len(nodes),
-            "clients": len(clients)}
+    return {
+        "page_events": page_events,
+        "audited": c["audited"],
+        "audit_missing": len(total["missing"]),
+        "missing_verdicts": dict(verdicts),
+        "lost_pages": lost,
+        "store_ops": c["calls"],
+        "store_gb": (c["put_bytes"] + c["hit_bytes"]) / 1e9,
+        "puts": c["puts"],
+        "put_failures": c["put_failures"],
+        "gets": c["gets"],
+        "hits": c["hits"],
+        "misses": c["misses"],
+        "misses_by_reason": dict(misses),
+        "stale": c["stale"],
+        "exists": c["exists"],
+        "exists_hits": c["exists_hits"],
+        "removes": c["removes"],
+        "removed": c["removed"],
+        "pins": c["pins"],
+        "unpins": c["unpins"],
+        "buffers_too_small": c["buffers_too_small"],
+        "refusals": c["refusals"],
+        "refusals_pinned": c["refusals_pinned"],
+        "pins_left": pins_left,
+        "unpins_failed": unpins_failed,
+        "node_counters": dict(node_totals),
+        "errors_by_code": dict(total["errors_by_code"]),
+        "explained_issues": dict(explained),
+        "explained": explained_list,
+        "unexplained": unexplained,
+        "wrong_bytes": total["wrong"],
+        "node_restarts": len(kills),
+        "node_kills": kills,
+        "nodes": len(nodes),
+        "clients": len(clients),
+    }
 
 
 def summary_line(s: dict) -> str:
     codes = ", ".join(f"{k} {v}" for k, v in sorted(s["errors_by_code"].items())) or "none"
-    return (f"store: {s['store_ops']} verified operations ({s['puts']} pages put, {s['gets']} got: {s['hits']} hits, "
-            f"{s['misses']} misses {s['misses_by_reason']}, {s['stale']} stale), {s['store_gb']:.2f} GB moved, "
-            f"{s['node_counters'].get('evictions', 0)} evictions, {s['node_restarts']} node restarts, "
-            f"{s['refusals']} refusals (Busy; {s['refusals_pinned']} while the node held pinned pages), "
-            f"{s['node_joins']} joins and {s['node_leaves']} leaves ({s['page_events'].get('handed over', 0)} pages "
-            f"handed over), "
-            f"{s['audited']} acknowledged pages audited: {s['audit_missing']} gone {s['missing_verdicts']}, "
-            f"{len(s['lost_pages'])} lost, "
-            f"per-key errors: {codes}, {len(s['unexplained'])} unexplained, {len(s['wrong_bytes'])} wrong bytes")
+    return (
+        f"store: {s['store_ops']} verified operations ({s['puts']} pages put, {s['gets']} got: {s['hits']} hits, "
+        f"{s['misses']} misses {s['misses_by_reason']}, {s['stale']} stale), {s['store_gb']:.2f} GB moved, "
+        f"{s['node_counters'].get('evictions', 0)} evictions, {s['node_restarts']} node restarts, "
+        f"{s['refusals']} refusals (Busy; {s['refusals_pinned']} while the node held pinned pages), "
+        f"{s['node_joins']} joins and {s['node_leaves']} leaves ({s['page_events'].get('handed over', 0)} pages "
+        f"handed over), "
+        f"{s['audited']} acknowledged pages audited: {s['audit_missing']} gone {s['missing_verdicts']}, "
+        f"{len(s['lost_pages'])} lost, "
+        f"per-key errors: {codes}, {len(s['unexplained'])} unexplained, {len(s['wrong_bytes'])} wrong bytes"
+    )
 
 
 def store_ok(s: dict) -> bool:
@@ -239,8 +292,19 @@ class Traffic:
     new one, at most two more than `nodes`) or one that joined leaves (SIGTERM, for good); the figures gathered at
     the end."""
 
-    def __init__(self, nodes: int, clients: int, threads: int, pool_bytes: int, keys: int, end: float,
-                 restart_every: float, seed: int, tmp_prefix: str, change_every: float = 6.0):
+    def __init__(
+        self,
+        nodes: int,
+        clients: int,
+        threads: int,
+        pool_bytes: int,
+        keys: int,
+        end: float,
+        restart_every: float,
+        seed: int,
+        tmp_prefix: str,
+        change_every: float = 6.0,
+    ):
         import random
 
         self.rng = random.Random(seed ^ 0x5709E)
@@ -260,9 +324,23 @@ class Traffic:
             duration = end - time.monotonic()
             for i in range(clients):
                 with open(self.client_logs[i], "w") as log:
-                    self.clients.append(subprocess.Popen([sys.executable, ROLES, "client", str(i), self.metadata,
-                                                          str(keys), str(threads), str(duration), str(seed + 100 + i),
-                                                          self.outs[i]], stderr=log))
+                    self.clients.append(
+                        subprocess.Popen(
+                            [
+                                sys.executable,
+                                ROLES,
+                                "client",
+                                str(i),
+                                self.metadata,
+                                str(keys),
+                                str(threads),
+                                str(duration),
+                                str(seed + 100 + i),
+                                self.outs[i],
+                            ],
+                            stderr=log,
+                        )
+                    )
         except BaseException:
             self.stop()
             raise
@@ -271,16 +349,22 @@ class Traffic:
 
     def start_metadata_server(self) -> str:
         """kvfabric's metadata server on loopback, where members come and go: its URI."""
-        self.metadata_server = subprocess.Popen([sys.executable, "-m", "kvfabric", "metadata-server", "--port", "0"],
-                                                stdout=subprocess.PIPE, text=True)
+        self.metadata_server = subprocess.Popen(
+            [sys.executable, "-m", "kvfabric", "metadata-server", "--port", "0"], stdout=subprocess.PIPE, text=True
+        )
         line = self.metadata_server.stdout.readline()
         if "metadata http://" not in line:
             raise RuntimeError(f"kvfabric metadata-server did not start: {line!r}")
         return line.split("metadata ", 1)[1].strip()
 
     def new_node(self) -> Node:
-        return Node(["tcp", "auto"][len(self.nodes) % 2], f"127.0.0.1:{free_port()}", self.metadata,
-                    self.pool_bytes, self.tmp_prefix)
+        return Node(
+            ["tcp", "auto"][len(self.nodes) % 2],
+            f"127.0.0.1:{free_port()}",
+            self.metadata,
+            self.pool_bytes,
+            self.tmp_prefix,
+        )
 
     def tick(self, now: float, last_kill: float, clean) -> None:
         """Kills and restarts a random node, or has one join or leave, when one is due (not after `last_kill`);
@@ -299,7 +383,7 @@ class Traffic:
             self.kills.append((node.name, killed, time.monotonic()))
             self.next_kill = time.monotonic() + self.restart_every
         elif now >= self.next_change:
-            joined = live[self.base:]
+            joined = live[self.base :]
             if len(joined) < 2 and (not joined or self.rng.random() < 0.5):
                 node = self.new_node()
                 node.ready()
@@ -359,11 +443,17 @@ class Traffic:
         s["client_exit_codes"] = codes
         s["unexplained"] += [{"kind": "process", "message": m} for m in self.crashes]
         if not s["hits"] or not s["node_counters"].get("evictions"):
-            s["unexplained"].append({"kind": "traffic", "message": f"{s['hits']} hits and "
-                                     f"{s['node_counters'].get('evictions', 0)} evictions: the run needs both"})
+            s["unexplained"].append(
+                {
+                    "kind": "traffic",
+                    "message": f"{s['hits']} hits and "
+                    f"{s['node_counters'].get('evictions', 0)} evictions: the run needs both",
+                }
+            )
         if codes != [0] * len(codes) or len(clients) < len(self.clients):
-            s["unexplained"].append({"kind": "process", "message": f"store clients exited {codes}, "
-                                                                   f"{len(clients)} reported"})
+            s["unexplained"].append(
+                {"kind": "process", "message": f"store clients exited {codes}, {len(clients)} reported"}
+            )
         ok = store_ok(s)
         logs = [path for n in self.nodes for path in n.logs] + self.client_logs
         if ok:  # the nodes' logs are kept for a failed run, and named in its figures

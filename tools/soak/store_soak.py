@@ -50,9 +50,13 @@ MiB = 1 << 20
 DEADLINE_MS = 2000
 # Store settings of nodes and clients: a short deadline and read window (a
 # freed slot comes back soon), a node that failed is tried again soon.
-SETTINGS = {"KVF_STORE_DEADLINE_MS": DEADLINE_MS, "KVF_STORE_READ_WINDOW_MS": 2500,
-            "KVF_STORE_DOWN_RETRY_MS": 500, "KVF_STORE_MEMBERSHIP_REFRESH_MS": 500,
-            "KVF_TRANSFER_TIMEOUT_MS": DEADLINE_MS}
+SETTINGS = {
+    "KVF_STORE_DEADLINE_MS": DEADLINE_MS,
+    "KVF_STORE_READ_WINDOW_MS": 2500,
+    "KVF_STORE_DOWN_RETRY_MS": 500,
+    "KVF_STORE_MEMBERSHIP_REFRESH_MS": 500,
+    "KVF_TRANSFER_TIMEOUT_MS": DEADLINE_MS,
+}
 # A batch call that takes longer than this hangs (the store bounds it by its deadline).
 SLOW_S = DEADLINE_MS / 1000 + 3
 # KVF_STORE_HANDOFF_MS's default: how long after a member enters keys may still move.
@@ -102,8 +106,9 @@ def run_node(protocol: str, listen: str, metadata: str, pool_bytes: int) -> None
     level, so its log has a line for every page it stored and every page gone, and why (the ledger)."""
     import kvfabric
 
-    with kvfabric.Engine(protocol=protocol, metadata=metadata,
-                         settings={**SETTINGS, "KVF_LOG_LEVEL": "debug"}) as engine:
+    with kvfabric.Engine(
+        protocol=protocol, metadata=metadata, settings={**SETTINGS, "KVF_LOG_LEVEL": "debug"}
+    ) as engine:
         store = kvfabric.Store(engine, pool_bytes=pool_bytes, listen=listen, settings=SETTINGS)
         print(json.dumps({"name": store.name, "segment": engine.name}), flush=True)
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
@@ -133,8 +138,13 @@ class Log:
 
     def started(self, key: str, v: int, start: float, page: bytes) -> None:
         with self.mu:
-            self.versions.setdefault(key, {})[v] = {"start": start, "end": None, "state": "flight",
-                                                    "digest": digest(page), "length": len(page)}
+            self.versions.setdefault(key, {})[v] = {
+                "start": start,
+                "end": None,
+                "state": "flight",
+                "digest": digest(page),
+                "length": len(page),
+            }
 
     def put_done(self, key: str, v: int, state: str, end: float) -> None:
         with self.mu:
@@ -169,8 +179,9 @@ class Log:
     def put_between(self, key: str, t0: float, t1: float) -> bool:
         """Whether a put of `key` (of any outcome) ran during [t0, t1]."""
         with self.mu:
-            return any(r["start"] <= t1 and (r["end"] is None or r["end"] >= t0)
-                       for r in self.versions.get(key, {}).values())
+            return any(
+                r["start"] <= t1 and (r["end"] is None or r["end"] >= t0) for r in self.versions.get(key, {}).values()
+            )
 
     def removed_between(self, key: str, t0: float, t1: float) -> bool:
         with self.mu:
@@ -227,7 +238,7 @@ class Arena:
         return out
 
     def views(self, pieces: list) -> list:
-        return [self.buf[s:s + n] for s, n in pieces]
+        return [self.buf[s : s + n] for s, n in pieces]
 
 
 class Client:
@@ -239,8 +250,9 @@ class Client:
         self.kvf = kvfabric
         self.miss = -kvfabric.NotFoundError.code
         self.busy = -kvfabric.BusyError.code
-        self.engine = kvfabric.Engine(protocol="auto", metadata=metadata,
-                                      settings={**SETTINGS, "KVF_LOG_LEVEL": "info"})
+        self.engine = kvfabric.Engine(
+            protocol="auto", metadata=metadata, settings={**SETTINGS, "KVF_LOG_LEVEL": "info"}
+        )
         self.store = kvfabric.Store(self.engine, settings=SETTINGS)
         self.keys = [f"c{index}/layer{i % 4}/page{i}" for i in range(keys)]
         self.hashes = {k: key_hash(k) for k in self.keys}
@@ -270,8 +282,18 @@ class Client:
         codes = Counter(str(code) for code, _ in errors)
         peers = sorted({m for _, text in errors for m in PEER.findall(text)})
         with self.mu:
-            self.issues.append({"kind": kind, "op": op, "start": t0, "end": t1, "keys": len(errors), "codes": codes,
-                                "peers": peers, "message": errors[0][1][:800] if errors else ""})
+            self.issues.append(
+                {
+                    "kind": kind,
+                    "op": op,
+                    "start": t0,
+                    "end": t1,
+                    "keys": len(errors),
+                    "codes": codes,
+                    "peers": peers,
+                    "message": errors[0][1][:800] if errors else "",
+                }
+            )
 
     def wrong_bytes(self, key: str, what: str, t1: float) -> None:
         with self.mu:
@@ -329,14 +351,14 @@ class Client:
                 break
             at = 0
             for view in src.views(pieces):
-                view[:] = memoryview(page)[at:at + len(view)]
+                view[:] = memoryview(page)[at : at + len(view)]
                 at += len(view)
             self.log.started(key, v, t, page)
             with self.mu:
                 self.max_len[key] = max(self.max_len[key], len(page))
             bufs.append(src.views(pieces))
             versions.append(v)
-        batch = batch[:len(bufs)]
+        batch = batch[: len(bufs)]
         codes, t0, t1 = self.call("put", self.store.batch_put, batch, bufs)
         need = set(self.failed("put", t0, t1, codes, batch))
         for i, (key, v, code) in enumerate(zip(batch, versions, codes)):
@@ -363,11 +385,15 @@ class Client:
             for view in views:
                 view.fill(0xA5)  # nothing of an earlier GET may pass for this one's bytes
             bufs.append(views)
-        batch = batch[:len(bufs)]
+        batch = batch[: len(bufs)]
         codes, t0, t1 = self.call("get", self.store.batch_get, batch, bufs)
         # Buffers too small for a page put while they were sized: the answer to expect.
-        small = {i for i, (key, code) in enumerate(zip(batch, codes)) if code == -self.kvf.InvalidArgumentError.code
-                 and self.log.ever_started(key, t1, longer_than=sum(len(b) for b in bufs[i]))}
+        small = {
+            i
+            for i, (key, code) in enumerate(zip(batch, codes))
+            if code == -self.kvf.InvalidArgumentError.code
+            and self.log.ever_started(key, t1, longer_than=sum(len(b) for b in bufs[i]))
+        }
         self.count(buffers_too_small=len(small))
         self.failed("get", t0, t1, codes, batch, small)
         stale = []
@@ -410,7 +436,7 @@ class Client:
             import numpy as np
 
             a, b = np.frombuffer(got, np.uint8), np.frombuffer(page_bytes(key, kh, v), np.uint8)
-            diff = np.flatnonzero(a[:len(b)] != b[:len(a)])
+            diff = np.flatnonzero(a[: len(b)] != b[: len(a)])
             return f"version {v}: {len(diff)} of {n} bytes differ, the first at +{diff[0] if len(diff) else len(b)}"
         return "stale" if self.log.superseded(key, rec, t0) else ""
 
@@ -437,8 +463,13 @@ class Client:
         is kept (Client.missing) for the driver to account for (evicted for a newer page, or its node gone) or
         count as lost."""
         now = time.monotonic()
-        held = [(k, h) for k in rng.sample(self.keys, min(32, len(self.keys))) if k not in self.hot
-                for h in [self.log.held_put(k, now)] if h]
+        held = [
+            (k, h)
+            for k in rng.sample(self.keys, min(32, len(self.keys)))
+            if k not in self.hot
+            for h in [self.log.held_put(k, now)]
+            if h
+        ]
         if not held:
             return
         keys = [k for k, _ in held]
@@ -449,8 +480,16 @@ class Client:
             again = self.log.held_put(key, t1)  # still nothing else done to the key through the call
             if again and again[0] == v:
                 with self.mu:
-                    self.missing.append({"key": key, "version": v, "put_start": rec["start"], "put_end": rec["end"],
-                                         "audit_start": t0, "audit_end": t1})
+                    self.missing.append(
+                        {
+                            "key": key,
+                            "version": v,
+                            "put_start": rec["start"],
+                            "put_end": rec["end"],
+                            "audit_start": t0,
+                            "audit_end": t1,
+                        }
+                    )
         self.count(audited=len(held), audit_missing=sum(not f for f in found))
 
     def pin(self, rng, held: list) -> None:
@@ -489,8 +528,9 @@ class Client:
             # A pin whose unpin failed, not for a removal of its key, may stay on a node (one that held a copy
             # while the key's home was out of placement): it counts as held from then on.
             with self.mu:
-                self.pin_intervals.append((pinned_at, t1, len(keys), len(lost) + sum(c < 0 and c != self.miss
-                                                                                     for c in codes)))
+                self.pin_intervals.append(
+                    (pinned_at, t1, len(keys), len(lost) + sum(c < 0 and c != self.miss for c in codes))
+                )
                 self.pinned.difference_update(keys)
             self.count(unpins=sum(c == 0 for c in codes))
 
@@ -501,8 +541,14 @@ class Client:
         src = Arena(self.engine, 24 * MiB, rng)
         dst = Arena(self.engine, 40 * MiB, rng)
         held = []
-        ops = [(self.put, (rng, src)), (self.get, (rng, dst)), (self.exists, (rng,)), (self.remove, (rng,)),
-               (self.pin, (rng, held)), (self.audit, (rng,))]
+        ops = [
+            (self.put, (rng, src)),
+            (self.get, (rng, dst)),
+            (self.exists, (rng,)),
+            (self.remove, (rng,)),
+            (self.pin, (rng, held)),
+            (self.audit, (rng,)),
+        ]
         while time.monotonic() < end:
             self.unpin(held, everything=False)
             fn, args = rng.choices(ops, weights=[35, 45, 8, 5, 3, 4])[0]
@@ -531,10 +577,18 @@ def run_client(index: int, metadata: str, keys: int, threads: int, duration: flo
     client.store.close()
     client.engine.close()
     with open(out_path, "w") as f:
-        json.dump({"counts": client.c, "errors_by_code": client.errors_by_code,
-                   "wrong": client.wrong, "issues": client.issues, "pin_intervals": client.pin_intervals,
-                   "missing": client.missing,
-                   "store_stats": stats}, f)
+        json.dump(
+            {
+                "counts": client.c,
+                "errors_by_code": client.errors_by_code,
+                "wrong": client.wrong,
+                "issues": client.issues,
+                "pin_intervals": client.pin_intervals,
+                "missing": client.missing,
+                "store_stats": stats,
+            },
+            f,
+        )
     return 1 if crashed else 0
 
 

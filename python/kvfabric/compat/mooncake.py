@@ -53,6 +53,7 @@ PROTOCOLS = {"rdma": "rdma", "efa": "efa", "tcp": "tcp", "verbs": "verbs", "shm"
 # Mooncake transports that are not libfabric fabrics: refused with the reason.
 VENDOR_PROTOCOLS = ("nvlink", "nvlink_intra", "hip", "musa", "ascend", "cxl", "barex", "xgmi", "cxi", "ubshmem")
 
+
 class PortRange(NamedTuple):
     """Where an engine for a bare host name takes its port: the variables that bound it, and their defaults."""
 
@@ -106,8 +107,9 @@ def _notify_field(value, what: str) -> bytes:
         try:
             return value.encode("utf-8", "surrogateescape")
         except UnicodeEncodeError as e:
-            raise ValueError(f"TransferNotify.{what}: UTF-8 cannot encode this str ({e.reason} at index {e.start}); "
-                             "pass bytes") from None
+            raise ValueError(
+                f"TransferNotify.{what}: UTF-8 cannot encode this str ({e.reason} at index {e.start}); pass bytes"
+            ) from None
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value)
     raise TypeError(f"TransferNotify.{what} is str or bytes, not {type(value).__name__}")
@@ -220,7 +222,9 @@ def parse_metadata(metadata_server: str, metadata_type: str = "") -> str:
     if m.startswith(("etcd://", "http://")):
         return m
     if "://" in m:
-        raise ValueError(f"metadata server '{metadata_server}': use P2PHANDSHAKE, etcd://host:port or http://host:port/path")
+        raise ValueError(
+            f"metadata server '{metadata_server}': use P2PHANDSHAKE, etcd://host:port or http://host:port/path"
+        )
     if not m or ":" not in m:
         raise ValueError(f"metadata server '{metadata_server}' is not host:port")
     return ("http://" if kind == "http" else "etcd://") + m
@@ -237,7 +241,7 @@ def split_local_name(name: str) -> tuple[str, Optional[int]]:
         end = s.find("]")
         if end < 0:
             raise ValueError(f"local name '{name}': unbalanced '['")
-        host, rest = s[1:end], s[end + 1:]
+        host, rest = s[1:end], s[end + 1 :]
         if not rest:
             return host, None
         if not rest.startswith(":") or not rest[1:].isdigit():
@@ -315,8 +319,10 @@ def _environment_settings(protocol: str) -> tuple[str, dict]:
                 # Mooncake's floor, and KVF_TRANSFER_TIMEOUT_MS's ceiling (a day)
                 seconds = min(86400, max(5, int(os.environ["MC_TRANSFER_TIMEOUT"])))
                 settings["KVF_TRANSFER_TIMEOUT_MS"] = seconds * 1000
-                used.append(f"MC_TRANSFER_TIMEOUT={os.environ['MC_TRANSFER_TIMEOUT']} -> "
-                            f"KVF_TRANSFER_TIMEOUT_MS={seconds * 1000}")
+                used.append(
+                    f"MC_TRANSFER_TIMEOUT={os.environ['MC_TRANSFER_TIMEOUT']} -> "
+                    f"KVF_TRANSFER_TIMEOUT_MS={seconds * 1000}"
+                )
             except ValueError:
                 used.append(f"MC_TRANSFER_TIMEOUT={os.environ['MC_TRANSFER_TIMEOUT']!r} is not a number: ignored")
     ranges = (RPC_PORTS.low_var, RPC_PORTS.high_var, STORE_CLIENT_PORTS.low_var, STORE_CLIENT_PORTS.high_var)
@@ -373,10 +379,22 @@ class _ThroughputLog(threading.Thread):
             if write + read > 0 or r["failures"]:
                 lat = "; ".join(
                     "%s latency p50 %s, p99 %s" % (op, latency_bound(v["p50"]), latency_bound(v["p99"]))
-                    for op, v in sorted(r["latency"].items()) if v["count"])
-                _log("info", "throughput %.1f MB/s (write %.1f, read %.1f) over %.1f s, %.0f requests/s%s%s" % (
-                    (write + read) / 1e6, write / 1e6, read / 1e6, t1 - t0, r["requests"],
-                    "; " + lat if lat else "", "; %d failed" % r["failures"] if r["failures"] else ""))
+                    for op, v in sorted(r["latency"].items())
+                    if v["count"]
+                )
+                _log(
+                    "info",
+                    "throughput %.1f MB/s (write %.1f, read %.1f) over %.1f s, %.0f requests/s%s%s"
+                    % (
+                        (write + read) / 1e6,
+                        write / 1e6,
+                        read / 1e6,
+                        t1 - t0,
+                        r["requests"],
+                        "; " + lat if lat else "",
+                        "; %d failed" % r["failures"] if r["failures"] else "",
+                    ),
+                )
             last, t0 = now, t1
 
 
@@ -402,14 +420,22 @@ def tcp_devices(device_name: str) -> tuple[str, str]:
     dropped = [n for n in names if n not in kept]
     note = ""
     if dropped:
-        note = (f"device name(s) {', '.join(dropped)} ignored on tcp, as Mooncake ignores them there (tcp's NICs: "
-                f"{', '.join(sorted(have)) or 'none'}); " + (f"using {', '.join(kept)}" if kept else "using every NIC"))
+        note = (
+            f"device name(s) {', '.join(dropped)} ignored on tcp, as Mooncake ignores them there (tcp's NICs: "
+            f"{', '.join(sorted(have)) or 'none'}); " + (f"using {', '.join(kept)}" if kept else "using every NIC")
+        )
     return ",".join(kept), note
 
 
-def start_engine(local_hostname: str, metadata_server: str, protocol: str, device_name: str = "",
-                 metadata_type: str = "", settings: Optional[dict] = None,
-                 ports: PortRange = RPC_PORTS) -> tuple[Engine, str]:
+def start_engine(
+    local_hostname: str,
+    metadata_server: str,
+    protocol: str,
+    device_name: str = "",
+    metadata_type: str = "",
+    settings: Optional[dict] = None,
+    ports: PortRange = RPC_PORTS,
+) -> tuple[Engine, str]:
     """A kvfabric Engine made as Mooncake's ``initialize`` makes its own: the
     metadata server as Mooncake names it (``P2PHANDSHAKE``, ``etcd://``,
     ``http://``), its protocols (``rdma`` is efa or verbs), its ``MC_*``
@@ -420,8 +446,10 @@ def start_engine(local_hostname: str, metadata_server: str, protocol: str, devic
     metadata = parse_metadata(metadata_server or "", metadata_type or "")
     proto = (protocol or "").strip().lower()
     if proto in VENDOR_PROTOCOLS:
-        raise ValueError(f"protocol '{protocol}' is a Mooncake vendor transport that kvfabric does not "
-                         "have; kvfabric moves memory over libfabric: use rdma (efa or verbs), efa, tcp or shm")
+        raise ValueError(
+            f"protocol '{protocol}' is a Mooncake vendor transport that kvfabric does not "
+            "have; kvfabric moves memory over libfabric: use rdma (efa or verbs), efa, tcp or shm"
+        )
     if proto not in PROTOCOLS:
         raise ValueError(f"protocol '{protocol}': use one of {', '.join(PROTOCOLS)}")
     proto, from_env = _environment_settings(PROTOCOLS[proto])
@@ -447,8 +475,9 @@ def start_engine(local_hostname: str, metadata_server: str, protocol: str, devic
                 raise
             last = e
     lo, hi = _port_range(ports)
-    raise OSError(f"no free port for {host} in {lo}-{hi} ({ports.low_var}/{ports.high_var})"
-                  + (f": {last}" if last else ""))
+    raise OSError(
+        f"no free port for {host} in {lo}-{hi} ({ports.low_var}/{ports.high_var})" + (f": {last}" if last else "")
+    )
 
 
 class TransferEngine:
@@ -493,8 +522,9 @@ class TransferEngine:
             _log("error", f"initialize: already initialized as {self._engine.name}")
             return -1
         try:
-            self._engine, proto = start_engine(local_hostname, metadata_server, protocol, device_name, metadata_type,
-                                               ports=self.ports)
+            self._engine, proto = start_engine(
+                local_hostname, metadata_server, protocol, device_name, metadata_type, ports=self.ports
+            )
             self._core = self._engine._core
             self._protocol = proto
             interval = _metric_interval()
@@ -634,8 +664,10 @@ class TransferEngine:
             _log("error", f"{what}: the engine is not initialized; call initialize() first")
         else:
             buffers, peers, lengths = lists or ((), (), ())
-            _log("error", f"{what} to {target}: "
-                          f"{_why(e, target, buffers=buffers, peer_buffer_addresses=peers, lengths=lengths)}")
+            _log(
+                "error",
+                f"{what} to {target}: {_why(e, target, buffers=buffers, peer_buffer_addresses=peers, lengths=lengths)}",
+            )
         return failure
 
     def _sync(self, what: str, target: str, op, buffers, peers, lengths, notify=None) -> int:
@@ -656,62 +688,112 @@ class TransferEngine:
         except _FAILURES as e:
             return self._failed(what, target, e, failure=0, lists=(buffers, peers, lengths))
 
-    def transfer_sync_write(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int,
-                            transport_hint: str = "") -> int:
+    def transfer_sync_write(
+        self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int, transport_hint: str = ""
+    ) -> int:
         return self._sync("transfer_sync_write", target_hostname, _WRITE, [buffer], [peer_buffer_address], [length])
 
-    def transfer_sync_read(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int,
-                           transport_hint: str = "") -> int:
+    def transfer_sync_read(
+        self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int, transport_hint: str = ""
+    ) -> int:
         return self._sync("transfer_sync_read", target_hostname, _READ, [buffer], [peer_buffer_address], [length])
 
-    def transfer_sync(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int, opcode,
-                      notify: Optional[TransferNotify] = None, transport_hint: str = "") -> int:
+    def transfer_sync(
+        self,
+        target_hostname: str,
+        buffer: int,
+        peer_buffer_address: int,
+        length: int,
+        opcode,
+        notify: Optional[TransferNotify] = None,
+        transport_hint: str = "",
+    ) -> int:
         return self._sync("transfer_sync", target_hostname, opcode, [buffer], [peer_buffer_address], [length], notify)
 
-    def batch_transfer_sync_write(self, target_hostname: str, buffers: Sequence[int],
-                                  peer_buffer_addresses: Sequence[int], lengths: Sequence[int],
-                                  transport_hint: str = "") -> int:
+    def batch_transfer_sync_write(
+        self,
+        target_hostname: str,
+        buffers: Sequence[int],
+        peer_buffer_addresses: Sequence[int],
+        lengths: Sequence[int],
+        transport_hint: str = "",
+    ) -> int:
         try:  # inline, not _sync: the path every framework's batch takes (one frame less, from cold caches)
             self._core.transfer_to(target_hostname, _WRITE, buffers, peer_buffer_addresses, lengths)
             return 0
         except _FAILURES as e:
-            return self._failed("batch_transfer_sync_write", target_hostname, e,
-                                lists=(buffers, peer_buffer_addresses, lengths))
+            return self._failed(
+                "batch_transfer_sync_write", target_hostname, e, lists=(buffers, peer_buffer_addresses, lengths)
+            )
 
-    def batch_transfer_sync_read(self, target_hostname: str, buffers: Sequence[int],
-                                 peer_buffer_addresses: Sequence[int], lengths: Sequence[int],
-                                 transport_hint: str = "") -> int:
+    def batch_transfer_sync_read(
+        self,
+        target_hostname: str,
+        buffers: Sequence[int],
+        peer_buffer_addresses: Sequence[int],
+        lengths: Sequence[int],
+        transport_hint: str = "",
+    ) -> int:
         try:  # inline, as batch_transfer_sync_write
             self._core.transfer_to(target_hostname, _READ, buffers, peer_buffer_addresses, lengths)
             return 0
         except _FAILURES as e:
-            return self._failed("batch_transfer_sync_read", target_hostname, e,
-                                lists=(buffers, peer_buffer_addresses, lengths))
+            return self._failed(
+                "batch_transfer_sync_read", target_hostname, e, lists=(buffers, peer_buffer_addresses, lengths)
+            )
 
-    def batch_transfer_sync(self, target_hostname: str, buffers: Sequence[int], peer_buffer_addresses: Sequence[int],
-                            lengths: Sequence[int], opcode, notify: Optional[TransferNotify] = None,
-                            transport_hint: str = "") -> int:
-        return self._sync("batch_transfer_sync", target_hostname, opcode, buffers, peer_buffer_addresses, lengths,
-                          notify)
+    def batch_transfer_sync(
+        self,
+        target_hostname: str,
+        buffers: Sequence[int],
+        peer_buffer_addresses: Sequence[int],
+        lengths: Sequence[int],
+        opcode,
+        notify: Optional[TransferNotify] = None,
+        transport_hint: str = "",
+    ) -> int:
+        return self._sync(
+            "batch_transfer_sync", target_hostname, opcode, buffers, peer_buffer_addresses, lengths, notify
+        )
 
-    def batch_transfer_async_write(self, target_hostname: str, buffers: Sequence[int],
-                                   peer_buffer_addresses: Sequence[int], lengths: Sequence[int],
-                                   transport_hint: str = "") -> int:
-        return self._submit("batch_transfer_async_write", target_hostname, _WRITE, buffers, peer_buffer_addresses,
-                            lengths)
+    def batch_transfer_async_write(
+        self,
+        target_hostname: str,
+        buffers: Sequence[int],
+        peer_buffer_addresses: Sequence[int],
+        lengths: Sequence[int],
+        transport_hint: str = "",
+    ) -> int:
+        return self._submit(
+            "batch_transfer_async_write", target_hostname, _WRITE, buffers, peer_buffer_addresses, lengths
+        )
 
-    def batch_transfer_async_read(self, target_hostname: str, buffers: Sequence[int],
-                                  peer_buffer_addresses: Sequence[int], lengths: Sequence[int],
-                                  transport_hint: str = "") -> int:
-        return self._submit("batch_transfer_async_read", target_hostname, _READ, buffers, peer_buffer_addresses,
-                            lengths)
+    def batch_transfer_async_read(
+        self,
+        target_hostname: str,
+        buffers: Sequence[int],
+        peer_buffer_addresses: Sequence[int],
+        lengths: Sequence[int],
+        transport_hint: str = "",
+    ) -> int:
+        return self._submit(
+            "batch_transfer_async_read", target_hostname, _READ, buffers, peer_buffer_addresses, lengths
+        )
 
-    def batch_transfer_async(self, target_hostname: str, buffers: Sequence[int], peer_buffer_addresses: Sequence[int],
-                             lengths: Sequence[int], opcode, transport_hint: str = "") -> int:
+    def batch_transfer_async(
+        self,
+        target_hostname: str,
+        buffers: Sequence[int],
+        peer_buffer_addresses: Sequence[int],
+        lengths: Sequence[int],
+        opcode,
+        transport_hint: str = "",
+    ) -> int:
         return self._submit("batch_transfer_async", target_hostname, opcode, buffers, peer_buffer_addresses, lengths)
 
-    def transfer_submit_write(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int,
-                              transport_hint: str = "") -> int:
+    def transfer_submit_write(
+        self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int, transport_hint: str = ""
+    ) -> int:
         """A batch id, or 0 on failure (as Mooncake)."""
         return self._submit("transfer_submit_write", target_hostname, _WRITE, [buffer], [peer_buffer_address], [length])
 
@@ -778,27 +860,57 @@ class TransferEngine:
         except (KvfabricError, TypeError) as e:
             raise RuntimeError(f"{what} to {target}: {_why(e, target)}") from e
 
-    def transfer_write_on_cuda(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int,
-                               stream_ptr: int = 0, transport_hint: str = "") -> None:
-        self._on_cuda("transfer_write_on_cuda", target_hostname, _WRITE, [buffer], [peer_buffer_address], [length],
-                      stream_ptr)
+    def transfer_write_on_cuda(
+        self,
+        target_hostname: str,
+        buffer: int,
+        peer_buffer_address: int,
+        length: int,
+        stream_ptr: int = 0,
+        transport_hint: str = "",
+    ) -> None:
+        self._on_cuda(
+            "transfer_write_on_cuda", target_hostname, _WRITE, [buffer], [peer_buffer_address], [length], stream_ptr
+        )
 
-    def transfer_read_on_cuda(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int,
-                              stream_ptr: int = 0, transport_hint: str = "") -> None:
-        self._on_cuda("transfer_read_on_cuda", target_hostname, _READ, [buffer], [peer_buffer_address], [length],
-                      stream_ptr)
+    def transfer_read_on_cuda(
+        self,
+        target_hostname: str,
+        buffer: int,
+        peer_buffer_address: int,
+        length: int,
+        stream_ptr: int = 0,
+        transport_hint: str = "",
+    ) -> None:
+        self._on_cuda(
+            "transfer_read_on_cuda", target_hostname, _READ, [buffer], [peer_buffer_address], [length], stream_ptr
+        )
 
-    def batch_transfer_write_on_cuda(self, target_hostname: str, buffers: Sequence[int],
-                                     peer_buffer_addresses: Sequence[int], lengths: Sequence[int],
-                                     stream_ptr: int = 0, transport_hint: str = "") -> None:
-        self._on_cuda("batch_transfer_write_on_cuda", target_hostname, _WRITE, buffers, peer_buffer_addresses, lengths,
-                      stream_ptr)
+    def batch_transfer_write_on_cuda(
+        self,
+        target_hostname: str,
+        buffers: Sequence[int],
+        peer_buffer_addresses: Sequence[int],
+        lengths: Sequence[int],
+        stream_ptr: int = 0,
+        transport_hint: str = "",
+    ) -> None:
+        self._on_cuda(
+            "batch_transfer_write_on_cuda", target_hostname, _WRITE, buffers, peer_buffer_addresses, lengths, stream_ptr
+        )
 
-    def batch_transfer_read_on_cuda(self, target_hostname: str, buffers: Sequence[int],
-                                    peer_buffer_addresses: Sequence[int], lengths: Sequence[int],
-                                    stream_ptr: int = 0, transport_hint: str = "") -> None:
-        self._on_cuda("batch_transfer_read_on_cuda", target_hostname, _READ, buffers, peer_buffer_addresses, lengths,
-                      stream_ptr)
+    def batch_transfer_read_on_cuda(
+        self,
+        target_hostname: str,
+        buffers: Sequence[int],
+        peer_buffer_addresses: Sequence[int],
+        lengths: Sequence[int],
+        stream_ptr: int = 0,
+        transport_hint: str = "",
+    ) -> None:
+        self._on_cuda(
+            "batch_transfer_read_on_cuda", target_hostname, _READ, buffers, peer_buffer_addresses, lengths, stream_ptr
+        )
 
     # -- segments, peers, notifications -----------------------------------
     def get_first_buffer_address(self, segment_name_: str) -> int:

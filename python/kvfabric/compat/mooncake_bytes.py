@@ -58,12 +58,16 @@ class LocalBufferCalls:
 
     def _runs(self, sizes: Sequence[int]):
         """Runs of indices whose sizes fit the local buffer together (ValueError for one that never fits)."""
-        return runs_within(sizes, self._buffer_bytes,
-                           "a value of {size} bytes; the local buffer holds {capacity} (setup's local_buffer_size)")
+        return runs_within(
+            sizes,
+            self._buffer_bytes,
+            "a value of {size} bytes; the local buffer holds {capacity} (setup's local_buffer_size)",
+        )
 
     # -- puts ----------------------------------------------------------------
-    def _put_views(self, call: str, keys: Sequence[Any], views: List[List[memoryview]],
-                   config: Optional[ReplicateConfig]) -> List[int]:
+    def _put_views(
+        self, call: str, keys: Sequence[Any], views: List[List[memoryview]], config: Optional[ReplicateConfig]
+    ) -> List[int]:
         """Puts each key's parts (concatenated) through the local buffer, in runs that
         fit it. Per key 0 or a negative ErrorCode."""
         why = config_refused(config)
@@ -87,7 +91,7 @@ class LocalBufferCalls:
                 for i in run:
                     ptrs.append([base + at])
                     for v in views[i]:
-                        self._buffer[at:at + v.nbytes] = v
+                        self._buffer[at : at + v.nbytes] = v
                         at += v.nbytes
                 got = self._batch(True, [keys[i] for i in run], ptrs, [[sizes[i]] for i in run], copies_asked(config))
                 for i, code in zip(run, got):
@@ -138,14 +142,12 @@ class LocalBufferCalls:
         """put_parts, which replaces a page that exists."""
         return self.put_parts(key, *parts, config=config)
 
-    def upsert_batch(self, keys: Sequence[str], values: Sequence[Any],
-                     config: Optional[ReplicateConfig] = None) -> int:
+    def upsert_batch(self, keys: Sequence[str], values: Sequence[Any], config: Optional[ReplicateConfig] = None) -> int:
         """put_batch, which replaces pages that exist."""
         return self.put_batch(keys, values, config)
 
     # -- gets ----------------------------------------------------------------
-    def _read_pages(self, call: str, keys: Sequence[Any], make: Callable[[memoryview], Any],
-                    missing: Any) -> List[Any]:
+    def _read_pages(self, call: str, keys: Sequence[Any], make: Callable[[memoryview], Any], missing: Any) -> List[Any]:
         """Each key's page read through the local buffer (in runs that fit it) and
         handed to ``make``; ``missing`` for a miss, a page larger than the local
         buffer, or a failure."""
@@ -164,12 +166,13 @@ class LocalBufferCalls:
                 for run in self._runs(list(sizes.values())):
                     run = [present[j] for j in run]
                     offsets = list(accumulate((sizes[i] for i in run[:-1]), initial=0))
-                    got = self._batch(False, [names[i] for i in run], [[base + o] for o in offsets],
-                                      [[sizes[i]] for i in run])
+                    got = self._batch(
+                        False, [names[i] for i in run], [[base + o] for o in offsets], [[sizes[i]] for i in run]
+                    )
                     with memoryview(self._buffer) as view:
                         for i, o, n in zip(run, offsets, got):
                             if n > 0:
-                                out[i] = make(view[o:o + n])
+                                out[i] = make(view[o : o + n])
         except (KvfabricError, ValueError, TypeError) as e:
             _log("error", f"{call}: {e}")
         return out

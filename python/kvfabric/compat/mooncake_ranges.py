@@ -17,14 +17,23 @@ from typing import Any, List, Optional, Sequence
 from ..engine import Op, Request, TaskState
 from ..errors import KvfabricError
 from .mooncake import _log
-from .mooncake_types import INVALID_PARAMS, LEASE_EXPIRED, OBJECT_ALREADY_EXISTS, OBJECT_NOT_FOUND, \
-    TRANSFER_FAIL, ReplicateConfig, mooncake_code
+from .mooncake_types import (
+    INVALID_PARAMS,
+    LEASE_EXPIRED,
+    OBJECT_ALREADY_EXISTS,
+    OBJECT_NOT_FOUND,
+    TRANSFER_FAIL,
+    ReplicateConfig,
+    mooncake_code,
+)
+
 
 def _ranges_fit(ptrs: Sequence[int], sizes: Sequence[int], offsets: Sequence[int], length: int) -> bool:
     """Whether the ranges (a pointer, a size and an offset each) are well formed and all
     inside a page of ``length`` bytes."""
     return len(ptrs) == len(sizes) == len(offsets) and all(
-        o >= 0 and n > 0 and o + n <= length for o, n in zip(offsets, sizes))
+        o >= 0 and n > 0 and o + n <= length for o, n in zip(offsets, sizes)
+    )
 
 
 class _PutArena:
@@ -72,9 +81,13 @@ class RangedCalls:
                     self._sessions[key] = ((segment, addr, length), started + 0.9 * valid_ms / 1000)
         return [mooncake_code(c) for c in codes]
 
-    def batch_get_into_multi_buffer_ranges(self, keys: Sequence[str], all_buffer_ptrs: Sequence[Sequence[int]],
-                                           all_sizes: Sequence[Sequence[int]],
-                                           all_src_offsets: Sequence[Sequence[int]]) -> List[int]:
+    def batch_get_into_multi_buffer_ranges(
+        self,
+        keys: Sequence[str],
+        all_buffer_ptrs: Sequence[Sequence[int]],
+        all_sizes: Sequence[Sequence[int]],
+        all_src_offsets: Sequence[Sequence[int]],
+    ) -> List[int]:
         """Reads byte ranges of each key's page (offsets into the page) into its buffers, in one
         engine batch. Per key the bytes read, or a negative ErrorCode."""
         n = len(keys)
@@ -112,8 +125,9 @@ class RangedCalls:
         return 0
 
     # -- ranged writes in a session (layer-wise saves) -----------------------
-    def batch_put_session_start(self, keys: Sequence[str], sizes: Sequence[int],
-                                config: Optional[ReplicateConfig] = None) -> List[int]:
+    def batch_put_session_start(
+        self, keys: Sequence[str], sizes: Sequence[int], config: Optional[ReplicateConfig] = None
+    ) -> List[int]:
         """Opens a page of ``size`` bytes per key, written in ranges (a layer at a time)
         and put whole at batch_put_session_end. The ranges gather in host memory this
         process registers (one piece per call, freed when its last key ends), so pages
@@ -151,9 +165,13 @@ class RangedCalls:
                 offset += size
         return out
 
-    def batch_put_from_multi_buffer_ranges(self, keys: Sequence[str], all_buffer_ptrs: Sequence[Sequence[int]],
-                                           all_sizes: Sequence[Sequence[int]],
-                                           all_dst_offsets: Sequence[Sequence[int]]) -> List[int]:
+    def batch_put_from_multi_buffer_ranges(
+        self,
+        keys: Sequence[str],
+        all_buffer_ptrs: Sequence[Sequence[int]],
+        all_sizes: Sequence[Sequence[int]],
+        all_dst_offsets: Sequence[Sequence[int]],
+    ) -> List[int]:
         """Writes byte ranges of each key's open page (offsets into the page) from
         registered buffers, host or GPU, in one engine batch. Per key 0, or a negative
         ErrorCode (-704: no session open for it; -600: a range outside its page)."""
@@ -173,15 +191,17 @@ class RangedCalls:
                 out[i] = INVALID_PARAMS
                 continue
             for p, n_, o in zip(ptrs, sizes, offs):
-                requests.append(Request(Op.WRITE, int(p), arena.address + offset + int(o), int(n_),
-                                        self._engine().name))
+                requests.append(
+                    Request(Op.WRITE, int(p), arena.address + offset + int(o), int(n_), self._engine().name)
+                )
                 owner.append(i)
         if requests:
             self._run_ranges("batch_put_from_multi_buffer_ranges", requests, owner, None, out)
         return out
 
-    def _run_ranges(self, call: str, requests: list, owner: List[int], timeout: Optional[float],
-                    out: List[int]) -> None:
+    def _run_ranges(
+        self, call: str, requests: list, owner: List[int], timeout: Optional[float], out: List[int]
+    ) -> None:
         """Runs the ranged requests in one engine batch (within ``timeout`` seconds, None:
         the engine's own); a key (``owner`` per request) with a request that failed gets
         -800 in ``out``, every key -600 when the engine refused the batch (an
@@ -209,9 +229,12 @@ class RangedCalls:
         ending = [i for i, s in enumerate(sessions) if s is not None]
         out = [OBJECT_NOT_FOUND] * n
         if ending:
-            codes = self._batch(True, [keys[i] for i in ending],
-                                [[sessions[i][0].address + sessions[i][1]] for i in ending],
-                                [[sessions[i][2]] for i in ending])
+            codes = self._batch(
+                True,
+                [keys[i] for i in ending],
+                [[sessions[i][0].address + sessions[i][1]] for i in ending],
+                [[sessions[i][2]] for i in ending],
+            )
             for i, code in zip(ending, codes):
                 out[i] = code
         self._close_puts([keys[i] for i in ending])
@@ -233,12 +256,15 @@ class RangedCalls:
                 if session is not None:
                     session[0].release(self._engine())
 
-
     # -- ranged reads without a session ----------------------------------------
-    def get_into_ranges(self, buffer_ptrs: Sequence[int], all_keys: Sequence[Sequence[str]],
-                        all_dst_offsets: Sequence[Sequence[Sequence[int]]],
-                        all_src_offsets: Sequence[Sequence[Sequence[int]]],
-                        all_sizes: Sequence[Sequence[Sequence[int]]]) -> List[List[List[int]]]:
+    def get_into_ranges(
+        self,
+        buffer_ptrs: Sequence[int],
+        all_keys: Sequence[Sequence[str]],
+        all_dst_offsets: Sequence[Sequence[Sequence[int]]],
+        all_src_offsets: Sequence[Sequence[Sequence[int]]],
+        all_sizes: Sequence[Sequence[Sequence[int]]],
+    ) -> List[List[List[int]]]:
         """Reads byte ranges of pages into registered buffers: buffer ``i`` receives,
         for each of its keys ``j``, the ranges ``k`` (``all_src_offsets[i][j][k]`` into
         the page, ``all_dst_offsets[i][j][k]`` into the buffer, ``all_sizes[i][j][k]``
@@ -248,8 +274,9 @@ class RangedCalls:
         buffer the engine refuses; -707: the pages' window passed before the reads
         ended)."""
         out = _shaped(all_dst_offsets)
-        if self._store is None or not (len(buffer_ptrs) == len(all_keys) == len(all_dst_offsets)
-                                       == len(all_src_offsets) == len(all_sizes)):
+        if self._store is None or not (
+            len(buffer_ptrs) == len(all_keys) == len(all_dst_offsets) == len(all_src_offsets) == len(all_sizes)
+        ):
             return out
         keys = sorted({str(k) for ks in all_keys for k in ks})
         try:
@@ -263,8 +290,9 @@ class RangedCalls:
         deadline = started + 0.9 * min(windows, default=0) / 1000
         running = []
         for i, ptr in enumerate(buffer_ptrs):
-            requests, places = _buffer_reads(int(ptr), all_keys[i], all_dst_offsets[i], all_src_offsets[i],
-                                             all_sizes[i], found, out[i])
+            requests, places = _buffer_reads(
+                int(ptr), all_keys[i], all_dst_offsets[i], all_src_offsets[i], all_sizes[i], found, out[i]
+            )
             if requests:
                 running.append((self._submit_reads("get_into_ranges", requests), places, out[i]))
         for transfer, places, results in running:
@@ -287,8 +315,9 @@ def _shaped(all_dst_offsets: Any) -> List[List[List[int]]]:
         return []
 
 
-def _buffer_reads(ptr: int, keys: Sequence[str], dsts, srcs, sizes, found: dict,
-                  results: List[List[int]]) -> tuple[list, list]:
+def _buffer_reads(
+    ptr: int, keys: Sequence[str], dsts, srcs, sizes, found: dict, results: List[List[int]]
+) -> tuple[list, list]:
     """The READs of one buffer's ranges, and for each the (key, range) it answers; ranges
     of keys that miss or do not fit their page get their code in ``results`` now."""
     requests, places = [], []

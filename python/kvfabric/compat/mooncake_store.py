@@ -51,10 +51,28 @@ from .mooncake import STORE_CLIENT_PORTS, TransferEngine, _log, split_local_name
 from .mooncake_bytes import LocalBufferCalls
 from .mooncake_ranges import RangedCalls
 from .mooncake_tensor import TensorCalls, deserialize_tensor, serialize_tensor, tensor_metadata_size
-from .mooncake_types import (INTERNAL_ERROR, INVALID_PARAMS, LEASE_EXPIRED, NO_AVAILABLE_HANDLE,
-                             OBJECT_ALREADY_EXISTS, OBJECT_NOT_FOUND, RPC_FAIL, RPC_TIMEOUT, TRANSFER_FAIL,
-                             BufferHandle, HostMemory, MooncakeHostMemAllocator, ObjectDataType, ReplicaDescriptor,
-                             ReplicateConfig, SoftPinAction, config_refused, copies_asked, mooncake_code)
+from .mooncake_types import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    LEASE_EXPIRED,
+    NO_AVAILABLE_HANDLE,
+    OBJECT_ALREADY_EXISTS,
+    OBJECT_NOT_FOUND,
+    RPC_FAIL,
+    RPC_TIMEOUT,
+    TRANSFER_FAIL,
+    BufferHandle,
+    HostMemory,
+    MooncakeHostMemAllocator,
+    ObjectDataType,
+    ReplicaDescriptor,
+    ReplicateConfig,
+    SoftPinAction,
+    config_refused,
+    copies_asked,
+    mooncake_code,
+)
+
 
 class MooncakeDistributedStore(LocalBufferCalls, RangedCalls, TensorCalls):
     """Mooncake's ``MooncakeDistributedStore`` over ``kvfabric.Store``."""
@@ -72,11 +90,23 @@ class MooncakeDistributedStore(LocalBufferCalls, RangedCalls, TensorCalls):
         self._pool_memory = HostMemory()  # what alloc_from_mem_pool handed out
 
     # -- set-up -----------------------------------------------------------
-    def setup(self, local_hostname: Any, metadata_server: str = "", global_segment_size: Any = 0,
-              local_buffer_size: Any = 0, protocol: str = "tcp", rdma_devices: str = "",
-              master_server_addr: str = "", engine: Any = None, enable_ssd_offload: bool = False,
-              ssd_offload_path: str = "", tenant_id: str = "default", enable_client_http_server: bool = False,
-              client_http_port: Any = None, **options: Any) -> int:
+    def setup(
+        self,
+        local_hostname: Any,
+        metadata_server: str = "",
+        global_segment_size: Any = 0,
+        local_buffer_size: Any = 0,
+        protocol: str = "tcp",
+        rdma_devices: str = "",
+        master_server_addr: str = "",
+        engine: Any = None,
+        enable_ssd_offload: bool = False,
+        ssd_offload_path: str = "",
+        tenant_id: str = "default",
+        enable_client_http_server: bool = False,
+        client_http_port: Any = None,
+        **options: Any,
+    ) -> int:
         """Joins the store: this process gives ``global_segment_size`` bytes of pool
         (0: a client only). Also takes Mooncake's dict form, ``setup({...})``.
         Sizes are byte counts or strings as Mooncake writes them ("16MB", "4 GB":
@@ -87,10 +117,16 @@ class MooncakeDistributedStore(LocalBufferCalls, RangedCalls, TensorCalls):
             if not cfg.get("local_hostname") or not cfg.get("metadata_server"):
                 _log("error", "setup: the config needs local_hostname and metadata_server")
                 return INVALID_PARAMS
-            return self.setup(cfg.pop("local_hostname"), cfg.pop("metadata_server"),
-                              cfg.pop("global_segment_size", 16 << 20), cfg.pop("local_buffer_size", 16 << 20),
-                              cfg.pop("protocol", "tcp"), cfg.pop("rdma_devices", cfg.pop("device_name", "")),
-                              cfg.pop("master_server_address", cfg.pop("master_server_addr", "")), **cfg)
+            return self.setup(
+                cfg.pop("local_hostname"),
+                cfg.pop("metadata_server"),
+                cfg.pop("global_segment_size", 16 << 20),
+                cfg.pop("local_buffer_size", 16 << 20),
+                cfg.pop("protocol", "tcp"),
+                cfg.pop("rdma_devices", cfg.pop("device_name", "")),
+                cfg.pop("master_server_address", cfg.pop("master_server_addr", "")),
+                **cfg,
+            )
         if self._store is not None:
             _log("error", "setup: this store is set up already")
             return INVALID_PARAMS
@@ -101,10 +137,17 @@ class MooncakeDistributedStore(LocalBufferCalls, RangedCalls, TensorCalls):
             _log("error", f"setup: {e}")
             return INVALID_PARAMS
         if master_server_addr:
-            _log("info", f"setup: master_server_addr {master_server_addr} ignored: kvfabric's store has no master "
-                         "(members come from the metadata backend, or KVF_STORE_MEMBERS with P2PHANDSHAKE)")
-        options.update(enable_ssd_offload=enable_ssd_offload, ssd_offload_path=ssd_offload_path, tenant_id=tenant_id,
-                       enable_client_http_server=enable_client_http_server)
+            _log(
+                "info",
+                f"setup: master_server_addr {master_server_addr} ignored: kvfabric's store has no master "
+                "(members come from the metadata backend, or KVF_STORE_MEMBERS with P2PHANDSHAKE)",
+            )
+        options.update(
+            enable_ssd_offload=enable_ssd_offload,
+            ssd_offload_path=ssd_offload_path,
+            tenant_id=tenant_id,
+            enable_client_http_server=enable_client_http_server,
+        )
         ignored = sorted(k for k, v in options.items() if v not in (None, False, "", "default", 0))
         if ignored:
             _log("info", f"setup: {', '.join(ignored)} accepted and ignored (no tenants, SSD offload or HTTP server)")
@@ -147,8 +190,11 @@ class MooncakeDistributedStore(LocalBufferCalls, RangedCalls, TensorCalls):
             _log("error", f"setup_dummy: server_address {server_address!r}: {e}")
             return INVALID_PARAMS
         members = os.environ.get("KVF_STORE_MEMBERS") or str(server_address)
-        _log("info", f"setup_dummy: a store client (no pool) of {members}"
-                     + ("" if os.environ.get("KVF_STORE_MEMBERS") else " (KVF_STORE_MEMBERS names them all)"))
+        _log(
+            "info",
+            f"setup_dummy: a store client (no pool) of {members}"
+            + ("" if os.environ.get("KVF_STORE_MEMBERS") else " (KVF_STORE_MEMBERS names them all)"),
+        )
         try:
             engine, _ = start_engine(host, "P2PHANDSHAKE", "auto", ports=STORE_CLIENT_PORTS)
         except (KvfabricError, ValueError, OSError) as e:
@@ -159,8 +205,11 @@ class MooncakeDistributedStore(LocalBufferCalls, RangedCalls, TensorCalls):
             self._buffer_bytes = parse_bytes(local_buffer_size or 0, "local_buffer_size")
             self._store = Store(engine, members=members)
             if not self._store.members():
-                _log("error", f"setup_dummy: no store node answers at {members} (start one: kvfabric store-node "
-                              f"--listen {server_address} --members ...)")
+                _log(
+                    "error",
+                    f"setup_dummy: no store node answers at {members} (start one: kvfabric store-node "
+                    f"--listen {server_address} --members ...)",
+                )
                 self.close()
                 return RPC_FAIL
             return 0
@@ -220,13 +269,20 @@ class MooncakeDistributedStore(LocalBufferCalls, RangedCalls, TensorCalls):
             return INVALID_PARAMS
 
     # -- batches ------------------------------------------------------------
-    def _batch(self, put: bool, keys: Sequence[Any], ptrs: Sequence[Sequence[int]],
-               sizes: Sequence[Sequence[int]], copies: int = 1) -> List[int]:
+    def _batch(
+        self,
+        put: bool,
+        keys: Sequence[Any],
+        ptrs: Sequence[Sequence[int]],
+        sizes: Sequence[Sequence[int]],
+        copies: int = 1,
+    ) -> List[int]:
         if self._store is None:
             return [INVALID_PARAMS] * len(keys)
         if len(ptrs) != len(keys) or len(sizes) != len(keys) or any(len(p) != len(s) for p, s in zip(ptrs, sizes)):
-            _log("error", f"{'put' if put else 'get'}: {len(keys)} keys, {len(ptrs)} pointer and "
-                          f"{len(sizes)} size lists")
+            _log(
+                "error", f"{'put' if put else 'get'}: {len(keys)} keys, {len(ptrs)} pointer and {len(sizes)} size lists"
+            )
             return [INVALID_PARAMS] * len(keys)
         try:
             names = [k.decode() if isinstance(k, bytes) else str(k) for k in keys]
@@ -240,22 +296,38 @@ class MooncakeDistributedStore(LocalBufferCalls, RangedCalls, TensorCalls):
             return [INVALID_PARAMS] * len(keys)
         return [0 if put and c >= 0 else mooncake_code(c) for c in codes]
 
-    def _put_from(self, call: str, keys: Sequence[Any], ptrs: Sequence[Sequence[int]],
-                  sizes: Sequence[Sequence[int]], config: Optional[ReplicateConfig]) -> List[int]:
+    def _put_from(
+        self,
+        call: str,
+        keys: Sequence[Any],
+        ptrs: Sequence[Sequence[int]],
+        sizes: Sequence[Sequence[int]],
+        config: Optional[ReplicateConfig],
+    ) -> List[int]:
         why = config_refused(config)
         if why is not None:
             _log("error", f"{call}: {why}")
             return [INVALID_PARAMS] * len(keys)
         return self._batch(True, keys, ptrs, sizes, copies_asked(config))
 
-    def batch_put_from(self, keys: Sequence[str], buffer_ptrs: Sequence[int], sizes: Sequence[int],
-                       config: Optional[ReplicateConfig] = None) -> List[int]:
+    def batch_put_from(
+        self,
+        keys: Sequence[str],
+        buffer_ptrs: Sequence[int],
+        sizes: Sequence[int],
+        config: Optional[ReplicateConfig] = None,
+    ) -> List[int]:
         """Per key: 0, or a negative ErrorCode."""
         return self._put_from("batch_put_from", keys, [[p] for p in buffer_ptrs], [[n] for n in sizes], config)
 
     # An upsert inserts or replaces; kvfabric's put replaces already, so the two are one.
-    def batch_upsert_from(self, keys: Sequence[str], buffer_ptrs: Sequence[int], sizes: Sequence[int],
-                          config: Optional[ReplicateConfig] = None) -> List[int]:
+    def batch_upsert_from(
+        self,
+        keys: Sequence[str],
+        buffer_ptrs: Sequence[int],
+        sizes: Sequence[int],
+        config: Optional[ReplicateConfig] = None,
+    ) -> List[int]:
         """batch_put_from, which replaces pages that exist."""
         return self.batch_put_from(keys, buffer_ptrs, sizes, config)
 
@@ -267,18 +339,26 @@ class MooncakeDistributedStore(LocalBufferCalls, RangedCalls, TensorCalls):
         """Per key: the bytes read, or a negative ErrorCode (-704: a miss)."""
         return self._batch(False, keys, [[p] for p in buffer_ptrs], [[n] for n in sizes])
 
-    def batch_put_from_multi_buffers(self, keys: Sequence[str], all_buffer_ptrs: Sequence[Sequence[int]],
-                                     all_sizes: Sequence[Sequence[int]],
-                                     config: Optional[ReplicateConfig] = None) -> List[int]:
+    def batch_put_from_multi_buffers(
+        self,
+        keys: Sequence[str],
+        all_buffer_ptrs: Sequence[Sequence[int]],
+        all_sizes: Sequence[Sequence[int]],
+        config: Optional[ReplicateConfig] = None,
+    ) -> List[int]:
         """A key is its buffers' bytes in order (per-layer k and v). Per key: 0 or negative;
         [] before setup, as Mooncake answers."""
         if self._store is None:
             return []
         return self._put_from("batch_put_from_multi_buffers", keys, all_buffer_ptrs, all_sizes, config)
 
-    def batch_get_into_multi_buffers(self, keys: Sequence[str], all_buffer_ptrs: Sequence[Sequence[int]],
-                                     all_sizes: Sequence[Sequence[int]],
-                                     prefer_alloc_in_same_node: bool = False) -> List[int]:
+    def batch_get_into_multi_buffers(
+        self,
+        keys: Sequence[str],
+        all_buffer_ptrs: Sequence[Sequence[int]],
+        all_sizes: Sequence[Sequence[int]],
+        prefer_alloc_in_same_node: bool = False,
+    ) -> List[int]:
         """Per key: the page's bytes, spread over its buffers in order, or negative."""
         return self._batch(False, keys, all_buffer_ptrs, all_sizes)
 
@@ -364,8 +444,10 @@ class MooncakeDistributedStore(LocalBufferCalls, RangedCalls, TensorCalls):
         memory it shares with its real client; here the process maps it and the engine
         registers it, and close releases it.)"""
         if self._store is None or not isinstance(size, int) or size <= 0:
-            _log("error", f"alloc_from_mem_pool({size!r}): " + ("not set up" if self._store is None
-                                                                 else "not a positive size"))
+            _log(
+                "error",
+                f"alloc_from_mem_pool({size!r}): " + ("not set up" if self._store is None else "not a positive size"),
+            )
             return 0
         try:
             addr = self._pool_memory.alloc(size)
@@ -421,8 +503,23 @@ def bind_to_numa_node(node: int) -> None:
         _log("warning", f"bind_to_numa_node({node}): not bound ({e}); the thread runs where it ran")
 
 
-__all__ = ["MooncakeDistributedStore", "ReplicateConfig", "SoftPinAction", "ObjectDataType",
-           "MooncakeHostMemAllocator", "ReplicaDescriptor", "BufferHandle", "bind_to_numa_node",
-           # Mooncake's ErrorCode values the calls answer
-           "INTERNAL_ERROR", "INVALID_PARAMS", "LEASE_EXPIRED", "NO_AVAILABLE_HANDLE", "OBJECT_ALREADY_EXISTS",
-           "OBJECT_NOT_FOUND", "RPC_FAIL", "RPC_TIMEOUT", "TRANSFER_FAIL"]
+__all__ = [
+    "MooncakeDistributedStore",
+    "ReplicateConfig",
+    "SoftPinAction",
+    "ObjectDataType",
+    "MooncakeHostMemAllocator",
+    "ReplicaDescriptor",
+    "BufferHandle",
+    "bind_to_numa_node",
+    # Mooncake's ErrorCode values the calls answer
+    "INTERNAL_ERROR",
+    "INVALID_PARAMS",
+    "LEASE_EXPIRED",
+    "NO_AVAILABLE_HANDLE",
+    "OBJECT_ALREADY_EXISTS",
+    "OBJECT_NOT_FOUND",
+    "RPC_FAIL",
+    "RPC_TIMEOUT",
+    "TRANSFER_FAIL",
+]

@@ -28,8 +28,23 @@ _AXIS = struct.Struct("<iiiiiiq")  # kind, axis index, shard rank, shard count, 
 HEADER_BYTES = _HEADER.size + _SHAPES.size + MAX_AXES * _AXIS.size  # 304
 
 # Mooncake's TensorDtype codes, by torch dtype name, and their element sizes.
-DTYPES = ["float32", "float64", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
-          "bool", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"]
+DTYPES = [
+    "float32",
+    "float64",
+    "int8",
+    "uint8",
+    "int16",
+    "uint16",
+    "int32",
+    "uint32",
+    "int64",
+    "uint64",
+    "bool",
+    "float16",
+    "bfloat16",
+    "float8_e4m3fn",
+    "float8_e5m2",
+]
 ITEM_BYTES = [4, 8, 1, 1, 2, 2, 4, 4, 8, 8, 1, 2, 2, 1, 1]
 
 
@@ -42,13 +57,15 @@ class Layout(NamedTuple):
     data_bytes: int
 
 
-def pack_header(dtype: int, global_shape: Sequence[int], local_shape: Sequence[int], data_bytes: int,
-                tp: Optional[tuple] = None) -> bytes:
+def pack_header(
+    dtype: int, global_shape: Sequence[int], local_shape: Sequence[int], data_bytes: int, tp: Optional[tuple] = None
+) -> bytes:
     """The header of a tensor value. ``tp`` = (rank, size, split_dim) makes it a shard
     of a tensor of ``global_shape`` split along ``split_dim``; None a whole tensor."""
     dims = lambda shape: list(shape) + [-1] * (MAX_DIMS - len(shape))  # noqa: E731
-    header = _HEADER.pack(MAGIC, VERSION, HEADER_BYTES, dtype, len(global_shape), SHARD if tp else FULL, 0,
-                          HEADER_BYTES, data_bytes)
+    header = _HEADER.pack(
+        MAGIC, VERSION, HEADER_BYTES, dtype, len(global_shape), SHARD if tp else FULL, 0, HEADER_BYTES, data_bytes
+    )
     shapes = _SHAPES.pack(*dims(global_shape), *dims(local_shape), 1 if tp else 0, 0)
     axes = [_AXIS.pack(AXIS_TP, 0, tp[0], tp[1], tp[2], 0, local_shape[tp[2]])] if tp else []
     axes += [bytes(_AXIS.size)] * (MAX_AXES - len(axes))
@@ -64,7 +81,7 @@ def parse_header(value: Any, total: int) -> Optional[Layout]:
     raw = bytes(memoryview(value)[:HEADER_BYTES])
     magic, version, size, dtype, ndim, kind, _, offset, nbytes = _HEADER.unpack_from(raw)
     fields = _SHAPES.unpack_from(raw, _HEADER.size)
-    global_shape, local_shape, axis_count = fields[:MAX_DIMS], fields[MAX_DIMS:2 * MAX_DIMS], fields[2 * MAX_DIMS]
+    global_shape, local_shape, axis_count = fields[:MAX_DIMS], fields[MAX_DIMS : 2 * MAX_DIMS], fields[2 * MAX_DIMS]
     if (magic, version, size) != (MAGIC, VERSION, HEADER_BYTES) or not 0 <= dtype < len(DTYPES):
         return None
     if not 0 <= ndim <= MAX_DIMS or axis_count > MAX_AXES or kind > SHARD:
@@ -182,8 +199,9 @@ class TensorCalls:
     ``_read_pages``, ``_read_one``, ``batch_put_from`` and ``batch_get_into``)."""
 
     # -- puts ----------------------------------------------------------------
-    def _put_tensors(self, call: str, keys: Sequence[str], tensors: Sequence[Any],
-                     tp: Optional[tuple] = None, config: Any = None) -> List[int]:
+    def _put_tensors(
+        self, call: str, keys: Sequence[str], tensors: Sequence[Any], tp: Optional[tuple] = None, config: Any = None
+    ) -> List[int]:
         """Puts each tensor (or, with ``tp`` = (size, split_dim), all its shards), with the
         copies ``config`` asks for. Per key 0 or a negative ErrorCode (the first shard's
         failure)."""
@@ -215,8 +233,7 @@ class TensorCalls:
     def batch_put_tensor(self, keys: Sequence[str], tensors_list: Sequence[Any]) -> List[int]:
         return self._put_tensors("batch_put_tensor", keys, tensors_list)
 
-    def put_tensor_with_tp(self, key: str, tensor: Any, tp_rank: int = 0, tp_size: int = 1,
-                           split_dim: int = 0) -> int:
+    def put_tensor_with_tp(self, key: str, tensor: Any, tp_rank: int = 0, tp_size: int = 1, split_dim: int = 0) -> int:
         """Stores every one of the ``tp_size`` shards of a tensor split evenly along
         ``split_dim`` (under ``KEY_tp_RANK``; ``tp_rank`` is not used, as in Mooncake);
         ``tp_size`` 1 is put_tensor."""
@@ -224,29 +241,42 @@ class TensorCalls:
             return self.put_tensor(key, tensor)
         return self._put_tensors("put_tensor_with_tp", [key], [tensor], (tp_size, split_dim))[0]
 
-    def batch_put_tensor_with_tp(self, base_keys: Sequence[str], tensors_list: Sequence[Any], tp_rank: int = 0,
-                                 tp_size: int = 1, split_dim: int = 0) -> List[int]:
+    def batch_put_tensor_with_tp(
+        self,
+        base_keys: Sequence[str],
+        tensors_list: Sequence[Any],
+        tp_rank: int = 0,
+        tp_size: int = 1,
+        split_dim: int = 0,
+    ) -> List[int]:
         if tp_size <= 1:
             return self.batch_put_tensor(base_keys, tensors_list)
         return self._put_tensors("batch_put_tensor_with_tp", base_keys, tensors_list, (tp_size, split_dim))
 
-    def batch_put_tensor_from(self, keys: Sequence[str], buffer_ptrs: Sequence[int],
-                              sizes: Sequence[int]) -> List[int]:
+    def batch_put_tensor_from(self, keys: Sequence[str], buffer_ptrs: Sequence[int], sizes: Sequence[int]) -> List[int]:
         """Puts values already laid out as [header][bytes] in registered memory, each
         header checked first (-600 for one that is not valid)."""
         return self._put_tensor_values("batch_put_tensor_from", keys, buffer_ptrs, sizes, None)
 
-    def _put_tensor_values(self, call: str, keys: Sequence[str], buffer_ptrs: Sequence[int], sizes: Sequence[int],
-                           config: Any) -> List[int]:
+    def _put_tensor_values(
+        self, call: str, keys: Sequence[str], buffer_ptrs: Sequence[int], sizes: Sequence[int], config: Any
+    ) -> List[int]:
         if len(keys) != len(buffer_ptrs) or len(keys) != len(sizes):
             return [INVALID_PARAMS] * len(keys)
-        valid = [i for i, (p, n) in enumerate(zip(buffer_ptrs, sizes))
-                 if p and parse_header(_at(int(p), min(int(n), HEADER_BYTES)), int(n)) is not None]
+        valid = [
+            i
+            for i, (p, n) in enumerate(zip(buffer_ptrs, sizes))
+            if p and parse_header(_at(int(p), min(int(n), HEADER_BYTES)), int(n)) is not None
+        ]
         out = [INVALID_PARAMS] * len(keys)
         if len(valid) < len(keys):
             _log("error", f"{call}: {len(keys) - len(valid)} buffers hold no valid tensor header")
-        for i, code in zip(valid, self.batch_put_from([keys[i] for i in valid], [buffer_ptrs[i] for i in valid],
-                                                      [sizes[i] for i in valid], config)):
+        for i, code in zip(
+            valid,
+            self.batch_put_from(
+                [keys[i] for i in valid], [buffer_ptrs[i] for i in valid], [sizes[i] for i in valid], config
+            ),
+        ):
             out[i] = code
         return out
 
@@ -264,14 +294,21 @@ class TensorCalls:
                 out.append(None)
         return out
 
-    def put_tensor_with_tp_from(self, key: str, buffer_ptr: int, size: int, tp_rank: int = 0, tp_size: int = 1,
-                                split_dim: int = 0) -> int:
+    def put_tensor_with_tp_from(
+        self, key: str, buffer_ptr: int, size: int, tp_rank: int = 0, tp_size: int = 1, split_dim: int = 0
+    ) -> int:
         """put_tensor_with_tp of the whole tensor laid out at ``buffer_ptr``."""
         return self.batch_put_tensor_with_tp_from([key], [buffer_ptr], [size], tp_rank, tp_size, split_dim)[0]
 
-    def batch_put_tensor_with_tp_from(self, base_keys: Sequence[str], buffer_ptrs: Sequence[int],
-                                      sizes: Sequence[int], tp_rank: int = 0, tp_size: int = 1,
-                                      split_dim: int = 0) -> List[int]:
+    def batch_put_tensor_with_tp_from(
+        self,
+        base_keys: Sequence[str],
+        buffer_ptrs: Sequence[int],
+        sizes: Sequence[int],
+        tp_rank: int = 0,
+        tp_size: int = 1,
+        split_dim: int = 0,
+    ) -> List[int]:
         if tp_size <= 1:
             return self.batch_put_tensor_from(base_keys, buffer_ptrs, sizes)
         if len(base_keys) != len(buffer_ptrs) or len(base_keys) != len(sizes):
@@ -286,21 +323,30 @@ class TensorCalls:
     def batch_pub_tensor(self, keys: Sequence[str], tensors_list: Sequence[Any], config: Any = None) -> List[int]:
         return self._put_tensors("batch_pub_tensor", keys, tensors_list, None, config)
 
-    def pub_tensor_with_tp(self, key: str, tensor: Any, config: Any = None, tp_rank: int = 0, tp_size: int = 1,
-                           split_dim: int = 0) -> int:
+    def pub_tensor_with_tp(
+        self, key: str, tensor: Any, config: Any = None, tp_rank: int = 0, tp_size: int = 1, split_dim: int = 0
+    ) -> int:
         tp = (tp_size, split_dim) if tp_size > 1 else None
         return self._put_tensors("pub_tensor_with_tp", [key], [tensor], tp, config)[0]
 
-    def batch_pub_tensor_with_tp(self, base_keys: Sequence[str], tensors_list: Sequence[Any], config: Any = None,
-                                 tp_rank: int = 0, tp_size: int = 1, split_dim: int = 0) -> List[int]:
+    def batch_pub_tensor_with_tp(
+        self,
+        base_keys: Sequence[str],
+        tensors_list: Sequence[Any],
+        config: Any = None,
+        tp_rank: int = 0,
+        tp_size: int = 1,
+        split_dim: int = 0,
+    ) -> List[int]:
         tp = (tp_size, split_dim) if tp_size > 1 else None
         return self._put_tensors("batch_pub_tensor_with_tp", base_keys, tensors_list, tp, config)
 
     def upsert_pub_tensor(self, key: str, tensor: Any, config: Any = None) -> int:
         return self.pub_tensor(key, tensor, config)
 
-    def batch_upsert_pub_tensor(self, keys: Sequence[str], tensors_list: Sequence[Any],
-                                config: Any = None) -> List[int]:
+    def batch_upsert_pub_tensor(
+        self, keys: Sequence[str], tensors_list: Sequence[Any], config: Any = None
+    ) -> List[int]:
         return self.batch_pub_tensor(keys, tensors_list, config)
 
     # Upserts replace, as kvfabric's puts do.
@@ -313,8 +359,9 @@ class TensorCalls:
     def upsert_tensor_from(self, key: str, buffer_ptr: int, size: int) -> int:
         return self.put_tensor_from(key, buffer_ptr, size)
 
-    def batch_upsert_tensor_from(self, keys: Sequence[str], buffer_ptrs: Sequence[int],
-                                 sizes: Sequence[int]) -> List[int]:
+    def batch_upsert_tensor_from(
+        self, keys: Sequence[str], buffer_ptrs: Sequence[int], sizes: Sequence[int]
+    ) -> List[int]:
         return self.batch_put_tensor_from(keys, buffer_ptrs, sizes)
 
     # -- gets ----------------------------------------------------------------
@@ -339,8 +386,7 @@ class TensorCalls:
     def batch_get_tensor_with_tp(self, base_keys: Sequence[str], tp_rank: int = 0, tp_size: int = 1) -> List[Any]:
         return self.batch_get_tensor(list(base_keys) if tp_size <= 1 else [tp_key(k, tp_rank) for k in base_keys])
 
-    def batch_get_tensor_into(self, keys: Sequence[str], buffer_ptrs: Sequence[int],
-                              sizes: Sequence[int]) -> List[Any]:
+    def batch_get_tensor_into(self, keys: Sequence[str], buffer_ptrs: Sequence[int], sizes: Sequence[int]) -> List[Any]:
         """Reads each value into registered memory and answers the tensor viewing it
         there (None for a miss); INVALID_PARAMS per key for lists that do not match."""
         if len(keys) != len(buffer_ptrs) or len(keys) != len(sizes) or not all(buffer_ptrs):
@@ -351,12 +397,19 @@ class TensorCalls:
     def get_tensor_into(self, key: str, buffer_ptr: int, size: int) -> Any:
         return self.batch_get_tensor_into([key], [buffer_ptr], [size])[0]
 
-    def get_tensor_with_tp_into(self, key: str, buffer_ptr: int, size: int, tp_rank: int = 0, tp_size: int = 1,
-                                split_dim: int = 0) -> Any:
+    def get_tensor_with_tp_into(
+        self, key: str, buffer_ptr: int, size: int, tp_rank: int = 0, tp_size: int = 1, split_dim: int = 0
+    ) -> Any:
         return self.get_tensor_into(key if tp_size <= 1 else tp_key(key, tp_rank), buffer_ptr, size)
 
-    def batch_get_tensor_with_tp_into(self, base_keys: Sequence[str], buffer_ptrs: Sequence[int],
-                                      sizes: Sequence[int], tp_rank: int = 0, tp_size: int = 1) -> List[Any]:
+    def batch_get_tensor_with_tp_into(
+        self,
+        base_keys: Sequence[str],
+        buffer_ptrs: Sequence[int],
+        sizes: Sequence[int],
+        tp_rank: int = 0,
+        tp_size: int = 1,
+    ) -> List[Any]:
         keys = list(base_keys) if tp_size <= 1 else [tp_key(k, tp_rank) for k in base_keys]
         return self.batch_get_tensor_into(keys, buffer_ptrs, sizes)
 
@@ -366,31 +419,54 @@ class TensorCalls:
         tensor, which these calls then put or get); one that is given is logged and refused."""
         given = [x for x in specs if x is not None and not (isinstance(x, (list, tuple)) and all(y is None for y in x))]
         if given:
-            _log("error", f"{call}: parallelism specs, writer partitions and read targets are not taken here; "
-                          "put the shards with put_tensor_with_tp, or the whole tensor with none")
+            _log(
+                "error",
+                f"{call}: parallelism specs, writer partitions and read targets are not taken here; "
+                "put the shards with put_tensor_with_tp, or the whole tensor with none",
+            )
         return not given
 
-    def put_tensor_with_parallelism(self, key: str, tensor: Any, parallelism: Any = None, config: Any = None,
-                                    writer_partition: Any = None) -> int:
+    def put_tensor_with_parallelism(
+        self, key: str, tensor: Any, parallelism: Any = None, config: Any = None, writer_partition: Any = None
+    ) -> int:
         if not self._whole("put_tensor_with_parallelism", parallelism, writer_partition):
             return INVALID_PARAMS
         return self.pub_tensor(key, tensor, config)
 
-    def batch_put_tensor_with_parallelism(self, keys: Sequence[str], tensors_list: Sequence[Any],
-                                          parallelisms: Any = None, config: Any = None,
-                                          writer_partitions: Any = None) -> List[int]:
+    def batch_put_tensor_with_parallelism(
+        self,
+        keys: Sequence[str],
+        tensors_list: Sequence[Any],
+        parallelisms: Any = None,
+        config: Any = None,
+        writer_partitions: Any = None,
+    ) -> List[int]:
         if not self._whole("batch_put_tensor_with_parallelism", parallelisms, writer_partitions):
             return [INVALID_PARAMS] * len(keys)
         return self.batch_pub_tensor(keys, tensors_list, config)
 
-    def put_tensor_with_parallelism_from(self, key: str, buffer_ptr: int, size: int, parallelism: Any = None,
-                                         config: Any = None, writer_partition: Any = None) -> int:
-        return self.batch_put_tensor_with_parallelism_from([key], [buffer_ptr], [size], parallelism and [parallelism],
-                                                           config, writer_partition and [writer_partition])[0]
+    def put_tensor_with_parallelism_from(
+        self,
+        key: str,
+        buffer_ptr: int,
+        size: int,
+        parallelism: Any = None,
+        config: Any = None,
+        writer_partition: Any = None,
+    ) -> int:
+        return self.batch_put_tensor_with_parallelism_from(
+            [key], [buffer_ptr], [size], parallelism and [parallelism], config, writer_partition and [writer_partition]
+        )[0]
 
-    def batch_put_tensor_with_parallelism_from(self, keys: Sequence[str], buffer_ptrs: Sequence[int],
-                                               sizes: Sequence[int], parallelisms: Any = None, config: Any = None,
-                                               writer_partitions: Any = None) -> List[int]:
+    def batch_put_tensor_with_parallelism_from(
+        self,
+        keys: Sequence[str],
+        buffer_ptrs: Sequence[int],
+        sizes: Sequence[int],
+        parallelisms: Any = None,
+        config: Any = None,
+        writer_partitions: Any = None,
+    ) -> List[int]:
         if not self._whole("batch_put_tensor_with_parallelism_from", parallelisms, writer_partitions):
             return [INVALID_PARAMS] * len(keys)
         return self._put_tensor_values("batch_put_tensor_with_parallelism_from", keys, buffer_ptrs, sizes, config)
@@ -413,8 +489,9 @@ class TensorCalls:
             return None
         return self.get_tensor_into(key, buffer_ptr, size)
 
-    def batch_get_tensor_with_parallelism_into(self, keys: Sequence[str], buffer_ptrs: Sequence[int],
-                                               sizes: Sequence[int], targets: Any = None) -> List[Any]:
+    def batch_get_tensor_with_parallelism_into(
+        self, keys: Sequence[str], buffer_ptrs: Sequence[int], sizes: Sequence[int], targets: Any = None
+    ) -> List[Any]:
         if not self._whole("batch_get_tensor_with_parallelism_into", targets):
             return [INVALID_PARAMS] * len(keys)
         return self.batch_get_tensor_into(keys, buffer_ptrs, sizes)

@@ -166,8 +166,10 @@ class ReplicateConfig:
         return self.__copy__()
 
     def __str__(self) -> str:
-        return (f"ReplicateConfig(replica_num={self.replica_num}, with_hard_pin={self.with_hard_pin}, "
-                f"soft_pin_action={self.soft_pin_action.name}, preferred_segment={self.preferred_segment!r})")
+        return (
+            f"ReplicateConfig(replica_num={self.replica_num}, with_hard_pin={self.with_hard_pin}, "
+            f"soft_pin_action={self.soft_pin_action.name}, preferred_segment={self.preferred_segment!r})"
+        )
 
 
 def copies_asked(config: Optional[ReplicateConfig]) -> int:
@@ -184,8 +186,10 @@ def config_refused(config: Any) -> Optional[str]:
     if config.replica_num == 0:
         return "config.replica_num is 0: a put stores at least one copy"
     if config.soft_pin_ttl_ms is not None and config.soft_pin_action != SoftPinAction.ENABLE:
-        return (f"config.soft_pin_ttl_ms is set with soft_pin_action {config.soft_pin_action.name}: "
-                "a soft-pin TTL goes with ENABLE only")
+        return (
+            f"config.soft_pin_ttl_ms is set with soft_pin_action {config.soft_pin_action.name}: "
+            "a soft-pin TTL goes with ENABLE only"
+        )
     return None
 
 

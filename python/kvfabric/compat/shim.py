@@ -209,7 +209,8 @@ def install(force: bool = False, site_dir: Optional[str] = None) -> str:
             f"{'; ' + version if version else ''}), and it would win over the shim. Either remove it "
             f"(pip uninstall -y {version.split()[0] if version else 'mooncake-transfer-engine'}) and run this "
             "again, or run `kvfabric mooncake-shim install --force` to make mooncake.engine load kvfabric "
-            "while the real package's other modules (mooncake.pg, mooncake.store, ...) stay importable")
+            "while the real package's other modules (mooncake.pg, mooncake.store, ...) stay importable"
+        )
     path = pth_path(site_dir)
     with open(path, "w") as f:
         f.write(_PTH_LINE.format(args="force=True" if force else ""))
@@ -251,16 +252,18 @@ print("KVF-SHIM-PROBE " + json.dumps(out))
 
 def _probe(site_dir: Optional[str], timeout: float) -> dict:
     try:
-        r = subprocess.run([sys.executable, "-c", _PROBE, site_dir or ""], capture_output=True, text=True,
-                           timeout=timeout)
+        r = subprocess.run(
+            [sys.executable, "-c", _PROBE, site_dir or ""], capture_output=True, text=True, timeout=timeout
+        )
     except subprocess.TimeoutExpired:
         return {"error": f"a fresh interpreter did not finish `import mooncake.engine` within {timeout:.0f} s"}
     for line in reversed(r.stdout.splitlines()):
         if line.startswith("KVF-SHIM-PROBE "):
-            return json.loads(line[len("KVF-SHIM-PROBE "):])
+            return json.loads(line[len("KVF-SHIM-PROBE ") :])
     tail = r.stderr.strip().splitlines()[-1:] or ["no output"]
-    return {"error": f"a fresh interpreter ({sys.executable}) exited {r.returncode} importing mooncake.engine: "
-                     f"{tail[0]}"}
+    return {
+        "error": f"a fresh interpreter ({sys.executable}) exited {r.returncode} importing mooncake.engine: {tail[0]}"
+    }
 
 
 def status(site_dir: Optional[str] = None, timeout: float = 120.0) -> dict:

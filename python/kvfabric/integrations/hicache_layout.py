@@ -15,9 +15,19 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ..units import parse_bytes
 
-__all__ = ["OPTIONS", "Option", "BackendConfig", "KeyScheme", "key_scheme", "page_buffers", "parse_bytes",
-           "PoolPresence", "pool_hits",
-           "default_hostname", "options_markdown"]
+__all__ = [
+    "OPTIONS",
+    "Option",
+    "BackendConfig",
+    "KeyScheme",
+    "key_scheme",
+    "page_buffers",
+    "parse_bytes",
+    "PoolPresence",
+    "pool_hits",
+    "default_hostname",
+    "options_markdown",
+]
 
 
 # -- options ----------------------------------------------------------------
@@ -35,28 +45,68 @@ class Option:
 
 
 OPTIONS: tuple[Option, ...] = (
-    Option("local_hostname", "KVF_HICACHE_LOCAL_HOSTNAME", "str", "",
-           "This rank's engine address, `host` or `host:port` (a bare host takes a free port of Mooncake's RPC "
-           "range); empty: the address of the interface on the host's default route, else 127.0.0.1."),
-    Option("metadata_server", "KVF_HICACHE_METADATA_SERVER", "str", "P2PHANDSHAKE",
-           "Where members are found, as Mooncake names it: `etcd://host:2379` (members with leases), "
-           "`http://host:port/metadata` (kvfabric-metadata-server), or `P2PHANDSHAKE` with the static list "
-           "`KVF_STORE_MEMBERS` (in `settings` or the environment)."),
-    Option("protocol", "KVF_HICACHE_PROTOCOL", "str", "auto",
-           "The fabric: `auto` (EFA when present), `efa`, `rdma` (EFA or verbs), `verbs`, `tcp` or `shm`."),
-    Option("device_name", "KVF_HICACHE_DEVICE_NAME", "str", "",
-           "The NICs to use (kvfabric's nic filter, e.g. `rdmap16s27,rdmap32s27`); empty: all."),
-    Option("global_segment_size", "KVF_HICACHE_GLOBAL_SEGMENT_SIZE", "bytes", 0,
-           "Host memory each rank gives to the store's pool (`4gb`, `512mb` or bytes); 0: this rank is a client "
-           "of nodes that other processes run."),
-    Option("key_prefix", "KVF_HICACHE_KEY_PREFIX", "str", None,
-           "Put before every key; unset: the served model's name and a slash, so two models never share a page."),
-    Option("staging_bytes", "KVF_HICACHE_STAGING_BYTES", "bytes", 64 << 20,
-           "Registered host memory for the copying calls (get, set, batch_get, batch_set): pages larger than it "
-           "fail."),
-    Option("settings", "", "dict", None,
-           "Any kvfabric setting by name (`{\"KVF_STORE_DEADLINE_MS\": 2000}`), for the engine and the store."),
+    Option(
+        "local_hostname",
+        "KVF_HICACHE_LOCAL_HOSTNAME",
+        "str",
+        "",
+        "This rank's engine address, `host` or `host:port` (a bare host takes a free port of Mooncake's RPC "
+        "range); empty: the address of the interface on the host's default route, else 127.0.0.1.",
+    ),
+    Option(
+        "metadata_server",
+        "KVF_HICACHE_METADATA_SERVER",
+        "str",
+        "P2PHANDSHAKE",
+        "Where members are found, as Mooncake names it: `etcd://host:2379` (members with leases), "
+        "`http://host:port/metadata` (kvfabric-metadata-server), or `P2PHANDSHAKE` with the static list "
+        "`KVF_STORE_MEMBERS` (in `settings` or the environment).",
+    ),
+    Option(
+        "protocol",
+        "KVF_HICACHE_PROTOCOL",
+        "str",
+        "auto",
+        "The fabric: `auto` (EFA when present), `efa`, `rdma` (EFA or verbs), `verbs`, `tcp` or `shm`.",
+    ),
+    Option(
+        "device_name",
+        "KVF_HICACHE_DEVICE_NAME",
+        "str",
+        "",
+        "The NICs to use (kvfabric's nic filter, e.g. `rdmap16s27,rdmap32s27`); empty: all.",
+    ),
+    Option(
+        "global_segment_size",
+        "KVF_HICACHE_GLOBAL_SEGMENT_SIZE",
+        "bytes",
+        0,
+        "Host memory each rank gives to the store's pool (`4gb`, `512mb` or bytes); 0: this rank is a client "
+        "of nodes that other processes run.",
+    ),
+    Option(
+        "key_prefix",
+        "KVF_HICACHE_KEY_PREFIX",
+        "str",
+        None,
+        "Put before every key; unset: the served model's name and a slash, so two models never share a page.",
+    ),
+    Option(
+        "staging_bytes",
+        "KVF_HICACHE_STAGING_BYTES",
+        "bytes",
+        64 << 20,
+        "Registered host memory for the copying calls (get, set, batch_get, batch_set): pages larger than it fail.",
+    ),
+    Option(
+        "settings",
+        "",
+        "dict",
+        None,
+        'Any kvfabric setting by name (`{"KVF_STORE_DEADLINE_MS": 2000}`), for the engine and the store.',
+    ),
 )
+
 
 def default_hostname() -> str:
     """The address of the interface on this host's default route (no packet is
@@ -83,8 +133,11 @@ class BackendConfig:
     settings: dict
 
     @staticmethod
-    def resolve(extra: Optional[Mapping[str, Any]], environ: Mapping[str, str] = os.environ,
-                hostname: Callable[[], str] = default_hostname) -> "BackendConfig":
+    def resolve(
+        extra: Optional[Mapping[str, Any]],
+        environ: Mapping[str, str] = os.environ,
+        hostname: Callable[[], str] = default_hostname,
+    ) -> "BackendConfig":
         """Each option from ``extra`` (SGLang's extra config; its own keys
         backend_name, module_path, class_name and interface_v1 pass), else its
         environment variable, else its default. Raises ValueError for an
@@ -93,8 +146,10 @@ class BackendConfig:
         known = {o.name for o in OPTIONS} | {"backend_name", "module_path", "class_name", "interface_v1"}
         unknown = sorted(set(extra) - known)
         if unknown:
-            raise ValueError(f"kvfabric HiCache backend: unknown option(s) {', '.join(unknown)} in the extra config; "
-                             f"known: {', '.join(sorted(o.name for o in OPTIONS))}")
+            raise ValueError(
+                f"kvfabric HiCache backend: unknown option(s) {', '.join(unknown)} in the extra config; "
+                f"known: {', '.join(sorted(o.name for o in OPTIONS))}"
+            )
         values: dict[str, Any] = {}
         for o in OPTIONS:
             v = extra.get(o.name)
@@ -154,9 +209,11 @@ def key_scheme(config: Any, key_prefix: Optional[str] = None, flat: bool = False
       is not supported: raises NotImplementedError saying so.
     """
     if getattr(config, "should_split_heads", False):
-        raise NotImplementedError("kvfabric HiCache backend: head splitting across TP sizes (should_split_heads, "
-                                  "set when deployments of different TP sizes share a store) is not supported; "
-                                  "give each TP size its own key_prefix")
+        raise NotImplementedError(
+            "kvfabric HiCache backend: head splitting across TP sizes (should_split_heads, "
+            "set when deployments of different TP sizes share a store) is not supported; "
+            "give each TP size its own key_prefix"
+        )
     suffix = "" if getattr(config, "is_mla_model", False) else f"_{getattr(config, 'tp_rank', 0)}"
     if getattr(config, "attn_cp_size", 1) > 1:
         suffix += f"_cp{getattr(config, 'attn_cp_rank', 0)}"
@@ -243,8 +300,10 @@ def pool_hits(kv_present: Sequence[bool], pools: Sequence[PoolPresence]) -> tupl
             allowed = {p for p in range(1, kv + 1) if all(pool.present[i] for i in range(max(0, p - n), p))}
             boundary = max(allowed, default=0)
         else:
-            raise ValueError(f"kvfabric HiCache backend: pool {pool.name}: hit policy {pool.policy!r} is not supported "
-                             "(all_pages and trailing_pages are)")
+            raise ValueError(
+                f"kvfabric HiCache backend: pool {pool.name}: hit policy {pool.policy!r} is not supported "
+                "(all_pages and trailing_pages are)"
+            )
         if boundary:
             hits[pool.name] = boundary
         restorable = [p for p in restorable if p in allowed]

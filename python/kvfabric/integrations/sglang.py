@@ -106,18 +106,23 @@ class HiCacheKvfabric(HiCacheStorage):
         self._registered: list[tuple[int, int]] = []  # (address, end) of registered pool memory
         self._staging: Optional[bytearray] = None
         cfg = self.config
-        self.engine, self.protocol = start_engine(cfg.local_hostname, cfg.metadata_server, cfg.protocol,
-                                                  cfg.device_name, settings=cfg.settings)
+        self.engine, self.protocol = start_engine(
+            cfg.local_hostname, cfg.metadata_server, cfg.protocol, cfg.device_name, settings=cfg.settings
+        )
         try:
             self.store = Store(self.engine, pool_bytes=cfg.global_segment_size, settings=cfg.settings)
         except BaseException:
             self.engine.close()
             raise
-        logger.info("kvfabric HiCache backend: engine %s (%s), %s, keys %s<hash>%s, %s",
-                    self.engine.name, self.protocol,
-                    f"a node with {cfg.global_segment_size} bytes of pool" if cfg.global_segment_size else "a client",
-                    self.scheme.prefix, self.scheme.suffix, "zero-copy (interface_v1)" if self.zero_copy else
-                    "copying calls (interface_v1 is off)")
+        logger.info(
+            "kvfabric HiCache backend: engine %s (%s), %s, keys %s<hash>%s, %s",
+            self.engine.name,
+            self.protocol,
+            f"a node with {cfg.global_segment_size} bytes of pool" if cfg.global_segment_size else "a client",
+            self.scheme.prefix,
+            self.scheme.suffix,
+            "zero-copy (interface_v1)" if self.zero_copy else "copying calls (interface_v1 is off)",
+        )
 
     # -- host pools ---------------------------------------------------------
     def register_mem_pool_host(self, mem_pool_host: Any) -> None:
@@ -151,8 +156,10 @@ class HiCacheKvfabric(HiCacheStorage):
                 self.engine.register(t)
                 self._registered.append((addr, end))
         if not spans and not _logical(pool):
-            raise ValueError(f"kvfabric HiCache backend: the host pool {type(pool).__name__} has none of "
-                             f"{', '.join(_POOL_BUFFERS)} nor get_hybrid_pool_buffer(): nothing to register")
+            raise ValueError(
+                f"kvfabric HiCache backend: the host pool {type(pool).__name__} has none of "
+                f"{', '.join(_POOL_BUFFERS)} nor get_hybrid_pool_buffer(): nothing to register"
+            )
 
     def _pages(self, keys: List[str], host_indices: Any) -> list:
         if self.mem_pool_host is None:
@@ -161,8 +168,9 @@ class HiCacheKvfabric(HiCacheStorage):
         return page_buffers(ptrs, sizes, len(keys))
 
     # -- zero-copy calls (interface_v1) ---------------------------------------
-    def batch_get_v1(self, keys: List[str], host_indices: Any,
-                     extra_info: Optional[HiCacheStorageExtraInfo] = None) -> List[bool]:
+    def batch_get_v1(
+        self, keys: List[str], host_indices: Any, extra_info: Optional[HiCacheStorageExtraInfo] = None
+    ) -> List[bool]:
         """Reads each page into the host pool; True where the page came back
         whole (its buffers filled exactly, checksum verified)."""
         if not keys:
@@ -176,8 +184,9 @@ class HiCacheKvfabric(HiCacheStorage):
         self._account(False, keys, pages, done, time.perf_counter() - t0)
         return done
 
-    def batch_set_v1(self, keys: List[str], host_indices: Any,
-                     extra_info: Optional[HiCacheStorageExtraInfo] = None) -> List[bool]:
+    def batch_set_v1(
+        self, keys: List[str], host_indices: Any, extra_info: Optional[HiCacheStorageExtraInfo] = None
+    ) -> List[bool]:
         """Stores each page from the host pool, skipping pages the store has;
         True where the page is in the store. A rank that is not SGLang's
         storage writer (MLA: all but one) writes nothing and answers True."""
@@ -198,8 +207,13 @@ class HiCacheKvfabric(HiCacheStorage):
             put = self.store.batch_put([store_keys[i] for i in todo], [pages[i] for i in todo])
             for i, r in zip(todo, put):
                 done[i] = r == 0
-            self._account(True, [names[i] for i in todo], [pages[i] for i in todo], [done[i] for i in todo],
-                          time.perf_counter() - t0)
+            self._account(
+                True,
+                [names[i] for i in todo],
+                [pages[i] for i in todo],
+                [done[i] for i in todo],
+                time.perf_counter() - t0,
+            )
         return done
 
     def batch_exists(self, keys: List[str], extra_info: Optional[HiCacheStorageExtraInfo] = None) -> int:
@@ -218,8 +232,7 @@ class HiCacheKvfabric(HiCacheStorage):
         pools = getattr(self, "registered_pools", {})
         pool = pools.get(name, pools.get(str(name)))
         if pool is None:
-            raise ValueError(f"kvfabric HiCache backend: pool {name} was never registered "
-                             "(register_mem_host_pool_v2)")
+            raise ValueError(f"kvfabric HiCache backend: pool {name} was never registered (register_mem_host_pool_v2)")
         return pool
 
     def _pool_keys(self, name: Any, hashes: List[str]) -> List[str]:
@@ -246,8 +259,12 @@ class HiCacheKvfabric(HiCacheStorage):
     def _unanswered(self, transfers: list) -> dict:
         return {t.name: [_logical(self._pool(t.name))] * len(t.keys or []) for t in transfers}
 
-    def batch_exists_v2(self, keys: List[str], pool_transfers: Optional[list] = None,
-                        extra_info: Optional[HiCacheStorageExtraInfo] = None) -> Any:
+    def batch_exists_v2(
+        self,
+        keys: List[str],
+        pool_transfers: Optional[list] = None,
+        extra_info: Optional[HiCacheStorageExtraInfo] = None,
+    ) -> Any:
         """The usable prefix across the KV pool and the extra pools, by each pool's hit policy
         (all_pages, trailing_pages), in one exists call for every pool's keys."""
         from sglang.srt.mem_cache.hicache_storage import PoolName, PoolTransferResult
@@ -263,8 +280,11 @@ class HiCacheKvfabric(HiCacheStorage):
         at = 0 if logical else n
         pools = []
         for transfer in transfers:
-            pools.append(PoolPresence(_tag(transfer.name), _tag(transfer.hit_policy), len(transfer.keys or []),
-                                      present[at:at + n]))
+            pools.append(
+                PoolPresence(
+                    _tag(transfer.name), _tag(transfer.hit_policy), len(transfer.keys or []), present[at : at + n]
+                )
+            )
             at += n
         pages, hits, restorable = pool_hits(kv, pools)
         names = {_tag(t.name): t.name for t in transfers}
@@ -307,19 +327,25 @@ class HiCacheKvfabric(HiCacheStorage):
     def _host_span(t: Any, what: str) -> tuple[int, int]:
         addr, nbytes, loc = buffer_address(t)
         if loc.startswith("cuda"):
-            raise ValueError(f"kvfabric HiCache backend: {what} is {loc} memory; the copying calls take host "
-                             "memory (use interface_v1 for zero-copy)")
+            raise ValueError(
+                f"kvfabric HiCache backend: {what} is {loc} memory; the copying calls take host "
+                "memory (use interface_v1 for zero-copy)"
+            )
         return addr, nbytes
 
     def _chunks(self, sizes: List[int]):
         """Runs of indices whose sizes fit the staging buffer together (ValueError for one that never fits)."""
-        return runs_within(sizes, self.config.staging_bytes,
-                           "kvfabric HiCache backend: a page of {size} bytes is larger than staging_bytes "
-                           "({capacity}); "
-                           "raise staging_bytes or use interface_v1")
+        return runs_within(
+            sizes,
+            self.config.staging_bytes,
+            "kvfabric HiCache backend: a page of {size} bytes is larger than staging_bytes "
+            "({capacity}); "
+            "raise staging_bytes or use interface_v1",
+        )
 
-    def batch_get(self, keys: List[str], target_locations: Optional[Any] = None,
-                  target_sizes: Optional[Any] = None) -> List[Any]:
+    def batch_get(
+        self, keys: List[str], target_locations: Optional[Any] = None, target_sizes: Optional[Any] = None
+    ) -> List[Any]:
         """Reads each page into its target tensor; per key the target, or None
         for a miss (or a page whose size is not the target's)."""
         if target_locations is None or len(target_locations) != len(keys):
@@ -334,8 +360,9 @@ class HiCacheKvfabric(HiCacheStorage):
                 for i in run:
                     offs.append(at)
                     at += spans[i][1]
-                got = self.store.batch_get([store_keys[i] for i in run],
-                                           [[(o, spans[i][1])] for i, o in zip(run, offs)])
+                got = self.store.batch_get(
+                    [store_keys[i] for i in run], [[(o, spans[i][1])] for i, o in zip(run, offs)]
+                )
                 for i, o, r in zip(run, offs, got):
                     if r == spans[i][1]:
                         ctypes.memmove(spans[i][0], o, r)
@@ -347,8 +374,13 @@ class HiCacheKvfabric(HiCacheStorage):
     def get(self, key: str, target_location: Optional[Any] = None, target_sizes: Optional[Any] = None) -> Any:
         return self.batch_get([key], [target_location] if target_location is not None else None)[0]
 
-    def batch_set(self, keys: List[str], values: Optional[Any] = None, target_locations: Optional[Any] = None,
-                  target_sizes: Optional[Any] = None) -> bool:
+    def batch_set(
+        self,
+        keys: List[str],
+        values: Optional[Any] = None,
+        target_locations: Optional[Any] = None,
+        target_sizes: Optional[Any] = None,
+    ) -> bool:
         """Stores each value tensor's bytes under its key; True when all are stored."""
         if not self.writer:
             return True
@@ -365,16 +397,22 @@ class HiCacheKvfabric(HiCacheStorage):
                     ctypes.memmove(at, spans[i][0], spans[i][1])
                     offs.append(at)
                     at += spans[i][1]
-                put = self.store.batch_put([store_keys[i] for i in run],
-                                           [[(o, spans[i][1])] for i, o in zip(run, offs)])
+                put = self.store.batch_put(
+                    [store_keys[i] for i in run], [[(o, spans[i][1])] for i, o in zip(run, offs)]
+                )
                 for r in put:
                     if r != 0:
                         ok = False
                         self._count_failure(r)
         return ok
 
-    def set(self, key: str, value: Optional[Any] = None, target_location: Optional[Any] = None,
-            target_sizes: Optional[Any] = None) -> bool:
+    def set(
+        self,
+        key: str,
+        value: Optional[Any] = None,
+        target_location: Optional[Any] = None,
+        target_sizes: Optional[Any] = None,
+    ) -> bool:
         return self.batch_set([key], [value])
 
     # -- the rest -----------------------------------------------------------------
@@ -432,8 +470,14 @@ class HiCacheKvfabric(HiCacheStorage):
             if e is not None and e.code != NotFoundError.code:
                 loud.append(e)
         if loud:
-            logger.warning("kvfabric HiCache backend: %s of %d of %d pages failed (not misses), first: page %s: %s",
-                           "put" if put else "get", len(loud), len(keys), keys[loud[0].index], loud[0].message)
+            logger.warning(
+                "kvfabric HiCache backend: %s of %d of %d pages failed (not misses), first: page %s: %s",
+                "put" if put else "get",
+                len(loud),
+                len(keys),
+                keys[loud[0].index],
+                loud[0].message,
+            )
         if self.metrics_on and keys:
             nbytes = sum(n for page in pages for _, n in page)
             with self._lock:
@@ -446,4 +490,3 @@ class HiCacheKvfabric(HiCacheStorage):
 
     def __repr__(self) -> str:
         return f"HiCacheKvfabric({self.engine.name if getattr(self, 'engine', None) else 'closed'})"
-
