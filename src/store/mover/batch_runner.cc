@@ -54,15 +54,14 @@ void BatchRunner::Start(const std::vector<TransferRequest>& requests,
 }
 
 bool BatchRunner::PiecesOf(const std::vector<TransferRequest>& requests, std::pair<size_t, size_t> group,
-                           uint64_t epoch, std::vector<Copier::Piece>* pieces,
+                           uint64_t epoch, MapCursor* cursor, std::vector<Copier::Piece>* pieces,
                            std::vector<std::shared_ptr<const void>>* keep, bool* writes) const {
-  SegmentHandle last = -1;
-  std::shared_ptr<const PoolMap> map;
+  std::shared_ptr<const PoolMap>& map = cursor->map;
   for (size_t r = group.first; r < group.second; ++r) {
     const TransferRequest& q = requests[r];
-    if (q.target != last) {
+    if (q.target != cursor->segment) {
       map = maps_->Find(q.target);
-      last = q.target;
+      cursor->segment = q.target;
       if (map != nullptr && (keep->empty() || keep->back() != map)) keep->push_back(map);
     }
     uint8_t* at = map == nullptr || map->epoch() != epoch ? nullptr : map->Local(q.remote_addr, q.length);
@@ -84,11 +83,13 @@ CopyPlan BatchRunner::PlanCopies(const std::vector<TransferRequest>& requests,
   std::vector<size_t> order(std::min(groups.size(), copyable.size()));
   for (size_t g = 0; g < order.size(); ++g) order[g] = g;
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return groups[a].first < groups[b].first; });
+  MapCursor cursor;  // groups of one home follow each other: its pool is looked up once
+  std::vector<Copier::Piece> pieces;
   for (size_t g : order) {
     if (copyable[g] == kNoCopy || groups[g].first == groups[g].second) continue;
-    std::vector<Copier::Piece> pieces;
+    pieces.clear();
     bool writes = false;
-    if (PiecesOf(requests, groups[g], copyable[g], &pieces, &plan.keep, &writes)) plan.Add(g, pieces, writes);
+    if (PiecesOf(requests, groups[g], copyable[g], &cursor, &pieces, &plan.keep, &writes)) plan.Add(g, pieces, writes);
   }
   if (plan.empty()) return plan;
   for (size_t t = 0; t < std::min(tail, order.size()); ++t) {

@@ -91,11 +91,16 @@ class BatchRunner {
   CopyPlan PlanCopies(const std::vector<TransferRequest>& requests,
                       const std::vector<std::pair<size_t, size_t>>& groups, const std::vector<uint64_t>& copyable,
                       size_t tail) const;
+  // The pool mapping PiecesOf found last, and for which segment.
+  struct MapCursor {
+    SegmentHandle segment = -1;
+    std::shared_ptr<const PoolMap> map;
+  };
   // The pieces of group [begin, end) when every request of it reaches a
   // pool mapped from the node of epoch `epoch`; false if any does not.
   bool PiecesOf(const std::vector<TransferRequest>& requests, std::pair<size_t, size_t> group, uint64_t epoch,
-                std::vector<Copier::Piece>* pieces, std::vector<std::shared_ptr<const void>>* keep,
-                bool* writes) const;
+                MapCursor* cursor, std::vector<Copier::Piece>* pieces,
+                std::vector<std::shared_ptr<const void>>* keep, bool* writes) const;
   // Marks in *held the groups not held already whose copyable epoch names
   // a same-host pool PoolMaps saw its node stop serving, and fails them in
   // *outcomes (NetworkError).
