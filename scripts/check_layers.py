@@ -19,6 +19,8 @@ import re
 import sys
 from pathlib import Path
 
+import tree_check
+
 PUBLIC = {
     "kvfabric/status.h": "vocabulary",
     "kvfabric/codes.h": "vocabulary",
@@ -155,17 +157,12 @@ def self_test() -> int:
 
 
 def main() -> int:
-    if sys.argv[1:] == ["--self-test"]:
-        return self_test()
-    root = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent)
-    bad = check(root)
-    for b in bad:
-        print(b)
-    if bad:
-        print(f"{len(bad)} include(s) break the layering; see the table in scripts/check_layers.py")
-        return 1
-    print("layering: every include points to the same or a lower layer")
-    return 0
+    return tree_check.run(
+        check,
+        self_test,
+        "include(s) break the layering; see the table in scripts/check_layers.py",
+        "layering: every include points to the same or a lower layer",
+    )
 
 
 if __name__ == "__main__":

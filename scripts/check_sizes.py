@@ -17,6 +17,8 @@ import re
 import sys
 from pathlib import Path
 
+import tree_check
+
 MAX_FILE_LINES = 600
 MAX_FUNCTION_LINES = 80
 
@@ -97,17 +99,12 @@ def self_test() -> int:
 
 
 def main() -> int:
-    if sys.argv[1:] == ["--self-test"]:
-        return self_test()
-    root = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent)
-    bad = check(root)
-    for b in bad:
-        print(b)
-    if bad:
-        print(f"{len(bad)} file(s) or function(s) past their bounds; see scripts/check_sizes.py")
-        return 1
-    print(f"sizes: every library file within {MAX_FILE_LINES} lines, every function within {MAX_FUNCTION_LINES}")
-    return 0
+    return tree_check.run(
+        check,
+        self_test,
+        "file(s) or function(s) past their bounds; see scripts/check_sizes.py",
+        f"sizes: every library file within {MAX_FILE_LINES} lines, every function within {MAX_FUNCTION_LINES}",
+    )
 
 
 if __name__ == "__main__":
