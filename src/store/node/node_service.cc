@@ -223,7 +223,7 @@ NodeService::~NodeService() { Stop(); }
 void NodeService::Stop() {
   // The epoch after the versions goes first: a client that maps the pool
   // (its process lives on) or READs the versions no longer takes pages
-  // from it for this node's (PoolMap::Serving, ConfirmByVersions).
+  // from it for this node's (PoolMap::Serving, GetCall::ConfirmByVersions).
   if (version_words_ != nullptr)
     std::atomic_ref<uint64_t>(static_cast<uint64_t*>(version_words_)[RegionVersions::kRegions])
         .store(0, std::memory_order_release);
