@@ -133,8 +133,8 @@ Status Store::Create(Engine* engine, const Settings& settings, std::unique_ptr<S
                                node->Handle(store::NodeService::kLocal, std::move(request), std::move(done));
                              }};
   }
-  s.client = std::make_unique<store::StoreClient>(engine, settings, s.control.get(), s.members.get(),
-                                                  local ? &*local : nullptr);
+  s.client =
+      std::make_unique<store::StoreClient>(engine, settings, s.control.get(), s.members.get(), std::move(local));
   if (s.node) {
     // Pages put here for a member that entered the store meanwhile go to it.
     s.handoff = std::make_unique<store::Handoff>(engine, s.node.get(), s.client.get(), s.members.get(), settings);

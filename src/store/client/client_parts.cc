@@ -13,6 +13,20 @@ uint64_t TotalBytes(const std::vector<StoreBuffer>& buffers) {
   return n;
 }
 
+Checksum ChecksumOfBuffers(const std::vector<StoreBuffer>& buffers, uint64_t length) {
+  std::vector<ByteRange> pieces;
+  pieces.reserve(buffers.size());
+  for (const StoreBuffer& b : buffers) pieces.push_back({b.addr, b.length});
+  return ChecksumOf(pieces, length);
+}
+
+std::vector<std::string_view> KeysOf(const std::vector<std::string>& keys, const std::vector<size_t>& which) {
+  std::vector<std::string_view> out;
+  out.reserve(which.size());
+  for (size_t i : which) out.push_back(keys[i]);
+  return out;
+}
+
 ClientParts::ClientParts(Engine* engine, const Settings& settings, ControlClient* control, MemberView* members,
                          std::optional<LocalNode> self)
     : engine(engine),
@@ -40,10 +54,7 @@ net::Deadline::duration ClientParts::LateMargin() const {
 
 void ClientParts::QueueTouches(const std::string& home, const std::vector<std::string>& keys,
                                const std::vector<size_t>& which) {
-  std::vector<std::string_view> views;
-  views.reserve(which.size());
-  for (size_t i : which) views.push_back(keys[i]);
-  const std::vector<std::string> batch = touches_.Add(home, views, std::chrono::steady_clock::now());
+  const std::vector<std::string> batch = touches_.Add(home, KeysOf(keys, which), std::chrono::steady_clock::now());
   if (batch.empty()) return;
   std::vector<std::string_view> due(batch.begin(), batch.end());
   ClientCounters::Add(counters.control_calls, 1);

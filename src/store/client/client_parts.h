@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kvfabric/engine.h"
@@ -22,6 +23,7 @@
 #include "store/members/member_view.h"
 #include "store/mover/batch_runner.h"
 #include "store/mover/pool_maps.h"
+#include "store/wire/checksum.h"
 #include "store/wire/region_versions.h"
 
 namespace kvfabric::store {
@@ -34,6 +36,10 @@ enum class Memory : uint8_t {
 };
 
 uint64_t TotalBytes(const std::vector<StoreBuffer>& buffers);
+// The checksum of the first `length` bytes of a key's buffers, in order.
+Checksum ChecksumOfBuffers(const std::vector<StoreBuffer>& buffers, uint64_t length);
+// The keys `which` of `keys`, as a message to a member names them.
+std::vector<std::string_view> KeysOf(const std::vector<std::string>& keys, const std::vector<size_t>& which);
 
 class ClientParts {
  public:

@@ -154,11 +154,7 @@ Replies GetCall::Ask(std::vector<NodeCall>* calls) {
     calls->clear();
     return {};
   }
-  for (NodeCall& call : *calls) {
-    std::vector<std::string_view> keys;
-    for (size_t i : call.keys) keys.push_back(keys_[i]);
-    call.request = EncodeKeys(Op::kLookup, keys);
-  }
+  for (NodeCall& call : *calls) call.request = EncodeKeys(Op::kLookup, KeysOf(keys_, call.keys));
   return parts_->caller.Send(calls, deadline_);
 }
 

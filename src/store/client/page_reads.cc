@@ -6,14 +6,6 @@
 namespace kvfabric::store {
 namespace {
 
-// The checksum of the first `length` bytes of a key's buffers, in order.
-Checksum ChecksumOfBuffers(const std::vector<StoreBuffer>& buffers, uint64_t length) {
-  std::vector<ByteRange> pieces;
-  pieces.reserve(buffers.size());
-  for (const StoreBuffer& b : buffers) pieces.push_back({b.addr, b.length});
-  return ChecksumOf(pieces, length);
-}
-
 PageRead::Sum SumOf(const std::vector<StoreBuffer>& buffers, const Location& where) {
   return LandedAsStored(buffers, where) ? PageRead::Sum::kMatches : PageRead::Sum::kDiffers;
 }

@@ -9,14 +9,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The checksum of a key's buffers, in order.
-Checksum ChecksumOfSources(const std::vector<StoreBuffer>& buffers) {
-  std::vector<ByteRange> pieces;
-  pieces.reserve(buffers.size());
-  for (const StoreBuffer& b : buffers) pieces.push_back({b.addr, b.length});
-  return ChecksumOf(pieces, TotalBytes(buffers));
-}
-
 }  // namespace
 
 PutCall::PutCall(ClientParts* parts, const std::vector<std::string>& keys,
@@ -61,10 +53,8 @@ Replies PutCall::AskForSlots() {
   for (size_t c = 0; c < calls_.size(); ++c) {
     const NodeCall& call = calls_[c];
     if (grants_) {
-      std::vector<uint64_t> lengths;
-      for (size_t i : call.keys) lengths.push_back(TotalBytes(sources_[i]));
       std::vector<Credit> back;
-      std::optional<GrantBook::Taken> taken = parts_->grants.Take(*call.node, lengths, &back);
+      std::optional<GrantBook::Taken> taken = parts_->grants.Take(*call.node, PageLengths(call), &back);
       parts_->GiveBack(std::move(back), Clock::now());
       if (taken) {
         pushes_[c].granted = true;
@@ -83,9 +73,16 @@ Replies PutCall::AskForSlots() {
   return parts_->caller.Send(&reserving_, writes_by_);
 }
 
+std::vector<uint64_t> PutCall::PageLengths(const NodeCall& call) const {
+  std::vector<uint64_t> lengths;
+  lengths.reserve(call.keys.size());
+  for (size_t i : call.keys) lengths.push_back(TotalBytes(sources_[i]));
+  return lengths;
+}
+
 void PutCall::SumNext() {
   const size_t i = to_sum_[summed_++];
-  sums_[i] = ChecksumOfSources(sources_[i]);
+  sums_[i] = ChecksumOfBuffers(sources_[i], TotalBytes(sources_[i]));
 }
 
 void PutCall::TakeSlots(Replies* reserves) {
@@ -187,9 +184,7 @@ CommitRequest PutCall::CommitOf(size_t c) {
     }
   }
   if (grants_) {
-    std::vector<uint64_t> lengths;
-    for (size_t i : call.keys) lengths.push_back(TotalBytes(sources_[i]));
-    commit.grant = SlotsToAskFor(lengths, call.node->info.pool_bytes);
+    commit.grant = SlotsToAskFor(PageLengths(call), call.node->info.pool_bytes);
     push.losses = parts_->control->Losses(call.node->name);  // before the commit goes: see Credit::losses
   }
   return commit;

@@ -56,6 +56,8 @@ class PutCall {
   // Takes the reserves' replies as they come and starts each home's
   // WRITEs; checksums the host pages while no reply waits.
   void TakeSlots(Replies* reserves);
+  // The lengths of the pages of `call`, in its keys' order.
+  std::vector<uint64_t> PageLengths(const NodeCall& call) const;
   // Checksums the next host page not yet summed.
   void SumNext();
   // Reads the home's reserve reply in calls_[c] (renewing the view of a

@@ -10,13 +10,6 @@
 namespace kvfabric::store {
 namespace {
 
-std::vector<std::string_view> KeysOf(const std::vector<std::string>& keys, const std::vector<size_t>& which) {
-  std::vector<std::string_view> out;
-  out.reserve(which.size());
-  for (size_t i : which) out.push_back(keys[i]);
-  return out;
-}
-
 // Each key's own check (CheckKey) as its first result.
 std::vector<Status> CheckKeys(const std::vector<std::string>& keys) {
   std::vector<Status> out;
@@ -25,16 +18,11 @@ std::vector<Status> CheckKeys(const std::vector<std::string>& keys) {
   return out;
 }
 
-std::optional<LocalNode> LocalOf(const LocalNode* self) {
-  if (self == nullptr) return std::nullopt;
-  return *self;
-}
-
 }  // namespace
 
 StoreClient::StoreClient(Engine* engine, const Settings& settings, ControlClient* control, MemberView* members,
-                         const LocalNode* self)
-    : parts_(engine, settings, control, members, LocalOf(self)) {}
+                         std::optional<LocalNode> self)
+    : parts_(engine, settings, control, members, std::move(self)) {}
 
 StoreClient::~StoreClient() {
   // READs that outlived their call may still write the bounce buffer or a

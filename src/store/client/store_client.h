@@ -33,9 +33,9 @@ namespace kvfabric::store {
 
 class StoreClient {
  public:
-  // `self`: this process's node, or null for a client.
+  // `self`: this process's node, or none for a client.
   StoreClient(Engine* engine, const Settings& settings, ControlClient* control, MemberView* members,
-              const LocalNode* self);
+              std::optional<LocalNode> self);
   ~StoreClient();  // unregisters and frees the bounce buffer
 
   // `copies` (1 to KVF_STORE_MAX_COPIES, checked by Store): the home's copy
