@@ -24,16 +24,20 @@ LMCACHE_VENV := $(BUILD)/lmcache-$(LMCACHE_VERSION)
 LMCACHE_STAMP := $(LMCACHE_VENV)/.installed-1
 # The virtual environment's packages; the stamp is renamed when the list grows.
 VENV_DEPS := $(VENV)/.deps-4
-# pytest with the released framework sources it loads, JOBS tests at
-# once (pytest-xdist): its tests mostly wait for the processes they start.
-PYTEST = KVF_SGLANG_SRC=$(SGLANG_SRC) KVF_VLLM_SRC=$(VLLM_SRC) $(PY) -m pytest -q -n $(JOBS)
-# Tests run this many at once (the lab test alone: RUN_SERIAL).
-JOBS ?= $(shell nproc)
+# Tests run this many at once. ctest's mostly wait (on deadlines, on the
+# processes they start): three per core keep about two thirds of the CPU
+# busy. pytest's run more Python: two per core (pytest-xdist). The lab test
+# runs alone (RUN_SERIAL). docs/results/test-time-2026-11-29.md measures both.
+CTEST_JOBS ?= $(shell n=$$((3 * $$(nproc))); echo $$((n > 16 ? 16 : n)))
+PYTEST_JOBS ?= $(shell echo $$((2 * $$(nproc))))
+# pytest with the released framework sources it loads.
+PYTEST = KVF_SGLANG_SRC=$(SGLANG_SRC) KVF_VLLM_SRC=$(VLLM_SRC) $(PY) -m pytest -q -n $(PYTEST_JOBS)
+CTEST = cd $(BUILD) && ctest --output-on-failure --timeout 300 -j$(CTEST_JOBS)
 
 # Wheels go here (make wheel).
 DIST ?= dist
 
-.PHONY: all deps build run-tools python wheel test-deps test-builds lmcache-env lmcache-install lint format-py format-cpp rust rust-bench run test check fuzz stress soak bench store-compare store-sweep lab-bench hicache-bench metrics-cost docs clean
+.PHONY: all deps build run-tools python wheel test-deps test-builds lmcache-env lmcache-install lint format-py format-cpp rust rust-build rust-test rust-bench run test test-ctest test-pytest test-side-builds test-runs check fuzz stress stress-build soak bench store-compare store-sweep lab-bench hicache-bench metrics-cost docs clean
 
 all: build
 
@@ -111,13 +115,32 @@ test-builds:
 	$(MAKE) build
 	$(MAKE) wheel
 
+# Every test, in three steps: the builds and downloads the suites need;
+# ctest then pytest, beside the builds of the Rust crates, the fuzzers and
+# the stress test at the lowest CPU priority (the suites mostly wait, and
+# their deadlines keep the CPU they have alone); then those runs and the
+# soak. Each step's output comes whole (--output-sync).
 test:
 	$(MAKE) -j2 test-deps
-	cd $(BUILD) && ctest --output-on-failure --timeout 300 -j$(JOBS)
+	$(MAKE) -j2 --output-sync=target test-pytest test-side-builds
+	$(MAKE) test-runs
+
+test-ctest:
+	$(CTEST)
+
+test-pytest: test-ctest
 	KVF_WHEEL_DIR=$(DIST) KVF_LMCACHE_PYTHON=$(CURDIR)/$(LMCACHE_VENV)/bin/python $(PYTEST) python/tests
-	$(MAKE) rust
-	FUZZ_SECONDS=$(TEST_FUZZ_SECONDS) scripts/fuzz.sh
-	$(MAKE) stress STRESS_SECONDS=$(TEST_STRESS_SECONDS)
+
+# -j1: a make of its own, outside the jobserver, so cargo and ninja use
+# every core that the suites leave.
+test-side-builds:
+	nice -n 19 $(MAKE) -j1 rust-build stress-build
+	nice -n 19 scripts/fuzz.sh build
+
+test-runs:
+	$(MAKE) rust-test
+	FUZZ_SECONDS=$(TEST_FUZZ_SECONDS) scripts/fuzz.sh run
+	$(BUILD)/tests/engine_stress --seconds $(TEST_STRESS_SECONDS)
 	$(SOAK) $(TEST_SOAK_SECONDS)
 
 # Python lint and format check (ruff; its rules in pyproject.toml; `make
@@ -141,7 +164,7 @@ format-cpp: $(VENV_DEPS)
 # The edit loop: build, the C++ tests and pytest, without the fuzzers and
 # the soak that `make test` (what CI runs) adds.
 check: build python $(SGLANG_STAMP) $(VLLM_STAMP)
-	cd $(BUILD) && ctest --output-on-failure --timeout 300 -j$(JOBS) -E 'Lab\.'
+	$(CTEST) -E 'Lab\.'
 	$(PYTEST) python/tests
 
 # The Rust crates (bindings/rust): kvfabric-sys over the libkvfabric.so
@@ -151,8 +174,16 @@ check: build python $(SGLANG_STAMP) $(VLLM_STAMP)
 # goes to $(BUILD)/rust.
 RUST_ENV = KVFABRIC_LIB_DIR=$(CURDIR)/$(BUILD)/src LD_LIBRARY_PATH=$(CURDIR)/$(BUILD)/src \
            CARGO_TARGET_DIR=$(CURDIR)/$(BUILD)/rust
-rust: build
+rust: rust-build
+	$(MAKE) rust-test
+
+rust-test:
 	cd bindings/rust && $(RUST_ENV) cargo test -q --features kvfabric/async
+
+# Everything of `make rust` but running the tests: their build, clippy,
+# the docs, the build without the native library.
+rust-build: build
+	cd bindings/rust && $(RUST_ENV) cargo test -q --no-run --features kvfabric/async
 	cd bindings/rust && $(RUST_ENV) cargo clippy -q --all-targets --features kvfabric/async -- -D warnings
 	cd bindings/rust && $(RUST_ENV) RUSTDOCFLAGS="-D warnings" cargo doc -q --no-deps --features kvfabric/async
 	cd bindings/rust && env -u KVFABRIC_LIB_DIR CARGO_TARGET_DIR=$(CURDIR)/$(BUILD)/rust-nolink \
@@ -203,9 +234,11 @@ STRESS_SECONDS ?= 15
 # make test keeps to 15 minutes on 2 cores: shorter fuzzing and stress there.
 TEST_FUZZ_SECONDS ?= 10
 TEST_STRESS_SECONDS ?= 10
-stress: deps $(BUILD)/build.ninja
-	cmake --build $(BUILD) --target engine_stress
+stress: stress-build
 	$(BUILD)/tests/engine_stress --seconds $(STRESS_SECONDS)
+
+stress-build: deps $(BUILD)/build.ninja
+	cmake --build $(BUILD) --target engine_stress
 
 # Randomized multi-process run, engines and the store side by side, with
 # target and store node restarts, every byte verified; SOAK_SECONDS long

@@ -4,15 +4,34 @@
 # to a temporary directory, never into the repository. A crash, leak, hang
 # (-timeout) or memory blow-up (-rss_limit_mb) fails the run and leaves the
 # reproducer in build-fuzz/artifacts/.
+# Usage: scripts/fuzz.sh [build|run]: both by default; `build` only builds
+# the targets, `run` only runs those built.
 set -euo pipefail
 SECONDS_EACH=${FUZZ_SECONDS:-20}
+MODE=${1:-all}
+case "$MODE" in
+  all | build | run) ;;
+  *)
+    echo "usage: scripts/fuzz.sh [build|run]" >&2
+    exit 2
+    ;;
+esac
 if ! command -v clang++ >/dev/null 2>&1; then
   echo "fuzz: skipped: no clang++ (Debian: apt install clang; make deps installs it)"
   exit 0
 fi
-cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
-  -DCMAKE_CXX_COMPILER=clang++ -DKVF_FUZZ=ON -DKVF_BUILD_TESTS=OFF >/dev/null
-cmake --build build-fuzz --target fuzz_segment_desc fuzz_handshake_frame fuzz_store_messages
+if [ "$MODE" != run ]; then
+  cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
+    -DCMAKE_CXX_COMPILER=clang++ -DKVF_FUZZ=ON -DKVF_BUILD_TESTS=OFF >/dev/null
+  cmake --build build-fuzz --target fuzz_segment_desc fuzz_handshake_frame fuzz_store_messages
+fi
+[ "$MODE" = build ] && exit 0
+for t in segment_desc handshake_frame store_messages; do
+  if [ ! -x "build-fuzz/tests/fuzz/fuzz_$t" ]; then
+    echo "fuzz: build-fuzz/tests/fuzz/fuzz_$t is missing: run scripts/fuzz.sh build first" >&2
+    exit 1
+  fi
+done
 mkdir -p build-fuzz/artifacts
 for t in segment_desc handshake_frame store_messages; do
   work=$(mktemp -d)

@@ -139,7 +139,7 @@ TEST_P(TransportBatchTest, UnregisteredLocalRefused) {
   EXPECT_EQ(target_->Check(0, 4096, 7), 4096u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, TransportBatchTest, ::testing::ValuesIn(TransportCases()), CaseName);
+INSTANTIATE_TEST_SUITE_P(Transports, TransportBatchTest, ::testing::ValuesIn(DataPathCases()), CaseName);
 
 }  // namespace
 }  // namespace kvfabric::test

@@ -137,7 +137,7 @@ TEST_P(TransportDataTest, WriteThenReadVisibility) {
   EXPECT_TRUE(engine_->FreeBatch(b).ok());
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, TransportDataTest, ::testing::ValuesIn(TransportCases()), CaseName);
+INSTANTIATE_TEST_SUITE_P(Transports, TransportDataTest, ::testing::ValuesIn(DataPathCases()), CaseName);
 
 }  // namespace
 }  // namespace kvfabric::test

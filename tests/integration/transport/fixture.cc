@@ -58,6 +58,12 @@ std::vector<TransportCase> TransportCases() {
   return cases;
 }
 
+std::vector<TransportCase> DataPathCases() {
+  std::vector<TransportCase> cases = TransportCases();
+  std::erase_if(cases, [](const TransportCase& c) { return !c.metadata.empty(); });
+  return cases;
+}
+
 std::vector<TransportCase> PeerFailureCases() { return ProviderCases(); }
 
 void TransportFixture::SetUp() {

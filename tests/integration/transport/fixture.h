@@ -2,8 +2,9 @@
 // once per case: over each fabric provider this host has, against a separate
 // process (kvfabric-test-peer), plus variants (a second engine in this
 // process, auto, posted directly, etcd and http metadata stores, the engine's
-// own segment). Bytes are checked in the target's own memory, not just read
-// back. One suite per file, by role:
+// own segment; the etcd and http variants in the segment suite alone, where
+// finding the target's segment is what they change). Bytes are checked in
+// the target's own memory, not just read back. One suite per file, by role:
 //   data_test.cc     TransportDataTest     rails and bytes moved
 //   batch_test.cc    TransportBatchTest    batches, their status, refusals
 //   segment_test.cc  TransportSegmentTest  segments, registration, handshake
@@ -58,6 +59,10 @@ const std::vector<TransportCase>& ProviderCases();
 // ProviderCases() followed by the variants: tcp_in_process, shm_in_process,
 // auto, tcp_posted_directly, tcp_etcd, tcp_http, own_segment.
 std::vector<TransportCase> TransportCases();
+// TransportCases() without the metadata-store variants (tcp_etcd, tcp_http):
+// where the target's segment is found matters to the segment suite, which
+// runs them; once connected, bytes and batches take the same path as "tcp".
+std::vector<TransportCase> DataPathCases();
 // Cases whose target can be killed, stopped and restarted: ProviderCases().
 std::vector<TransportCase> PeerFailureCases();
 
