@@ -101,6 +101,7 @@ Rail::Rail(const fi_info* info, const RailOptions& options, size_t index)
   dmabuf_ = hmem_ && DmabufOffered();
   const size_t key_size = info->domain_attr->mr_key_size;
   key_mask_ = key_size == 0 || key_size >= 8 ? ~0ull : (1ull << (8 * key_size)) - 1;
+  cq_data_size_ = info->domain_attr->cq_data_size;
   write_flags_ = options.write_completion == WriteCompletion::kDelivery ? FI_COMPLETION | FI_DELIVERY_COMPLETE
                                                                         : FI_COMPLETION;
 }

@@ -175,6 +175,15 @@ class Rail {
   // stall per period, not a full share of the traffic.
   bool InService(int64_t now_ns) const { return health_.InService(now_ns, load_bytes()); }
 
+  // Bytes of remote CQ data a WRITE carries on this rail (fi_domain(3)
+  // cq_data_size: 0 where the provider has none, else at least 4).
+  size_t cq_data_size() const { return cq_data_size_; }
+  // Who is told, on the progress thread, of the remote CQ data of each
+  // peer's WRITE to this rail, once its bytes have landed. Set before peers
+  // write; without a sink the data is counted (counters().remote_data) and
+  // dropped.
+  void set_remote_data_sink(std::function<void(uint64_t)> sink) { remote_data_sink_ = std::move(sink); }
+
   // Progress thread: true when peers' READs or WRITEs targeted this rail's
   // endpoint since the last call (a remote-access counter, where the
   // provider offers one: shm). A passive target sees no completions for
@@ -291,6 +300,8 @@ class Rail {
   EfaEndpointReport efa_report_;
   std::atomic<bool> dmabuf_{false};
   uint64_t write_flags_ = 0;
+  size_t cq_data_size_ = 0;
+  std::function<void(uint64_t)> remote_data_sink_;
   bool post_from_progress_ = false;
   uint64_t key_mask_ = ~0ull;  // the bits of a key the provider holds (mr_key_size)
 

@@ -16,6 +16,8 @@ struct RailCounters {
   std::atomic<uint64_t> errors{0};       // operations that ended with an error
   std::atomic<uint64_t> stalls{0};       // times the rail was taken out of service
   std::atomic<uint64_t> recoveries{0};   // times it came back into service
+  std::atomic<uint64_t> remote_data{0};  // peers' WRITEs that carried remote CQ data here
+  std::atomic<uint64_t> stray_completions{0};  // completions naming no operation and carrying no data
 
   static void Add(std::atomic<uint64_t>& c, uint64_t n = 1) { c.fetch_add(n, std::memory_order_relaxed); }
 };

@@ -72,7 +72,10 @@ int Rail::PostOne(OpContext* op) {
     msg.rma_iov = &rma;
     msg.rma_iov_count = 1;
     msg.context = &op->ctx;
-    return static_cast<int>(fi_writemsg(ep, &msg, write_flags_));
+    if (!s.has_remote_data) return static_cast<int>(fi_writemsg(ep, &msg, write_flags_));
+    if (cq_data_size_ == 0) return -FI_EOPNOTSUPP;
+    msg.data = cq_data_size_ >= 8 ? s.remote_data : s.remote_data & ((uint64_t{1} << (8 * cq_data_size_)) - 1);
+    return static_cast<int>(fi_writemsg(ep, &msg, write_flags_ | FI_REMOTE_CQ_DATA));
   }
   return static_cast<int>(fi_read(ep, s.local, s.length, s.local_desc, s.dest, s.remote_addr,
                                   s.remote_key, &op->ctx));
@@ -203,12 +206,26 @@ size_t Rail::ReadCompletions() {
   if (n == -FI_EAGAIN) return 0;
   g.unlock();
   if (n > 0) {
-    if (health_.Completed(SteadyNowNs())) {
+    // Peers' WRITEs that carried remote CQ data complete here too, naming
+    // no operation of ours: only our own completions bring a rail back.
+    bool own = false;
+    for (ssize_t i = 0; i < n; ++i) own = own || !(entries[i].flags & FI_REMOTE_CQ_DATA);
+    if (own && health_.Completed(SteadyNowNs())) {
       RailCounters::Add(counters_.recoveries);
       KVF_LOG_INFO("{}: operations complete again; back in service", label_);
     }
-    for (ssize_t i = 0; i < n; ++i)
-      Finish(reinterpret_cast<OpContext*>(entries[i].op_context), Status::OK());
+    for (ssize_t i = 0; i < n; ++i) {
+      const fi_cq_data_entry& e = entries[i];
+      if (e.flags & FI_REMOTE_CQ_DATA) {
+        RailCounters::Add(counters_.remote_data);
+        if (remote_data_sink_) remote_data_sink_(e.data);
+      } else if (e.op_context == nullptr) {
+        RailCounters::Add(counters_.stray_completions);
+        KVF_LOG_DEBUG("{}: a completion naming no operation (flags {:#x}); ignored", label_, e.flags);
+      } else {
+        Finish(reinterpret_cast<OpContext*>(e.op_context), Status::OK());
+      }
+    }
     return static_cast<size_t>(n);
   }
   if (n == -FI_EAVAIL) {

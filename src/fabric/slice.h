@@ -53,6 +53,12 @@ struct Slice {
   fi_addr_t dest = FI_ADDR_UNSPEC;
   uint64_t remote_addr = 0;    // virtual address or MR offset, as the peer rail wants
   uint64_t remote_key = 0;
+  // A WRITE that carries remote CQ data (fi_rma(3) FI_REMOTE_CQ_DATA): the
+  // target's rail hands `remote_data` to its remote-data sink once these
+  // bytes have landed. Only Rail::cq_data_size() bytes of it travel (4 at
+  // least where the provider offers it).
+  bool has_remote_data = false;
+  uint64_t remote_data = 0;
   // Keeps the local registration alive until the provider is done with it,
   // even if the user unregisters the buffer meanwhile.
   std::shared_ptr<const void> keepalive;
