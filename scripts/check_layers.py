@@ -6,7 +6,8 @@ include its own headers and those of the folders listed for it, nothing
 else. Public headers (include/kvfabric/) sit where they are listed: the
 vocabulary headers (status, settings) at the bottom, the engine API and
 diagnostics with the engine, the C API with capi. The store's folders
-(store/wire, store/members, ...) are layers of their own. Besides:
+(store/wire, store/members, ...) are layers of their own; weights/ (weight
+sync) stands on the public engine beside the store. Besides:
   - fabric/ reads no Settings: the engine resolves options and passes them;
   - nothing under src/ or tools/ includes test code (tests/);
   - the Python binding (python/src) includes public headers only.
@@ -68,6 +69,8 @@ ALLOWED = {
     "store/node": STORE_BELOW | {"store/wire", "store/mover"},
     "store/client": STORE_BELOW | {"store/wire", "store/members", "store/mover"},
     "store": STORE_BELOW | {"store/wire", "store/members", "store/mover", "store/node", "store/client"},
+    # Weight sync: the engine's public API below it, never the store.
+    "weights": {"vocabulary", "settings", "common", "net", "stats", "api"},
     "capi": {"vocabulary", "settings", "stats", "api", "store_api", "c_api"},
 }
 
