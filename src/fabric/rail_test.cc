@@ -85,8 +85,10 @@ TEST(RailTest, ShmRegionsOfAKilledProcessAreRemovedAndLiveOnesKept) {
   ASSERT_GE(fd, 0);
   EXPECT_NE(flock(fd, LOCK_EX | LOCK_NB), 0) << "the child holds its region";
   close(fd);
-  EXPECT_EQ(RemoveAbandonedShmRegions("/dev/shm", std::chrono::seconds(0)).removed, 0u);
-  EXPECT_EQ(regions_of(child).size(), 1u);
+  // The sweep may remove regions of processes other tests killed meanwhile
+  // (ctest runs several at once): what counts is that the child's stays.
+  RemoveAbandonedShmRegions("/dev/shm", std::chrono::seconds(0));
+  EXPECT_EQ(regions_of(child).size(), 1u) << "a live process's region is kept";
 
   kill(child, SIGKILL);
   int status = 0;
