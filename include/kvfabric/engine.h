@@ -39,6 +39,13 @@ struct TransferRequest {
   SegmentHandle target = -1;
   uint64_t remote_addr = 0;
   size_t length = 0;
+  // WRITE only. Nonzero: the target learns when every byte of this WRITE
+  // has landed without polling them: its Engine::TakeNotices returns
+  // `notice` once (each piece carries it as remote CQ data;
+  // docs/design/weights.md, "Notices"). Keep one WRITE per notice value and
+  // target unfinished at a time. GPU memory the rails did not register
+  // (moved through staging) cannot carry one.
+  uint16_t notice = 0;
 };
 
 // kPending, kCompleted, kFailed, kTimeout: one per row of KVF_TASK_STATES
@@ -196,6 +203,13 @@ class Engine {
   // lost and no sender can fill its memory.
   Status SendNotify(const std::string& name, const std::string& message);
   Status GetNotifies(std::vector<std::string>* out);
+  // The notices (TransferRequest::notice) of WRITEs that landed whole in
+  // this engine's memory since the last call, in the order they did, each
+  // once.
+  Status TakeNotices(std::vector<uint16_t>* out);
+  // TakeNotices, waiting up to `timeout_ms` for at least one: Timeout when
+  // none came, Closed when the engine closed meanwhile.
+  Status WaitNotices(int64_t timeout_ms, std::vector<uint16_t>* out);
 
   // Batches: up to `capacity` requests (1 to 2^20), submitted in one or more calls.
   Status AllocateBatch(size_t capacity, BatchId* out);

@@ -227,6 +227,20 @@ Status Engine::GetNotifies(std::vector<std::string>* out) {
   return Status::OK();
 }
 
+Status Engine::TakeNotices(std::vector<uint16_t>* out) {
+  KVF_ENTER_ENGINE_();
+  impl_->notices.Take(out);
+  return Status::OK();
+}
+
+Status Engine::WaitNotices(int64_t timeout_ms, std::vector<uint16_t>* out) {
+  KVF_ENTER_ENGINE_();
+  if (impl_->notices.Wait(std::chrono::milliseconds(std::max<int64_t>(0, timeout_ms)), out)) return Status::OK();
+  if (impl_->notices.closed())
+    return Status::Closed(text::Format("engine {} was closed while waiting for notices", impl_->name));
+  return Status::Timeout(text::Format("no notice landed in engine {} within {} ms", impl_->name, timeout_ms));
+}
+
 Status Engine::AllocateBatch(size_t capacity, BatchId* out) {
   KVF_ENTER_ENGINE_();
   return impl_->batches.Allocate(capacity, out);

@@ -45,6 +45,7 @@ Status Engine::Impl::Build(const EngineConfig& config) {
   std::string provider;
   KVF_RETURN_IF_ERROR(rails.Open(config.protocol, config.nic_filter, listen.bind_ip, settings, cuda.ok(), &provider));
   env.unlock();
+  for (const auto& r : rails.rails) r->set_remote_data_sink([this](uint64_t data) { notices.Arrived(data); });
   KVF_RETURN_IF_ERROR(engine::DiscoverTopology(rails.infos, cuda.ok(), settings, &topo));
   BuildRegistry();
   KVF_RETURN_IF_ERROR(BuildServing(listen));
@@ -86,6 +87,7 @@ Status Engine::Impl::BuildServing(const engine::ListenAddress& listen) {
   po.rail_retry_ms = settings.rail_retry_ms;
   po.staging_bytes = static_cast<size_t>(settings.staging_bytes);
   poster = std::make_unique<engine::Poster>(&rails, po, counters.get());
+  poster->set_own_notices(&notices);
   progress = std::make_unique<fabric::Progress>(rails.raw(), static_cast<int>(settings.progress_threads),
                                                 settings.progress_spin_us, settings.progress_idle_us);
   return Status::OK();
@@ -93,6 +95,7 @@ Status Engine::Impl::BuildServing(const engine::ListenAddress& listen) {
 
 void Engine::Impl::Drain() {
   batches.CancelWaits();  // WaitBatch and Transfer return Closed now
+  notices.Close();        // and WaitNotices
   gate.WaitForCallers();
   // Requests still queued are dropped; those with the provider get a moment
   // to return: a shm peer left holding operations of an endpoint that

@@ -11,6 +11,7 @@
 #include "engine/batch_table.h"
 #include "engine/call_gate.h"
 #include "engine/counters.h"
+#include "engine/notice_board.h"
 #include "engine/poster.h"
 #include "engine/rail_set.h"
 #include "engine/segment_directory.h"
@@ -34,6 +35,7 @@ struct Engine::Impl {
   std::atomic<bool> closed{false};                   // Close has torn the parts down
   Settings settings;
   std::unique_ptr<metadata::MetadataStore> store;    // null with p2p
+  engine::NoticeBoard notices;                       // notice_board.*: WRITEs' notices landed here
   engine::RailSet rails;                             // rail_set.*
   topology::Topology topo;                           // topology/
   std::unique_ptr<memory::MemoryRegistry> registry;  // memory/

@@ -148,6 +148,7 @@ Status Poster::Post(Batch* batch, Task* task, const Plan& p, std::vector<fabric:
         MakeSlices(*route, write, p.peer.get(), ri, l + off, r.remote_addr + off, n, 0, task, scratch));
     off += n;
   }
+  if (r.notice != 0) KVF_RETURN_IF_ERROR(CarryNotice(r.notice, p.peer->name(), scratch));
   StartTask(batch, task, p, std::move(route), scratch->size());
   if (piece < r.length)  // one queue operation per rail
     std::stable_sort(scratch->begin(), scratch->end(),
@@ -157,6 +158,22 @@ Status Poster::Post(Batch* batch, Task* task, const Plan& p, std::vector<fabric:
     while (j < scratch->size() && (*scratch)[j].rail == (*scratch)[i].rail) ++j;
     (*rails_)[(*scratch)[i].rail]->Enqueue(scratch->data() + i, j - i);
     i = j;
+  }
+  return Status::OK();
+}
+
+Status Poster::CarryNotice(uint16_t notice, const std::string& peer, std::vector<fabric::Slice>* slices) const {
+  if (slices->size() > kMaxNoticeSlices)
+    return Status::InvalidArgument(text::Format(
+        "a WRITE with a notice to segment {} would be cut into {} pieces, more than the {} a notice counts; "
+        "write fewer bytes per request",
+        peer, slices->size(), kMaxNoticeSlices));
+  for (fabric::Slice& s : *slices) {
+    if ((*rails_)[s.rail]->cq_data_size() < 4)
+      return Status::Unavailable(text::Format("rail {} ({}) carries no remote CQ data, so no notice to segment {}",
+                                              s.rail, (*rails_)[s.rail]->info().provider, peer));
+    s.has_remote_data = true;
+    s.remote_data = EncodeNotice(notice, static_cast<uint32_t>(slices->size()));
   }
   return Status::OK();
 }
@@ -174,6 +191,8 @@ void Poster::CopyLocal(Batch* batch, Task* task, const Plan& p) {
   else
     std::memmove(dst, src, r.length);
   task->Start(batch, 0, Clock::now(), 0, "local copy", nullptr, nullptr, nullptr, TallyOf(p));
+  if (copied.ok() && r.notice != 0 && r.opcode == OpCode::kWrite && own_notices_ != nullptr)
+    own_notices_->Landed(r.notice);
   task->Complete(copied.ok() ? r.length : 0, copied);
 }
 

@@ -22,6 +22,7 @@
 
 #include "common/clock.h"
 #include "engine/batch.h"
+#include "engine/notice_board.h"
 #include "engine/rail_set.h"
 #include "engine/request_check.h"
 #include "fabric/slice.h"
@@ -57,8 +58,15 @@ class Poster final : public Rerouter {
   // before anything was queued are returned; the caller fails the task.
   Status Post(Batch* batch, Task* task, const Plan& plan, std::vector<fabric::Slice>* scratch);
   // The engine's own segment: a memmove (or a device copy for GPU memory)
-  // on the calling thread; the task ends here.
+  // on the calling thread; the task ends here, and a WRITE's notice goes
+  // to `own_notices` (set_own_notices).
   void CopyLocal(Batch* batch, Task* task, const Plan& plan);
+  // Marks every slice of a WRITE to `peer` with `notice` and their count
+  // (EncodeNotice); an error when they are too many or a rail carries no
+  // remote CQ data.
+  Status CarryNotice(uint16_t notice, const std::string& peer, std::vector<fabric::Slice>* slices) const;
+  // Where the notices of WRITEs to the engine's own segment go.
+  void set_own_notices(NoticeBoard* board) { own_notices_ = board; }
 
   // What a task counts when it ends: a request of `plan` to its peer (or
   // to the engine's own segment); nothing when the engine counts nothing.
@@ -104,6 +112,7 @@ class Poster final : public Rerouter {
   const RailSet* rails_;
   const Options options_;
   Counters* const counters_;
+  NoticeBoard* own_notices_ = nullptr;
   std::atomic<size_t> rotation_{static_cast<size_t>(std::random_device{}())};
   std::mutex staging_mu_;
   std::unique_ptr<memory::StagingPool> staging_;  // created on the first staged transfer

@@ -15,6 +15,8 @@ Status CheckRequest(const TransferRequest& r, size_t index, const memory::Memory
   if (!plan->local)
     return Status::OutOfRange(text::Format("{}: local range {} is not inside a registered buffer; register it first",
                                            where, text::Range(local, r.length)));
+  if (r.notice != 0 && r.opcode != OpCode::kWrite)
+    return Status::InvalidArgument(where + ": a notice travels with a WRITE only");
   if (r.target == kSelfHandle) {
     plan->self_remote = registry.Find(r.remote_addr, r.length);
     if (!plan->self_remote)

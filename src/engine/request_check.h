@@ -27,7 +27,7 @@ struct Plan {
 // Checks request number `index` of a submission: a nonzero length, a local
 // range inside one registered buffer, a known target, and a remote range
 // inside one buffer the target registered, and not registered read-only
-// when the request WRITEs. A peer whose last request
+// when the request WRITEs; a notice only on a WRITE. A peer whose last request
 // failed (it may have restarted) or whose cached descriptor lacks the
 // range (it may have registered since) is asked again first: one handshake
 // or store round trip. Errors name the request and say what to do.

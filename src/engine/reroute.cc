@@ -52,6 +52,9 @@ uint32_t Poster::MoveSlice(Task* task, const fabric::Slice& s, bool failed) {
   const std::shared_ptr<Peer>& peer = task->peer();
   const auto route = std::static_pointer_cast<const Route>(task->route());
   if (!peer || !route || s.owner_tag >= 0 || peer->desc()->epoch != route->desc->epoch) return 0;
+  // A stalled piece with a notice stays: were its posted copy to land after
+  // a moved one, the target would count the notice's piece twice.
+  if (!failed && s.has_remote_data) return 0;
   const int64_t now = SteadyNowNs();
   if (failed && peer->MarkRailDown(s.rail, now, now + options_.rail_retry_ms * 1000000))
     KVF_LOG_WARN("segment {}: an operation on rail {} ({}) failed; that rail is out of service for this peer for "
@@ -65,6 +68,12 @@ uint32_t Poster::MoveSlice(Task* task, const fabric::Slice& s, bool failed) {
   Status st = MakeSlices(*route, s.write, peer.get(), ri, reinterpret_cast<uintptr_t>(s.local), s.remote_va, s.length,
                          s.attempts + 1, task, &out);
   if (!st.ok() || out.empty()) return 0;
+  // A notice counts its WRITE's pieces: a piece it carries moves whole or not at all.
+  if (s.has_remote_data) {
+    if (out.size() != 1) return 0;
+    out[0].has_remote_data = true;
+    out[0].remote_data = s.remote_data;
+  }
   task->AddSlices(static_cast<uint32_t>(out.size()));
   (*rails_)[ri]->Enqueue(out.data(), out.size(), /*post_now=*/false);
   return static_cast<uint32_t>(out.size());

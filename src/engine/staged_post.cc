@@ -34,6 +34,11 @@ Status Poster::PostStaged(Batch* batch, Task* task, const Plan& p, std::shared_p
                           size_t ncand, const RailView* views) {
   const TransferRequest& r = *p.req;
   const bool write = r.opcode == OpCode::kWrite;
+  if (r.notice != 0)
+    return Status::Unavailable(text::Format(
+        "a WRITE with a notice from GPU memory ({}) that the rails did not register: its pieces go through host "
+        "staging, which carries no notice; write from host memory or from GPU memory on a rail with FI_HMEM",
+        p.local->location));
   KVF_RETURN_IF_ERROR(EnsureStaging().Annotate("GPU memory on " + (*rails_)[cand[0]]->info().provider));
   const auto& rchunks = p.remote->chunks;
   size_t max_msg = staging_->slot_bytes();

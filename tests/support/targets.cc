@@ -15,6 +15,7 @@
 #include <sstream>
 #include <vector>
 
+#include "tests/support/notices.h"
 #include "tools/common/pattern.h"
 
 #ifndef KVF_TEST_PEER_PATH
@@ -84,6 +85,11 @@ class ProcessTarget : public Target {
   bool Freeze() override { return pid_ > 0 && StopProcess(pid_); }
   bool Thaw() override { return pid_ > 0 && kill(pid_, SIGCONT) == 0; }
   bool Unregister() override { return Command("unregister 0 0 0") == "OK"; }
+  std::string Notices(int wait_ms, size_t count, size_t chunk, uint32_t seed) override {
+    const std::string r = Command("notices " + std::to_string(wait_ms) + " " + std::to_string(count) + " " +
+                                  std::to_string(chunk) + " " + std::to_string(seed));
+    return r.rfind("NOTICES", 0) == 0 ? r.substr(r.size() > 8 ? 8 : 7) : "ERROR " + r;
+  }
   bool Kill() override {
     if (pid_ <= 0) return false;
     kill(pid_, SIGKILL);
@@ -149,6 +155,9 @@ class LocalTarget : public Target {
     FillPattern(static_cast<uint8_t*>(buf_) + off, len, off, seed);
   }
   bool Unregister() override { return owner_->UnregisterMemory(buf_).ok(); }
+  std::string Notices(int wait_ms, size_t count, size_t chunk, uint32_t seed) override {
+    return GatherNotices(owner_, static_cast<uint8_t*>(buf_), size, wait_ms, count, chunk, seed);
+  }
 
  private:
   std::unique_ptr<Engine> own_engine_;

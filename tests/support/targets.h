@@ -27,6 +27,10 @@ class Target {
   virtual bool Thaw() { return false; }    // SIGCONT: it serves again
   // Unregisters the buffer in the target's engine (the memory stays, unreachable).
   virtual bool Unregister() = 0;
+  // The target engine's notices (GatherNotices, tests/support/notices.h):
+  // up to `count` within `wait_ms`, each with whether the `chunk` bytes of
+  // its WRITE held pattern `seed` when it came.
+  virtual std::string Notices(int wait_ms, size_t count, size_t chunk, uint32_t seed) = 0;
 };
 
 // Starts kvfabric-test-peer; `settings` are "name=value" words passed on.

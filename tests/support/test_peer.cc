@@ -5,6 +5,7 @@
 //   crc OFF LEN        -> "CRC <fnv1a64>"
 //   check OFF LEN SEED -> "MISMATCH <index>" (LEN when all bytes match)
 //   fill OFF LEN SEED  -> "OK"
+//   notices WAIT_MS COUNT CHUNK SEED -> "NOTICES [N:ok|N:bad ...]" (tests/support/notices.h)
 //   quit               -> exits (EOF too)
 #include <sys/mman.h>
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include <string>
 
 #include "kvfabric/engine.h"
+#include "tests/support/notices.h"
 #include "tools/common/pattern.h"
 
 using namespace kvfabric;
@@ -74,6 +76,15 @@ int main(int argc, char** argv) {
     uint32_t seed = 0;
     in >> cmd >> off >> len >> seed;
     if (cmd == "quit") break;
+    if (cmd == "notices") {  // WAIT_MS COUNT CHUNK SEED
+      uint32_t notice_seed = 0;
+      in >> notice_seed;
+      const std::string got =
+          test::GatherNotices(engine.get(), base, size, static_cast<int>(off), len, seed, notice_seed);
+      std::printf("NOTICES%s%s\n", got.empty() ? "" : " ", got.c_str());
+      std::fflush(stdout);
+      continue;
+    }
     if (off > size || len > size - off) { std::printf("ERROR range\n"); std::fflush(stdout); continue; }
     if (cmd == "crc") std::printf("CRC %llu\n", static_cast<unsigned long long>(tools::Checksum(base + off, len)));
     else if (cmd == "check") std::printf("MISMATCH %zu\n", tools::CheckPattern(base + off, len, off, seed));

@@ -2,8 +2,10 @@
 // checked in the target's own memory.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -135,6 +137,39 @@ TEST_P(TransportDataTest, WriteThenReadVisibility) {
   ASSERT_EQ(agg.state, TaskState::kCompleted);
   EXPECT_EQ(target_->Check(40 * MiB, 64 * 64 * KiB, 99), 64 * 64 * KiB);
   EXPECT_TRUE(engine_->FreeBatch(b).ok());
+}
+
+// WRITEs with notices: the target's engine reports each notice once, after
+// the bytes of its WRITE are there (checked by the target as it takes
+// them); a READ cannot carry one, and a WRITE without one reports nothing.
+TEST_P(TransportDataTest, TheTargetLearnsOfEachWriteWithANoticeOnce) {
+  ASSERT_NO_FATAL_FAILURE(Start(64 * MiB));
+  constexpr size_t kChunk = 4 * MiB;
+  std::vector<TransferRequest> reqs;
+  for (uint16_t n = 1; n <= 6; ++n) {
+    const size_t off = (n - 1) * kChunk;
+    FillPattern(local(off), kChunk, off, 77);
+    reqs.push_back(Req(OpCode::kWrite, off, off, kChunk));
+    reqs.back().notice = n;
+  }
+  BatchId b;
+  ASSERT_NO_FATAL_FAILURE(SubmitBatch(reqs, &b));
+  TransferStatus agg;
+  ASSERT_TRUE(engine_->WaitBatch(b, 30000, &agg).ok());
+  ASSERT_EQ(agg.state, TaskState::kCompleted) << agg.error.ToString();
+  ASSERT_TRUE(engine_->FreeBatch(b).ok());
+  std::istringstream words(target_->Notices(20000, 6, kChunk, 77));
+  std::vector<std::string> got;
+  for (std::string w; words >> w;) got.push_back(w);
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, (std::vector<std::string>{"1:ok", "2:ok", "3:ok", "4:ok", "5:ok", "6:ok"}));
+
+  TransferRequest read = Req(OpCode::kRead, 0, 0, kChunk);
+  read.notice = 9;
+  const Status refused = engine_->Transfer({read});
+  EXPECT_EQ(refused.code(), Status::Code::kInvalidArgument) << refused.ToString();
+  ASSERT_TRUE(WritePattern(0, 0, kChunk, 78).ok());
+  EXPECT_EQ(target_->Notices(300, 1, kChunk, 78), "") << "no notice asked, none given";
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, TransportDataTest, ::testing::ValuesIn(DataPathCases()), CaseName);

@@ -1,0 +1,54 @@
+#include "engine/notice_board.h"
+
+namespace kvfabric::engine {
+
+void NoticeBoard::Arrived(uint64_t data) {
+  const uint16_t notice = NoticeOf(data);
+  const uint32_t slices = SlicesOf(data);
+  if (notice == 0 || slices == 0) return;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    uint32_t& n = landed_[notice];
+    if (++n < slices) return;
+    landed_.erase(notice);
+    ready_.push_back(notice);
+  }
+  cv_.notify_all();
+}
+
+void NoticeBoard::Landed(uint16_t notice) { Arrived(EncodeNotice(notice, 1)); }
+
+void NoticeBoard::Take(std::vector<uint16_t>* out) {
+  std::lock_guard<std::mutex> g(mu_);
+  out->insert(out->end(), ready_.begin(), ready_.end());
+  ready_.clear();
+}
+
+bool NoticeBoard::Wait(std::chrono::milliseconds timeout, std::vector<uint16_t>* out) {
+  std::unique_lock<std::mutex> g(mu_);
+  cv_.wait_for(g, timeout, [&] { return !ready_.empty() || closed_; });
+  if (ready_.empty()) return false;
+  out->insert(out->end(), ready_.begin(), ready_.end());
+  ready_.clear();
+  return true;
+}
+
+void NoticeBoard::Close() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    closed_ = true;
+  }
+  cv_.notify_all();
+}
+
+bool NoticeBoard::closed() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return closed_;
+}
+
+size_t NoticeBoard::partial() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return landed_.size();
+}
+
+}  // namespace kvfabric::engine
