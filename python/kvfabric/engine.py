@@ -48,13 +48,16 @@ class RemoteBuffer:
 
 @dataclass(frozen=True)
 class Request:
-    """One READ or WRITE: ``local`` is an int address or a buffer object."""
+    """One READ or WRITE: ``local`` is an int address or a buffer object.
+    ``notice`` (1-65535, WRITE only) tells the target's engine when every
+    byte has landed: its ``take_notices()`` returns the value once."""
 
     op: Op
     local: Any
     remote_addr: int
     length: int | None = None
     segment: Union[Segment, str, None] = None
+    notice: int = 0
 
 
 @dataclass(frozen=True)
@@ -457,6 +460,17 @@ class Engine:
         bytes sent (``.decode()`` those known to be text)."""
         return self._core.get_notifies()
 
+    def take_notices(self) -> list[int]:
+        """The notices (``Request.notice``) of WRITEs that landed whole in this
+        engine's memory since the last call, in the order they did, each once."""
+        return self._core.take_notices()
+
+    def wait_notices(self, timeout: float | None = None) -> list[int]:
+        """``take_notices()``, waiting up to ``timeout`` seconds (None: no
+        limit) for at least one; ``TransferTimeoutError`` (a ``TimeoutError``)
+        when none came."""
+        return self._core.wait_notices(timeout_ms(timeout))
+
     def _segment(self, segment: Segment | str) -> Segment:
         return segment if isinstance(segment, Segment) else self.open(segment)
 
@@ -469,7 +483,8 @@ class Engine:
                 raise InvalidArgumentError("request without a segment")
             op = _opcode(r.op)
             addr, nbytes, _ = buffer_address(r.local, r.length, writable=(op == Op.READ))
-            out.append((op, addr, self._segment(seg).handle, unsigned(r.remote_addr, "remote address"), nbytes))
+            notice = unsigned(r.notice, "notice", 1 << 16)
+            out.append((op, addr, self._segment(seg).handle, unsigned(r.remote_addr, "remote address"), nbytes, notice))
             if not isinstance(r.local, int):
                 keep.append(r.local)
         return out, keep

@@ -47,19 +47,22 @@ void Check(const Status& s) {
 }
 
 using Release = nb::call_guard<nb::gil_scoped_release>;
-// (opcode, local address, segment, remote address, length); opcode 0 READ, 1 WRITE.
-using Request = std::tuple<int, uintptr_t, int64_t, uint64_t, uint64_t>;
+// (opcode, local address, segment, remote address, length, notice); opcode 0
+// READ, 1 WRITE; notice 0 for none.
+using Request = std::tuple<int, uintptr_t, int64_t, uint64_t, uint64_t, uint32_t>;
 // (state, transferred bytes, error code, error message)
 using StatusTuple = std::tuple<int, uint64_t, int, std::string>;
 
 std::vector<kvfabric::TransferRequest> ToRequests(const std::vector<Request>& in) {
   std::vector<kvfabric::TransferRequest> out(in.size());
   for (size_t i = 0; i < in.size(); ++i) {
-    const auto& [op, local, seg, raddr, len] = in[i];
+    const auto& [op, local, seg, raddr, len, notice] = in[i];
     if (op != 0 && op != 1)
       Check(Status::InvalidArgument("request " + std::to_string(i) + ": opcode must be 0 (READ) or 1 (WRITE)"));
+    if (notice > 0xffff)
+      Check(Status::InvalidArgument("request " + std::to_string(i) + ": a notice is 1 to 65535 (0: none)"));
     out[i] = {op == 0 ? kvfabric::OpCode::kRead : kvfabric::OpCode::kWrite, reinterpret_cast<void*>(local), seg,
-              raddr, static_cast<size_t>(len)};
+              raddr, static_cast<size_t>(len), static_cast<uint16_t>(notice)};
   }
   return out;
 }
@@ -621,6 +624,25 @@ NB_MODULE(_native, m) {
           },
           nb::arg("name"), nb::arg("message"))
       .def("get_notifies", &PyEngine::GetNotifies, "The messages peers sent, oldest first, as bytes.")
+      .def(
+          "take_notices",
+          [](PyEngine& self) {
+            std::vector<uint16_t> out;
+            Check(self.e().TakeNotices(&out));
+            return out;
+          },
+          "The notices of WRITEs that landed here whole since the last call.")
+      .def(
+          "wait_notices",
+          [](PyEngine& self, int64_t timeout_ms) {
+            std::vector<uint16_t> out;
+            {
+              nb::gil_scoped_release r;
+              Check(self.e().WaitNotices(timeout_ms, &out));
+            }
+            return out;
+          },
+          nb::arg("timeout_ms"), "take_notices, waiting up to timeout_ms for at least one.")
       .def("allocate_batch", &PyEngine::AllocateBatch)
       .def(
           "submit",

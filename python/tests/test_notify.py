@@ -86,3 +86,34 @@ def test_transfer_notify_fields_read_as_str_like_mooncake():
     assert n.name_bytes == b"\xc3\xa9"
     with pytest.raises(TypeError, match="str or bytes"):
         n.msg = 5
+
+
+@pytest.mark.parametrize("protocol", ["tcp", "shm"])
+def test_write_notices_reach_the_target_once_with_their_bytes(protocol):
+    with kvfabric.Engine(protocol=protocol) as sender, kvfabric.Engine(protocol=protocol) as target:
+        chunk = 1 << 20
+        src = np.random.default_rng(5).integers(0, 256, 3 * chunk, dtype=np.uint8)
+        dst = np.zeros_like(src)
+        sender.register(src)
+        target.register(dst)
+        seg = sender.open(target.name)
+        base = dst.ctypes.data
+        reqs = [
+            kvfabric.Request(kvfabric.Op.WRITE, src[i * chunk : (i + 1) * chunk], base + i * chunk, notice=40 + i)
+            for i in range(3)
+        ]
+        sender.transfer(reqs, seg)
+        got = []
+        while len(got) < 3:
+            got += target.wait_notices(10)
+        assert sorted(got) == [40, 41, 42]
+        assert np.array_equal(src, dst)
+        assert target.take_notices() == []  # each once
+        assert sender.take_notices() == []  # the initiator learns nothing
+
+        with pytest.raises(kvfabric.InvalidArgumentError, match="WRITE only"):
+            sender.transfer([kvfabric.Request(kvfabric.Op.READ, src[:chunk], base, notice=5)], seg)
+        with pytest.raises(kvfabric.InvalidArgumentError, match="notice"):
+            sender.transfer([kvfabric.Request(kvfabric.Op.WRITE, src[:chunk], base, notice=1 << 16)], seg)
+        with pytest.raises(TimeoutError):
+            target.wait_notices(0.05)
