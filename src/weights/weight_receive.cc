@@ -1,0 +1,126 @@
+// WeightSync, a receiver's side: each bucket awaited by its notice,
+// checked (header, manifest, checksum), written on to this member's
+// children, handed out tensor by tensor, then its slot given back.
+#include <algorithm>
+#include <cstring>
+
+#include "common/text.h"
+#include "weights/weight_sync.h"
+#include "weights/weight_sync_impl.h"
+
+namespace kvfabric::weights {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// "a, b, c and 4 more": the tensors of a bucket, for its errors.
+std::string TensorsOf(const std::vector<PieceEntry>& pieces) {
+  std::string out;
+  for (size_t i = 0; i < pieces.size() && i < 3; ++i) out += (i ? ", " : "") + pieces[i].name;
+  if (pieces.size() > 3) out += text::Format(" and {} more", pieces.size() - 3);
+  return out.empty() ? "no tensors" : out;
+}
+
+// Checks the bucket that landed in its slot; fills m->header and m->pieces.
+Status Check(WeightSync::Impl* m, uint64_t bucket) {
+  const uint8_t* slot = m->slot(bucket);
+  const std::string where = text::Format("bucket {} of version {}", bucket, m->version);
+  KVF_RETURN_IF_ERROR(DecodeHeader(slot, kHeaderBytes, &m->header).Annotate(where));
+  KVF_RETURN_IF_ERROR(CheckHeader(m->header, m->version, bucket, m->options.manifest_bytes, m->options.bucket_bytes));
+  const uint8_t* manifest = slot + kPayloadAt + m->header.payload_bytes;
+  KVF_RETURN_IF_ERROR(
+      DecodeManifest(manifest, m->header.manifest_bytes, m->header.pieces, m->header.payload_bytes, &m->pieces)
+          .Annotate(where));
+  const uint64_t sum = BucketChecksum(manifest, m->header.manifest_bytes, slot + kPayloadAt, m->header.payload_bytes);
+  if (sum != m->header.checksum)
+    return Status::ProtocolError(
+        text::Format("{} ({}) does not match its checksum: its bytes were damaged on the way; "
+                     "nothing of it is handed out",
+                     where, TensorsOf(m->pieces)));
+  return Status::OK();
+}
+
+// Awaits bucket `bucket`, checks it and writes it on to the children.
+Status Load(WeightSync::Impl* m, uint64_t bucket) {
+  const auto deadline = Clock::now() + std::chrono::milliseconds(m->options.timeout_ms);
+  const WeightSync::Peer& from = m->members[m->parent];
+  KVF_RETURN_IF_ERROR(m->AwaitNotice(
+      DataNotice(bucket), deadline,
+      text::Format("bucket {} from member {} ({}): the sender, or a receiver before this one, may have died", bucket,
+                   m->parent, from.name)));
+  const Status checked = Check(m, bucket);
+  if (!checked.ok()) {
+    m->pieces.clear();
+    return checked;
+  }
+  if (bucket >= static_cast<uint64_t>(m->options.slots))
+    KVF_RETURN_IF_ERROR(m->AwaitSlotFree(bucket - m->options.slots));
+  KVF_RETURN_IF_ERROR(m->WriteToChildren(bucket, kPayloadAt + m->header.payload_bytes + m->header.manifest_bytes));
+  m->loaded = static_cast<int64_t>(bucket);
+  m->cursor = 0;
+  return Status::OK();
+}
+
+// The loaded bucket is no longer handed out: once the WRITEs that read its
+// slot are done, the parent may fill it again.
+Status Release(WeightSync::Impl* m) {
+  const uint64_t bucket = static_cast<uint64_t>(m->loaded);
+  const auto it = m->slot_writes.find(static_cast<int>(bucket % m->options.slots));
+  if (it != m->slot_writes.end()) {
+    TransferStatus all;
+    (void)m->engine->WaitBatch(it->second.batch, m->options.timeout_ms, &all);
+  }
+  return m->GiveCredit(bucket);
+}
+
+}  // namespace
+
+Status WeightSync::BeginReceive(uint64_t version) {
+  Impl& m = *impl_;
+  if (m.me <= 0) return Status::InvalidArgument("member 0 of a weight sync sends; the others receive");
+  m.version = version;
+  m.loaded = -1;
+  m.pieces.clear();
+  m.cursor = 0;
+  m.joined.clear();
+  m.finished = false;
+  return Status::OK();
+}
+
+Status WeightSync::Next(TensorRef* out, bool* done) {
+  Impl& m = *impl_;
+  *done = false;
+  for (;;) {
+    if (m.finished) {
+      *done = true;
+      return Status::OK();
+    }
+    if (m.loaded >= 0 && m.cursor < m.pieces.size()) {
+      const PieceEntry& p = m.pieces[m.cursor++];
+      const uint8_t* bytes = m.slot(static_cast<uint64_t>(m.loaded)) + kPayloadAt + p.bucket_offset;
+      if (p.length < p.tensor_bytes) {  // a piece of a tensor spanning buckets
+        m.joined.resize(p.tensor_bytes);
+        std::memcpy(m.joined.data() + p.tensor_offset, bytes, p.length);
+        if (p.tensor_offset + p.length < p.tensor_bytes) continue;
+        bytes = m.joined.data();
+      }
+      *out = {p.name, p.dtype, p.shape, bytes, p.tensor_bytes};
+      return Status::OK();
+    }
+    if (m.loaded >= 0) {
+      const bool last = (m.header.flags & BucketHeader::kLast) != 0;
+      KVF_RETURN_IF_ERROR(Release(&m));
+      if (last) {
+        // Every child's credit for the buckets still in its slots.
+        const uint64_t end = static_cast<uint64_t>(m.loaded) + 1;
+        const uint64_t first = end > static_cast<uint64_t>(m.options.slots) ? end - m.options.slots : 0;
+        for (uint64_t b = first; b < end; ++b) KVF_RETURN_IF_ERROR(m.AwaitSlotFree(b));
+        m.finished = true;
+        continue;
+      }
+    }
+    KVF_RETURN_IF_ERROR(Load(&m, static_cast<uint64_t>(m.loaded + 1)));
+  }
+}
+
+}  // namespace kvfabric::weights

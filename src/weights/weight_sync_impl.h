@@ -1,0 +1,89 @@
+// WeightSync's parts (weight_sync.h), shared by its three files by role:
+// weight_sync.cc (memory, members, notices, credits), weight_send.cc (the
+// sender) and weight_receive.cc (a receiver).
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "weights/weight_sync.h"
+
+namespace kvfabric::weights {
+
+// Notices: a bucket's data (to a child) and a slot given back (to a
+// parent), numbered by bucket within a version.
+inline constexpr uint64_t kNoticeSpan = 0x3fff;
+inline uint16_t DataNotice(uint64_t bucket) { return static_cast<uint16_t>(1 + bucket % kNoticeSpan); }
+inline uint16_t CreditNotice(uint64_t bucket) { return static_cast<uint16_t>(0x4000 + bucket % kNoticeSpan); }
+
+// Where a bucket's parts sit in a slot: the header, then the payload, then
+// the manifest right after the payload (one WRITE covers all three).
+inline constexpr uint64_t kPayloadAt = kHeaderBytes;
+
+struct WeightSync::Peer {
+  std::string name;  // engine segment name
+  std::string host;
+  int rails = 1;
+  uint64_t slots_addr = 0;
+  uint64_t credit_addr = 0;
+  SegmentHandle segment = -1;
+  bool gone = false;  // a WRITE to it failed: left out from then on
+};
+
+struct WeightSync::Impl {
+  Engine* engine = nullptr;
+  SyncOptions options;
+  uint64_t slot_bytes = 0;
+  uint8_t* region = nullptr;  // slots, then the credit words
+  size_t region_bytes = 0;
+  std::string host;
+  int rails = 1;
+  std::vector<Peer> members;
+  int me = -1;
+  int parent = RelayPlan::kNone;
+  std::vector<int> children;
+  std::multiset<uint16_t> stash;  // notices taken but not yet awaited
+  uint64_t version = 0;
+
+  // The sender's state.
+  std::optional<BucketPacker> packer;
+  int64_t open_bucket = -1;  // the bucket whose slot is being filled
+  std::vector<PieceEntry> entries;
+  struct Writes {
+    BatchId batch = 0;
+    std::vector<int> to;  // the child of each task
+  };
+  std::map<int, Writes> slot_writes;  // slot -> the WRITEs that read it
+  uint64_t sent = 0;                  // buckets sent
+  std::function<void(uint64_t, uint8_t*, uint64_t)> seal_hook;
+
+  // A receiver's state.
+  int64_t loaded = -1;  // the bucket handed out now
+  BucketHeader header;
+  std::vector<PieceEntry> pieces;
+  size_t cursor = 0;
+  std::vector<uint8_t> joined;  // a tensor spanning buckets, gathered
+  bool finished = false;
+
+  uint8_t* slot(uint64_t bucket) { return region + (bucket % options.slots) * slot_bytes; }
+  uint64_t credit_word() const { return reinterpret_cast<uint64_t>(region) + options.slots * slot_bytes; }
+  const char* role() const { return me == 0 ? "the sender" : "a receiver"; }
+
+  // Waits for `notice` until `deadline`; other notices taken meanwhile wait
+  // in the stash. Timeout names `what`.
+  Status AwaitNotice(uint16_t notice, std::chrono::steady_clock::time_point deadline, const std::string& what);
+  // WRITEs `bytes` of slot `bucket` to every child not gone, with the
+  // bucket's data notice, as one batch (kept in slot_writes).
+  Status WriteToChildren(uint64_t bucket, uint64_t bytes);
+  // Waits for the WRITEs that read slot `bucket` (children whose WRITE
+  // failed are left out from then on) and for each child's credit for it.
+  Status AwaitSlotFree(uint64_t bucket);
+  // Tells the parent this member's slot of `bucket` is free again.
+  Status GiveCredit(uint64_t bucket);
+};
+
+}  // namespace kvfabric::weights

@@ -1,0 +1,114 @@
+// Weight sync across processes (kvfabric-test-weights-member): a sender
+// and 1, 2 or 4 receivers over each provider found, every tensor checked
+// byte for byte by its receiver; two versions in a row; a bucket damaged
+// in flight; a sender that dies mid-sync.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tests/support/process.h"
+#include "tests/support/providers.h"
+
+#ifndef KVF_WEIGHTS_MEMBER_PATH
+#error "KVF_WEIGHTS_MEMBER_PATH must name the kvfabric-test-weights-member binary"
+#endif
+
+namespace kvfabric::test {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class WeightsTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/kvf-weights-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    members_.clear();
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  // Starts a sender and `receivers` receivers for `versions` versions.
+  void StartSync(int receivers, int versions, const std::vector<std::string>& sender_args = {}) {
+    for (int i = 0; i <= receivers; ++i) {
+      std::vector<std::string> argv = {
+          KVF_WEIGHTS_MEMBER_PATH, GetParam(), dir_, std::to_string(i), std::to_string(receivers + 1),
+          std::to_string(versions)};
+      if (i == 0) argv.insert(argv.end(), sender_args.begin(), sender_args.end());
+      members_.push_back(std::make_unique<Child>());
+      ASSERT_TRUE(members_.back()->Start(argv));
+    }
+  }
+  std::string Line(int member, int timeout_ms = 60000) { return members_[member]->FirstLine(timeout_ms); }
+
+  std::string dir_;
+  std::vector<std::unique_ptr<Child>> members_;
+};
+
+TEST_P(WeightsTest, EveryReceiverGetsEveryTensorOfEachVersionByteExact) {
+  for (int receivers : {1, 2, 4}) {
+    SCOPED_TRACE(std::to_string(receivers) + " receiver(s)");
+    members_.clear();
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directory(dir_);
+    ASSERT_NO_FATAL_FAILURE(StartSync(receivers, 2));
+    // 75 tensors, 5,234,024 bytes: buckets of 1 MiB, tensors spanning them.
+    for (int v = 1; v <= 2; ++v) {
+      EXPECT_EQ(Line(0), "SENT " + std::to_string(v) + " 75 5234024");
+      for (int r = 1; r <= receivers; ++r) EXPECT_EQ(Line(r), "GOT " + std::to_string(v) + " 75 5234024") << r;
+    }
+  }
+}
+
+TEST_P(WeightsTest, ABucketDamagedOnTheWayIsAnErrorNamingItsTensors) {
+  // On one host the receivers form a chain: the first finds the damage and
+  // hands nothing of that bucket out or on, and stops; the second's wait for
+  // it ends (or its slot given back finds the first gone), naming it.
+  ASSERT_NO_FATAL_FAILURE(StartSync(2, 1, {"damage=1"}));
+  const std::string first = Line(1);
+  EXPECT_NE(first.find("ERROR ProtocolError"), std::string::npos) << first;
+  EXPECT_NE(first.find("bucket 1 of version 1"), std::string::npos) << first;
+  EXPECT_NE(first.find("layers."), std::string::npos) << "names its tensors: " << first;
+  const std::string second = Line(2);
+  EXPECT_EQ(second.rfind("ERROR ", 0), 0u) << second;
+  EXPECT_NE(second.find("member 1 ("), std::string::npos) << second;
+}
+
+TEST_P(WeightsTest, ASenderThatDiesEndsEveryReceiversWaitWithinTheDeadline) {
+  // It dies in the middle of the second version, once every receiver has
+  // the first.
+  ASSERT_NO_FATAL_FAILURE(StartSync(3, 2, {"die_after=60"}));
+  for (int r = 1; r <= 3; ++r) EXPECT_EQ(Line(r), "GOT 1 75 5234024") << r;
+  const auto start = Clock::now();
+  for (int r = 1; r <= 3; ++r) {
+    // Waiting for a bucket from the member before it, or giving that member
+    // a slot back: either way the error names the member it lost.
+    const std::string line = Line(r, 30000);
+    EXPECT_EQ(line.rfind("ERROR ", 0), 0u) << line;
+    EXPECT_TRUE(line.find("from member " + std::to_string(r - 1) + " (") != std::string::npos ||
+                line.find("giving member " + std::to_string(r - 1) + " (") != std::string::npos)
+        << line;
+  }
+  // The members' deadline is 4 s, the engine's for a peer that cannot be
+  // reached 5 s: each receiver's error comes within one of them.
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(15));
+}
+
+std::vector<std::string> Protocols() {
+  std::vector<std::string> out;
+  for (const FoundProvider& p : FabricProviders()) out.push_back(p.protocol);
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, WeightsTest, ::testing::ValuesIn(Protocols()),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+}  // namespace
+}  // namespace kvfabric::test
