@@ -26,25 +26,19 @@
 #include "kvfabric/diagnostics.h"
 #include "kvfabric/engine.h"
 #include "kvfabric/store.h"
+#include "bindings.h"
 
 namespace nb = nanobind;
 using kvfabric::Status;
 
 namespace {
 
-// A failed Status crossing into Python. The translator turns it into the
-// exception class kvfabric/errors.py registered for its code.
-struct StatusError {
-  Status status;
-};
+using kvfabric::python::Check;
+using kvfabric::python::StatusError;
 
 // dict: code (int) -> exception class. A raw, deliberately leaked reference:
 // a global nb::object would be released after the interpreter is gone.
 PyObject* g_error_classes = nullptr;
-
-void Check(const Status& s) {
-  if (!s.ok()) throw StatusError{s};
-}
 
 using Release = nb::call_guard<nb::gil_scoped_release>;
 // (opcode, local address, segment, remote address, length, notice); opcode 0
@@ -521,6 +515,7 @@ NB_MODULE(_native, m) {
       PyErr_SetObject(cls.ptr(), exc.ptr());
     }
   });
+  kvfabric::python::BindWeights(m);
   m.def("_set_error_classes", [](nb::dict d) {
     Py_XDECREF(g_error_classes);
     g_error_classes = d.inc_ref().ptr();

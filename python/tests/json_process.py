@@ -27,8 +27,16 @@ class JsonProcess:
         self.info = json.loads(line)
 
     def __call__(self, **cmd) -> dict:
+        self.ask(**cmd)
+        return self.answer()
+
+    def ask(self, **cmd) -> None:
+        """Sends a command without waiting: several helpers can work at once."""
         self.p.stdin.write(json.dumps(cmd) + "\n")
         self.p.stdin.flush()
+
+    def answer(self) -> dict:
+        """The answer to the command sent last."""
         return json.loads(self.p.stdout.readline())
 
     def close(self) -> None:

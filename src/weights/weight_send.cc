@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "common/text.h"
-#include "weights/weight_sync.h"
+#include "kvfabric/weights.h"
 #include "weights/weight_sync_impl.h"
 
 namespace kvfabric::weights {

@@ -1,4 +1,4 @@
-#include "weights/weight_sync.h"
+#include "kvfabric/weights.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -55,6 +55,8 @@ void WeightSync::set_seal_hook(std::function<void(uint64_t, uint8_t*, uint64_t)>
   impl_->seal_hook = std::move(hook);
 }
 
+std::vector<int> WeightSync::parents() const { return impl_->plan.parent; }
+
 std::string WeightSync::Describe() const {
   nlohmann::json j = {{"name", impl_->engine->name()},
                       {"host", impl_->host},
@@ -91,10 +93,10 @@ Status WeightSync::Connect(const std::vector<std::string>& members, int me) {
   for (size_t i = 1; i < impl_->members.size(); ++i)
     receivers.push_back({impl_->members[i].host, impl_->members[i].rails});
   const int64_t total = static_cast<int64_t>(impl_->options.bucket_bytes) * 64;
-  plan_ = PlanRelays({impl_->members[0].host, impl_->members[0].rails}, receivers, total,
+  impl_->plan = PlanRelays({impl_->members[0].host, impl_->members[0].rails}, receivers, total,
                      static_cast<int64_t>(impl_->options.bucket_bytes));
-  impl_->parent = plan_.parent[me];
-  impl_->children = plan_.children[me];
+  impl_->parent = impl_->plan.parent[me];
+  impl_->children = impl_->plan.children[me];
   std::vector<int> peers = impl_->children;
   if (impl_->parent >= 0) peers.push_back(impl_->parent);
   for (int p : peers)

@@ -1,4 +1,4 @@
-// WeightSync's parts (weight_sync.h), shared by its three files by role:
+// WeightSync's parts (kvfabric/weights.h), shared by its three files by role:
 // weight_sync.cc (memory, members, notices, credits), weight_send.cc (the
 // sender) and weight_receive.cc (a receiver).
 #pragma once
@@ -10,7 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "weights/weight_sync.h"
+#include "kvfabric/weights.h"
+#include "weights/bucket_manifest.h"
+#include "weights/bucket_packer.h"
+#include "weights/relay_plan.h"
 
 namespace kvfabric::weights {
 
@@ -44,6 +47,7 @@ struct WeightSync::Impl {
   int rails = 1;
   std::vector<Peer> members;
   int me = -1;
+  RelayPlan plan;
   int parent = RelayPlan::kNone;
   std::vector<int> children;
   std::multiset<uint16_t> stash;  // notices taken but not yet awaited

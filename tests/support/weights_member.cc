@@ -20,7 +20,8 @@
 
 #include "kvfabric/engine.h"
 #include "tools/common/pattern.h"
-#include "weights/weight_sync.h"
+#include "kvfabric/weights.h"
+#include "weights/bucket_manifest.h"
 
 using namespace kvfabric;
 using namespace kvfabric::weights;

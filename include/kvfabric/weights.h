@@ -1,11 +1,12 @@
-// WeightSync: one member of a weight sync (docs/design/weights.md): the
-// sender (member 0, a trainer rank) or a receiver (a rollout rank). Each
-// registers `slots` bucket slots once; the sender packs tensors into its
-// own slots and WRITEs each bucket, with a notice, into the slots of the
-// receivers the relay plan gives it; a receiver checks a bucket (header,
-// manifest, checksum) when its notice comes, WRITEs it on to its own
-// children, hands its tensors out, and gives its parent the slot back with
-// a credit (an 8-byte WRITE with a notice).
+// kvfabric::weights::WeightSync: one member of a weight sync for RL
+// (docs/design/weights.md): the sender (member 0, a trainer rank) or a
+// receiver (a rollout rank). Each registers `slots` bucket slots once; the
+// sender packs tensors into its own slots and WRITEs each bucket, with a
+// notice, into the slots of the receivers the relay plan gives it; a
+// receiver checks a bucket (header, manifest, checksum) when its notice
+// comes, WRITEs it on to its own children, hands its tensors out, and
+// gives its parent the slot back with a credit (an 8-byte WRITE with a
+// notice).
 //
 //   WeightSync::Create(engine, options, &m);   // every member
 //   infos[i] = m->Describe();                  // gathered by the caller ...
@@ -25,9 +26,6 @@
 #include <vector>
 
 #include "kvfabric/engine.h"
-#include "weights/bucket_manifest.h"
-#include "weights/bucket_packer.h"
-#include "weights/relay_plan.h"
 
 namespace kvfabric::weights {
 
@@ -64,7 +62,8 @@ class WeightSync {
   // member's parent and children. Errors: members that disagree on the
   // slot layout, a segment that does not open.
   Status Connect(const std::vector<std::string>& members, int me);
-  const RelayPlan& plan() const { return plan_; }
+  // The relay plan Connect made: each member's parent (-1 for the sender).
+  std::vector<int> parents() const;
   // Called on the sender with each bucket's slot after it is sealed and
   // before it is written: a test damages bytes in flight with it.
   void set_seal_hook(std::function<void(uint64_t bucket, uint8_t* slot, uint64_t bytes)> hook);
@@ -89,7 +88,6 @@ class WeightSync {
  private:
   explicit WeightSync(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
-  RelayPlan plan_;
 };
 
 }  // namespace kvfabric::weights

@@ -1,0 +1,102 @@
+// kvfabric._native.WeightSync: kvfabric::weights::WeightSync
+// (include/kvfabric/weights.h) for kvfabric/weights.py, which turns
+// Python's arrays into addresses and back. Every call that waits or copies
+// releases the GIL.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "bindings.h"
+#include "kvfabric/engine.h"
+#include "kvfabric/weights.h"
+
+namespace nb = nanobind;
+
+namespace kvfabric::python {
+namespace {
+
+using weights::SyncOptions;
+using weights::TensorRef;
+using weights::WeightSync;
+// (name, dtype, shape, address, bytes): a received tensor, valid until the next call.
+using Received = std::tuple<std::string, std::string, std::vector<int64_t>, uintptr_t, uint64_t>;
+
+class PyWeightSync {
+ public:
+  // `engine` is a kvfabric._native.Engine, held until this object's sync
+  // is gone (the sync unregisters its slots from that engine).
+  PyWeightSync(nb::object engine, uint64_t bucket_bytes, uint64_t manifest_bytes, int slots, int64_t timeout_ms,
+               const std::string& host, int rails)
+      : engine_(std::move(engine)) {
+    const auto address = nb::cast<uintptr_t>(engine_.attr("ptr"));
+    SyncOptions o;
+    o.bucket_bytes = bucket_bytes;
+    o.manifest_bytes = manifest_bytes;
+    o.slots = slots;
+    o.timeout_ms = timeout_ms;
+    o.host = host;
+    o.rails = rails;
+    Status s;
+    {
+      nb::gil_scoped_release r;
+      s = WeightSync::Create(reinterpret_cast<Engine*>(address), o, &sync_);
+    }
+    Check(s);
+  }
+  std::string Describe() const { return sync_->Describe(); }
+  std::vector<int> Parents() const { return sync_->parents(); }
+  void Connect(const std::vector<std::string>& members, int me) { Check(sync_->Connect(members, me)); }
+  void BeginSend(uint64_t version) { Check(sync_->BeginSend(version)); }
+  void Send(const std::string& name, const std::string& dtype, const std::vector<int64_t>& shape, uintptr_t data,
+            uint64_t bytes) {
+    Check(sync_->Send({name, dtype, shape, reinterpret_cast<const void*>(data), bytes}));
+  }
+  void EndSend() { Check(sync_->EndSend()); }
+  void BeginReceive(uint64_t version) { Check(sync_->BeginReceive(version)); }
+  // The next tensor, or None when the version is complete.
+  std::optional<Received> Next() {
+    TensorRef t;
+    bool done = false;
+    Check(sync_->Next(&t, &done));
+    if (done) return std::nullopt;
+    return Received{t.name, t.dtype, t.shape, reinterpret_cast<uintptr_t>(t.data), t.bytes};
+  }
+
+  ~PyWeightSync() {
+    nb::gil_scoped_release r;  // it may wait for WRITEs still reading its slots
+    sync_.reset();
+  }
+
+ private:
+  nb::object engine_;  // declared first: released after sync_
+  std::unique_ptr<WeightSync> sync_;
+};
+
+}  // namespace
+
+void BindWeights(nb::module_& m) {
+  using Release = nb::call_guard<nb::gil_scoped_release>;
+  nb::class_<PyWeightSync>(m, "WeightSync")
+      .def(nb::init<nb::object, uint64_t, uint64_t, int, int64_t, const std::string&, int>(), nb::arg("engine"),
+           nb::arg("bucket_bytes"), nb::arg("manifest_bytes"), nb::arg("slots"), nb::arg("timeout_ms"),
+           nb::arg("host"), nb::arg("rails"))
+      .def("describe", &PyWeightSync::Describe)
+      .def("parents", &PyWeightSync::Parents)
+      .def("connect", &PyWeightSync::Connect, nb::arg("members"), nb::arg("me"), Release())
+      .def("begin_send", &PyWeightSync::BeginSend, nb::arg("version"), Release())
+      .def("send", &PyWeightSync::Send, nb::arg("name"), nb::arg("dtype"), nb::arg("shape"), nb::arg("data"),
+           nb::arg("bytes"), Release())
+      .def("end_send", &PyWeightSync::EndSend, Release())
+      .def("begin_receive", &PyWeightSync::BeginReceive, nb::arg("version"), Release())
+      .def("next", &PyWeightSync::Next, Release());
+}
+
+}  // namespace kvfabric::python
