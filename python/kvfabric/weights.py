@@ -97,6 +97,16 @@ class WeightSync:
             engine._core, bucket_bytes, manifest_bytes, slots, timeout_ms(timeout), host, rails
         )
 
+    def close(self) -> None:
+        """Unregisters the slots (idempotent); the sync cannot be used after."""
+        self._core.close()
+
+    def __enter__(self) -> "WeightSync":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def describe(self) -> str:
         """What the other members need of this one (a JSON string)."""
         return self._core.describe()

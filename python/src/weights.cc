@@ -51,27 +51,33 @@ class PyWeightSync {
     }
     Check(s);
   }
-  std::string Describe() const { return sync_->Describe(); }
-  std::vector<int> Parents() const { return sync_->parents(); }
-  void Connect(const std::vector<std::string>& members, int me) { Check(sync_->Connect(members, me)); }
-  void BeginSend(uint64_t version) { Check(sync_->BeginSend(version)); }
+  WeightSync& s() {
+    if (!sync_) Check(Status::Closed("the weight sync was closed"));
+    return *sync_;
+  }
+  std::string Describe() { return s().Describe(); }
+  std::vector<int> Parents() { return s().parents(); }
+  void Connect(const std::vector<std::string>& members, int me) { Check(s().Connect(members, me)); }
+  void BeginSend(uint64_t version) { Check(s().BeginSend(version)); }
   void Send(const std::string& name, const std::string& dtype, const std::vector<int64_t>& shape, uintptr_t data,
             uint64_t bytes) {
-    Check(sync_->Send({name, dtype, shape, reinterpret_cast<const void*>(data), bytes}));
+    Check(s().Send({name, dtype, shape, reinterpret_cast<const void*>(data), bytes}));
   }
-  void EndSend() { Check(sync_->EndSend()); }
-  void BeginReceive(uint64_t version) { Check(sync_->BeginReceive(version)); }
+  void EndSend() { Check(s().EndSend()); }
+  void BeginReceive(uint64_t version) { Check(s().BeginReceive(version)); }
   // The next tensor, or None when the version is complete.
   std::optional<Received> Next() {
     TensorRef t;
     bool done = false;
-    Check(sync_->Next(&t, &done));
+    Check(s().Next(&t, &done));
     if (done) return std::nullopt;
     return Received{t.name, t.dtype, t.shape, reinterpret_cast<uintptr_t>(t.data), t.bytes};
   }
 
-  ~PyWeightSync() {
-    nb::gil_scoped_release r;  // it may wait for WRITEs still reading its slots
+  ~PyWeightSync() { Close(); }
+  // Unregisters the slots (after the WRITEs still reading them); idempotent.
+  void Close() {
+    nb::gil_scoped_release r;
     sync_.reset();
   }
 
@@ -89,6 +95,7 @@ void BindWeights(nb::module_& m) {
            nb::arg("bucket_bytes"), nb::arg("manifest_bytes"), nb::arg("slots"), nb::arg("timeout_ms"),
            nb::arg("host"), nb::arg("rails"))
       .def("describe", &PyWeightSync::Describe)
+      .def("close", &PyWeightSync::Close)
       .def("parents", &PyWeightSync::Parents)
       .def("connect", &PyWeightSync::Connect, nb::arg("members"), nb::arg("me"), Release())
       .def("begin_send", &PyWeightSync::BeginSend, nb::arg("version"), Release())

@@ -23,3 +23,21 @@ def test_every_receiver_gets_every_tensor_of_each_version(protocol):
     finally:
         for m in members:
             m.close()
+
+
+def test_members_with_other_options_are_refused_and_a_closed_sync_says_so():
+    import kvfabric
+    from kvfabric.weights import WeightSync
+
+    with kvfabric.Engine(protocol="tcp") as a, kvfabric.Engine(protocol="tcp") as b:
+        sender = WeightSync(a, bucket_bytes=1 << 20)
+        other = WeightSync(b, bucket_bytes=2 << 20)
+        with pytest.raises(kvfabric.InvalidArgumentError, match="member 1 .*give every member the same options"):
+            sender.connect([sender.describe(), other.describe()], 0)
+        with pytest.raises(kvfabric.InvalidArgumentError, match="not one WeightSync::Describe gave"):
+            sender.connect([sender.describe(), "{}"], 0)
+        other.close()
+        other.close()
+        with pytest.raises(kvfabric.ClosedError):
+            other.describe()
+        sender.close()

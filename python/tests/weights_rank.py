@@ -53,4 +53,5 @@ def handle(cmd: dict) -> dict:
 
 
 serve({"description": sync.describe()}, handle)
+sync.close()
 engine.close()

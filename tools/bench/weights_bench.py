@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""Weight sync: kvfabric.weights beside torch.distributed broadcast over gloo
+and the bare fabric's bound, measured in the same run (docs/weights.md).
+
+One sender and 1, 2 and 4 receivers, each a process on this host, move the
+named tensors of a Qwen3-style model scaled to a few GB (weights_member.py).
+For each protocol the bare fabric's WRITE throughput of one link
+(kvfabric-fabric-bench, in the same run) gives the bound: the model's bytes
+over it. Runs alternate between kvfabric and gloo; medians of --reps
+versions each, after one version that warms the connections up."""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from compare import run_initiator, start_target, stop  # noqa: E402
+
+
+def bare_gbps(a, proto: str) -> float:
+    tool = os.path.join(a.build, "tools", "kvfabric-fabric-bench")
+    t, addr = start_target(
+        [tool, "--mode=target", "--protocol=" + proto, "--buffer_size=%d" % (256 << 20)], r"--segment_id=(\S+)"
+    )
+    try:
+        r = run_initiator(
+            [
+                tool,
+                "--mode=initiator",
+                "--protocol=" + proto,
+                "--segment_id=" + addr,
+                "--operation=write",
+                "--block_size=%d" % (8 << 20),
+                "--queue_depth=4",
+                "--duration=3",
+                "--json",
+            ]
+        )
+    finally:
+        stop(t)
+    return float(r["bytes_per_s"]) / 1e9
+
+
+def sync_times(a, kind: str, proto: str, receivers: int) -> tuple[list[float], int]:
+    """Seconds per version (sender's start to the last member's end), and the model's bytes."""
+    python = a.python if kind == "kvfabric" else a.torch_python
+    with tempfile.TemporaryDirectory(prefix="kvf-weights-bench-") as d:
+        procs = []
+        for rank in range(receivers + 1):
+            spec = dict(
+                kind=kind,
+                protocol=proto,
+                rank=rank,
+                world=receivers + 1,
+                dir=d,
+                layers=a.layers,
+                hidden=a.hidden,
+                inter=a.inter,
+                kv=a.kv,
+                vocab=a.vocab,
+                bucket=a.bucket,
+            )
+            procs.append(
+                subprocess.Popen(
+                    [python, os.path.join(HERE, "weights_member.py"), json.dumps(spec)],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+            )
+        try:
+            ready = [json.loads(p.stdout.readline()) for p in procs]
+            times = []
+            for version in range(1, a.reps + 2):
+                for p in procs[1:] + procs[:1]:  # receivers first: they wait for the sender
+                    p.stdin.write("go %d\n" % version)
+                    p.stdin.flush()
+                got = [json.loads(p.stdout.readline()) for p in procs]
+                if version > 1:  # the first warms the connections up
+                    times.append(max(g["end"] for g in got) - got[0]["start"])
+            return times, ready[0]["bytes"]
+        finally:
+            for p in procs:
+                try:
+                    p.stdin.write("quit\n")
+                    p.stdin.flush()
+                except BrokenPipeError:
+                    pass
+            for p in procs:
+                p.wait(timeout=60)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--protocols", default="tcp,shm")
+    ap.add_argument("--receivers", default="1,2,4")
+    ap.add_argument("--reps", type=int, default=3, help="versions measured per run (medians)")
+    ap.add_argument("--rounds", type=int, default=1, help="alternations of kvfabric and gloo")
+    # Qwen3-8B's shapes at half width and half depth: about 2.4 GB in two-byte weights.
+    ap.add_argument("--layers", type=int, default=18)
+    ap.add_argument("--hidden", type=int, default=2048)
+    ap.add_argument("--inter", type=int, default=6144)
+    ap.add_argument("--kv", type=int, default=512)
+    ap.add_argument("--vocab", type=int, default=75968)
+    ap.add_argument("--bucket", type=int, default=64 << 20)
+    ap.add_argument("--python", default=sys.executable, help="a Python with kvfabric")
+    ap.add_argument(
+        "--torch_python",
+        default=os.environ.get("KVF_LMCACHE_PYTHON", ""),
+        help="a Python with torch, for gloo (empty: no gloo runs)",
+    )
+    ap.add_argument("--json_out", default="")
+    a = ap.parse_args()
+    rows = []
+    for proto in a.protocols.split(","):
+        for m in [int(x) for x in a.receivers.split(",")]:
+            runs = {"kvfabric": [], "gloo": [], "bare_gbps": []}
+            for _ in range(a.rounds):
+                runs["bare_gbps"].append(bare_gbps(a, proto))
+                t, nbytes = sync_times(a, "kvfabric", proto, m)
+                runs["kvfabric"] += t
+                if a.torch_python:
+                    runs["gloo"] += sync_times(a, "gloo", proto, m)[0]
+            bound = nbytes / (statistics.median(runs["bare_gbps"]) * 1e9)
+            row = {
+                "protocol": proto,
+                "receivers": m,
+                "bytes": nbytes,
+                "bound_s": bound,
+                "bare_gbps": runs["bare_gbps"],
+                "kvfabric_s": runs["kvfabric"],
+                "gloo_s": runs["gloo"],
+            }
+            rows.append(row)
+            kv = statistics.median(runs["kvfabric"])
+            gl = statistics.median(runs["gloo"]) if runs["gloo"] else float("nan")
+            print(
+                "%-4s %d receiver(s): kvfabric %.2f s (%.2fx the bound %.2f s, %.2f GB/s), gloo %.2f s (%.1fx kvfabric)"
+                % (proto, m, kv, kv / bound, bound, nbytes / kv / 1e9, gl, gl / kv),
+                flush=True,
+            )
+    if a.json_out:
+        with open(a.json_out, "w") as f:
+            json.dump({"rows": rows, "args": vars(a)}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""One process of weights_bench.py: a member of a weight sync (kvfabric.weights)
+or of a torch.distributed gloo group, moving the same named tensors.
+
+Started with a JSON spec; prints {"ready": ...}; then for each line "go V"
+it sends (rank 0) or receives version V and prints {"start": t0, "end": t1}
+(time.time()); "quit" ends it."""
+
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+spec = json.loads(sys.argv[1])
+
+
+def model_shapes(layers: int, hidden: int, inter: int, kv: int, vocab: int) -> list[tuple[str, tuple]]:
+    """The parameter shapes of a Qwen3-style decoder (embeddings, per layer
+    attention with grouped K/V heads, gated MLP, norms; an untied LM head)."""
+    out = [("model.embed_tokens.weight", (vocab, hidden))]
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        out += [
+            (p + "input_layernorm.weight", (hidden,)),
+            (p + "self_attn.q_proj.weight", (hidden, hidden)),
+            (p + "self_attn.k_proj.weight", (kv, hidden)),
+            (p + "self_attn.v_proj.weight", (kv, hidden)),
+            (p + "self_attn.o_proj.weight", (hidden, hidden)),
+            (p + "self_attn.q_norm.weight", (128,)),
+            (p + "self_attn.k_norm.weight", (128,)),
+            (p + "post_attention_layernorm.weight", (hidden,)),
+            (p + "mlp.gate_proj.weight", (inter, hidden)),
+            (p + "mlp.up_proj.weight", (inter, hidden)),
+            (p + "mlp.down_proj.weight", (hidden, inter)),
+        ]
+    out += [("model.norm.weight", (hidden,)), ("lm_head.weight", (vocab, hidden))]
+    return out
+
+
+shapes = model_shapes(spec["layers"], spec["hidden"], spec["inter"], spec["kv"], spec["vocab"])
+rank, world = spec["rank"], spec["world"]
+
+
+def tensors():
+    """Two-byte tensors (float16: the size of bf16, which numpy lacks),
+    filled once with a cheap pattern."""
+    out = []
+    for i, (name, shape) in enumerate(shapes):
+        a = np.empty(shape, dtype=np.float16)
+        a.reshape(-1).view(np.uint16)[:] = (np.arange(a.size, dtype=np.uint32) * 2654435761 + i) >> 20
+        out.append((name, a))
+    return out
+
+
+def kvfabric_member():
+    import kvfabric
+    from kvfabric.weights import WeightSync
+
+    engine = kvfabric.Engine(protocol=spec["protocol"])
+    sync = WeightSync(engine, bucket_bytes=spec["bucket"], timeout=120)
+    path = os.path.join(spec["dir"], f"member-{rank}")
+    with open(path + ".tmp", "w") as f:
+        f.write(sync.describe())
+    os.rename(path + ".tmp", path)
+    members = []
+    for i in range(world):
+        p = os.path.join(spec["dir"], f"member-{i}")
+        while not os.path.exists(p):
+            time.sleep(0.01)
+        with open(p) as f:
+            members.append(f.read())
+    sync.connect(members, rank)
+    model = tensors() if rank == 0 else None
+
+    def run(version: int):
+        if rank == 0:
+            sync.send(version, model)
+        else:
+            for _name, _t in sync.receive(version):
+                pass
+
+    def close():
+        sync.close()
+        engine.close()
+
+    return run, close
+
+
+def gloo_member():
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group(
+        "gloo", init_method="file://" + os.path.join(spec["dir"], "gloo"), rank=rank, world_size=world
+    )
+    model = (
+        [torch.from_numpy(a) for _n, a in tensors()]
+        if rank == 0
+        else [torch.empty(s, dtype=torch.float16) for _n, s in shapes]
+    )
+
+    def run(version: int):
+        for t in model:
+            dist.broadcast(t, src=0)
+
+    return run, dist.destroy_process_group
+
+
+run, close = kvfabric_member() if spec["kind"] == "kvfabric" else gloo_member()
+print(
+    json.dumps({"ready": True, "bytes": sum(int(np.prod(s)) * 2 for _n, s in shapes), "tensors": len(shapes)}),
+    flush=True,
+)
+for line in sys.stdin:
+    if line.strip() == "quit":
+        break
+    version = int(line.split()[1])
+    t0 = time.time()
+    run(version)
+    print(json.dumps({"start": t0, "end": time.time()}), flush=True)
+close()
