@@ -48,6 +48,19 @@ struct TensorRef {
   uint64_t bytes = 0;
 };
 
+// Where a member's time went since it was created (Stats): nanoseconds
+// copying tensors into slots (sender) or gathering tensors that span
+// buckets (receiver), computing and checking checksums, waiting for
+// notices (a bucket, or a slot given back), and waiting for its own WRITEs.
+struct SyncStats {
+  uint64_t buckets = 0;  // sent, or received and checked
+  uint64_t bytes = 0;    // of tensors
+  int64_t copy_ns = 0;
+  int64_t checksum_ns = 0;
+  int64_t notice_wait_ns = 0;
+  int64_t write_wait_ns = 0;
+};
+
 class WeightSync {
  public:
   // Registers this member's slots and credit word with `engine` (which must
@@ -62,6 +75,7 @@ class WeightSync {
   // member's parent and children. Errors: members that disagree on the
   // slot layout, a segment that does not open.
   Status Connect(const std::vector<std::string>& members, int me);
+  SyncStats Stats() const;
   // The relay plan Connect made: each member's parent (-1 for the sender).
   std::vector<int> parents() const;
   // Called on the sender with each bucket's slot after it is sealed and

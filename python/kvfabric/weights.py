@@ -115,6 +115,14 @@ class WeightSync:
         """Every member's ``describe()``, the sender's first; ``me``: this one's index."""
         self._core.connect(list(members), me)
 
+    def stats(self) -> dict:
+        """Where this member's time went since it was created, in seconds:
+        ``copy_s`` (tensors into slots, or gathering tensors that span
+        buckets), ``checksum_s``, ``notice_wait_s`` (waiting for a bucket or a
+        slot given back), ``write_wait_s`` (for its own WRITEs); and
+        ``buckets`` and ``bytes``."""
+        return self._core.stats()
+
     @property
     def parents(self) -> list[int]:
         """Each member's parent in the relay plan (-1 for the sender)."""

@@ -56,6 +56,17 @@ class PyWeightSync {
     return *sync_;
   }
   std::string Describe() { return s().Describe(); }
+  nb::dict Stats() {
+    const weights::SyncStats st = s().Stats();
+    nb::dict d;
+    d["buckets"] = st.buckets;
+    d["bytes"] = st.bytes;
+    d["copy_s"] = st.copy_ns / 1e9;
+    d["checksum_s"] = st.checksum_ns / 1e9;
+    d["notice_wait_s"] = st.notice_wait_ns / 1e9;
+    d["write_wait_s"] = st.write_wait_ns / 1e9;
+    return d;
+  }
   std::vector<int> Parents() { return s().parents(); }
   void Connect(const std::vector<std::string>& members, int me) { Check(s().Connect(members, me)); }
   void BeginSend(uint64_t version) { Check(s().BeginSend(version)); }
@@ -97,6 +108,7 @@ void BindWeights(nb::module_& m) {
       .def("describe", &PyWeightSync::Describe)
       .def("close", &PyWeightSync::Close)
       .def("parents", &PyWeightSync::Parents)
+      .def("stats", &PyWeightSync::Stats)
       .def("connect", &PyWeightSync::Connect, nb::arg("members"), nb::arg("me"), Release())
       .def("begin_send", &PyWeightSync::BeginSend, nb::arg("version"), Release())
       .def("send", &PyWeightSync::Send, nb::arg("name"), nb::arg("dtype"), nb::arg("shape"), nb::arg("data"),

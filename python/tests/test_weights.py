@@ -19,7 +19,7 @@ def test_every_receiver_gets_every_tensor_of_each_version(protocol):
             for m in members[1:]:
                 m.ask(op="receive", version=version)
             assert members[0].answer() == {"sent": 44}
-            assert [m.answer() for m in members[1:]] == [{"received": 44}] * 3
+            assert [m.answer() for m in members[1:]] == [{"received": 44, "counted": True}] * 3
     finally:
         for m in members:
             m.close()

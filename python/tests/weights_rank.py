@@ -43,11 +43,17 @@ def handle(cmd: dict) -> dict:
             return {"sent": len(model(cmd["version"]))}
         want = model(cmd["version"])
         got = 0
+        before = sync.stats()
         for (name, t), (want_name, w) in zip(sync.receive(cmd["version"]), want, strict=True):
             if name != want_name or t.dtype != w.dtype or t.shape != w.shape or not np.array_equal(t, w):
                 return {"bad": name}
             got += 1
-        return {"received": got}
+        after = sync.stats()
+        # The stats count what this version handed out, and the time it took.
+        counted = (
+            after["bytes"] - before["bytes"] == sum(w.nbytes for _n, w in want) and after["buckets"] > before["buckets"]
+        )
+        return {"received": got, "counted": counted and after["checksum_s"] > before["checksum_s"]}
     except kvfabric.KvfabricError as e:
         return {"error": f"{type(e).__name__}: {e}"}
 

@@ -31,7 +31,9 @@ Status Check(WeightSync::Impl* m, uint64_t bucket) {
   KVF_RETURN_IF_ERROR(
       DecodeManifest(manifest, m->header.manifest_bytes, m->header.pieces, m->header.payload_bytes, &m->pieces)
           .Annotate(where));
+  const auto summing = Clock::now();
   const uint64_t sum = BucketChecksum(manifest, m->header.manifest_bytes, slot + kPayloadAt, m->header.payload_bytes);
+  m->stats.checksum_ns += NsSince(summing);
   if (sum != m->header.checksum)
     return Status::ProtocolError(
         text::Format("{} ({}) does not match its checksum: its bytes were damaged on the way; "
@@ -58,6 +60,7 @@ Status Load(WeightSync::Impl* m, uint64_t bucket) {
   KVF_RETURN_IF_ERROR(m->WriteToChildren(bucket, kPayloadAt + m->header.payload_bytes + m->header.manifest_bytes));
   m->loaded = static_cast<int64_t>(bucket);
   m->cursor = 0;
+  ++m->stats.buckets;
   return Status::OK();
 }
 
@@ -68,7 +71,9 @@ Status Release(WeightSync::Impl* m) {
   const auto it = m->slot_writes.find(static_cast<int>(bucket % m->options.slots));
   if (it != m->slot_writes.end()) {
     TransferStatus all;
+    const auto waiting = Clock::now();
     (void)m->engine->WaitBatch(it->second.batch, m->options.timeout_ms, &all);
+    m->stats.write_wait_ns += NsSince(waiting);
   }
   return m->GiveCredit(bucket);
 }
@@ -99,12 +104,15 @@ Status WeightSync::Next(TensorRef* out, bool* done) {
       const PieceEntry& p = m.pieces[m.cursor++];
       const uint8_t* bytes = m.slot(static_cast<uint64_t>(m.loaded)) + kPayloadAt + p.bucket_offset;
       if (p.length < p.tensor_bytes) {  // a piece of a tensor spanning buckets
+        const auto copying = Clock::now();
         m.joined.resize(p.tensor_bytes);
         std::memcpy(m.joined.data() + p.tensor_offset, bytes, p.length);
+        m.stats.copy_ns += NsSince(copying);
         if (p.tensor_offset + p.length < p.tensor_bytes) continue;
         bytes = m.joined.data();
       }
       *out = {p.name, p.dtype, p.shape, bytes, p.tensor_bytes};
+      m.stats.bytes += p.tensor_bytes;
       return Status::OK();
     }
     if (m.loaded >= 0) {

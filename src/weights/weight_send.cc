@@ -29,7 +29,9 @@ Status Seal(WeightSync::Impl* m, uint64_t bucket, bool last, uint64_t* bytes) {
   h.payload_bytes = payload;
   h.manifest_bytes = static_cast<uint32_t>(manifest.size());
   h.pieces = static_cast<uint32_t>(m->entries.size());
+  const auto summing = std::chrono::steady_clock::now();
   h.checksum = BucketChecksum(manifest.data(), manifest.size(), slot + kPayloadAt, payload);
+  m->stats.checksum_ns += NsSince(summing);
   const std::string header = EncodeHeader(h);
   std::memcpy(slot, header.data(), header.size());
   *bytes = kPayloadAt + payload + manifest.size();
@@ -45,6 +47,7 @@ Status Flush(WeightSync::Impl* m, bool last) {
   KVF_RETURN_IF_ERROR(m->WriteToChildren(bucket, bytes));
   m->entries.clear();
   m->sent = bucket + 1;
+  ++m->stats.buckets;
   return Status::OK();
 }
 
@@ -77,11 +80,15 @@ Status WeightSync::Send(const TensorRef& t) {
       KVF_RETURN_IF_ERROR(Flush(&m, false));
       KVF_RETURN_IF_ERROR(Open(&m, p.bucket));
     }
-    if (p.length > 0)
+    if (p.length > 0) {
+      const auto copying = std::chrono::steady_clock::now();
       std::memcpy(m.slot(p.bucket) + kPayloadAt + p.bucket_offset,
                   static_cast<const uint8_t*>(t.data) + p.tensor_offset, p.length);
+      m.stats.copy_ns += NsSince(copying);
+    }
     m.entries.push_back({t.name, t.dtype, t.shape, t.bytes, p.tensor_offset, p.bucket_offset, p.length});
   }
+  m.stats.bytes += t.bytes;
   return Status::OK();
 }
 

@@ -1,5 +1,3 @@
-#include "kvfabric/weights.h"
-
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -7,6 +5,7 @@
 
 #include "common/log.h"
 #include "common/text.h"
+#include "kvfabric/weights.h"
 #include "weights/weight_sync_impl.h"
 
 namespace kvfabric::weights {
@@ -57,6 +56,8 @@ void WeightSync::set_seal_hook(std::function<void(uint64_t, uint8_t*, uint64_t)>
 
 std::vector<int> WeightSync::parents() const { return impl_->plan.parent; }
 
+SyncStats WeightSync::Stats() const { return impl_->stats; }
+
 std::string WeightSync::Describe() const {
   nlohmann::json j = {{"name", impl_->engine->name()},
                       {"host", impl_->host},
@@ -94,7 +95,7 @@ Status WeightSync::Connect(const std::vector<std::string>& members, int me) {
     receivers.push_back({impl_->members[i].host, impl_->members[i].rails});
   const int64_t total = static_cast<int64_t>(impl_->options.bucket_bytes) * 64;
   impl_->plan = PlanRelays({impl_->members[0].host, impl_->members[0].rails}, receivers, total,
-                     static_cast<int64_t>(impl_->options.bucket_bytes));
+                           static_cast<int64_t>(impl_->options.bucket_bytes));
   impl_->parent = impl_->plan.parent[me];
   impl_->children = impl_->plan.children[me];
   std::vector<int> peers = impl_->children;
@@ -113,7 +114,9 @@ Status WeightSync::Impl::AwaitNotice(uint16_t notice, Clock::time_point deadline
     }
     const int64_t left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     std::vector<uint16_t> got;
+    const auto waiting = Clock::now();
     const Status s = left > 0 ? engine->WaitNotices(left, &got) : Status::Timeout("");
+    stats.notice_wait_ns += NsSince(waiting);
     if (!s.ok() && s.code() != Status::Code::kTimeout) return s.Annotate(what);
     if (!s.ok())
       return Status::Timeout(
@@ -148,7 +151,9 @@ Status WeightSync::Impl::AwaitSlotFree(uint64_t bucket) {
   const auto it = slot_writes.find(static_cast<int>(bucket % options.slots));
   if (it != slot_writes.end()) {
     TransferStatus all;
+    const auto waiting = Clock::now();
     (void)engine->WaitBatch(it->second.batch, options.timeout_ms, &all);
+    stats.write_wait_ns += NsSince(waiting);
     for (size_t i = 0; i < it->second.to.size(); ++i) {
       TransferStatus st;
       if (engine->GetTaskStatus(it->second.batch, i, &st).ok() && st.state != TaskState::kCompleted) {

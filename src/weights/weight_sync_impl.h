@@ -23,6 +23,11 @@ inline constexpr uint64_t kNoticeSpan = 0x3fff;
 inline uint16_t DataNotice(uint64_t bucket) { return static_cast<uint16_t>(1 + bucket % kNoticeSpan); }
 inline uint16_t CreditNotice(uint64_t bucket) { return static_cast<uint16_t>(0x4000 + bucket % kNoticeSpan); }
 
+// Nanoseconds since `start` (for SyncStats).
+inline int64_t NsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+}
+
 // Where a bucket's parts sit in a slot: the header, then the payload, then
 // the manifest right after the payload (one WRITE covers all three).
 inline constexpr uint64_t kPayloadAt = kHeaderBytes;
@@ -52,6 +57,7 @@ struct WeightSync::Impl {
   std::vector<int> children;
   std::multiset<uint16_t> stash;  // notices taken but not yet awaited
   uint64_t version = 0;
+  SyncStats stats;
 
   // The sender's state.
   std::optional<BucketPacker> packer;

@@ -46,8 +46,10 @@ def bare_gbps(a, proto: str) -> float:
     return float(r["bytes_per_s"]) / 1e9
 
 
-def sync_times(a, kind: str, proto: str, receivers: int) -> tuple[list[float], int]:
-    """Seconds per version (sender's start to the last member's end), and the model's bytes."""
+def sync_times(a, kind: str, proto: str, receivers: int) -> tuple[list[float], int, list[dict]]:
+    """Seconds per version (sender's start to the last member's end), the
+    model's bytes, and per version where the sender's and the last
+    receiver's time went (kvfabric only)."""
     python = a.python if kind == "kvfabric" else a.torch_python
     with tempfile.TemporaryDirectory(prefix="kvf-weights-bench-") as d:
         procs = []
@@ -75,7 +77,7 @@ def sync_times(a, kind: str, proto: str, receivers: int) -> tuple[list[float], i
             )
         try:
             ready = [json.loads(p.stdout.readline()) for p in procs]
-            times = []
+            times, spent = [], []
             for version in range(1, a.reps + 2):
                 for p in procs[1:] + procs[:1]:  # receivers first: they wait for the sender
                     p.stdin.write("go %d\n" % version)
@@ -83,7 +85,8 @@ def sync_times(a, kind: str, proto: str, receivers: int) -> tuple[list[float], i
                 got = [json.loads(p.stdout.readline()) for p in procs]
                 if version > 1:  # the first warms the connections up
                     times.append(max(g["end"] for g in got) - got[0]["start"])
-            return times, ready[0]["bytes"]
+                    spent.append({"sender": got[0]["spent"], "last_receiver": got[-1]["spent"]})
+            return times, ready[0]["bytes"], spent
         finally:
             for p in procs:
                 try:
@@ -120,11 +123,12 @@ def main() -> int:
     rows = []
     for proto in a.protocols.split(","):
         for m in [int(x) for x in a.receivers.split(",")]:
-            runs = {"kvfabric": [], "gloo": [], "bare_gbps": []}
+            runs = {"kvfabric": [], "gloo": [], "bare_gbps": [], "spent": []}
             for _ in range(a.rounds):
                 runs["bare_gbps"].append(bare_gbps(a, proto))
-                t, nbytes = sync_times(a, "kvfabric", proto, m)
+                t, nbytes, spent = sync_times(a, "kvfabric", proto, m)
                 runs["kvfabric"] += t
+                runs["spent"] += spent
                 if a.torch_python:
                     runs["gloo"] += sync_times(a, "gloo", proto, m)[0]
             bound = nbytes / (statistics.median(runs["bare_gbps"]) * 1e9)
@@ -136,6 +140,7 @@ def main() -> int:
                 "bare_gbps": runs["bare_gbps"],
                 "kvfabric_s": runs["kvfabric"],
                 "gloo_s": runs["gloo"],
+                "kvfabric_spent": runs["spent"],
             }
             rows.append(row)
             kv = statistics.median(runs["kvfabric"])
@@ -145,6 +150,9 @@ def main() -> int:
                 % (proto, m, kv, kv / bound, bound, nbytes / kv / 1e9, gl, gl / kv),
                 flush=True,
             )
+            for who in ("sender", "last_receiver"):
+                med = {k: statistics.median(x[who][k] for x in runs["spent"]) for k in runs["spent"][0][who]}
+                print("    %s: %s" % (who, ", ".join("%s %.2f" % kv_ for kv_ in sorted(med.items()))), flush=True)
     if a.json_out:
         with open(a.json_out, "w") as f:
             json.dump({"rows": rows, "args": vars(a)}, f, indent=1)

@@ -3,7 +3,8 @@ or of a torch.distributed gloo group, moving the same named tensors.
 
 Started with a JSON spec; prints {"ready": ...}; then for each line "go V"
 it sends (rank 0) or receives version V and prints {"start": t0, "end": t1}
-(time.time()); "quit" ends it."""
+(time.time()) with "spent": where a kvfabric member's time went
+(WeightSync.stats(), seconds); "quit" ends it."""
 
 import json
 import os
@@ -73,12 +74,15 @@ def kvfabric_member():
     sync.connect(members, rank)
     model = tensors() if rank == 0 else None
 
-    def run(version: int):
+    def run(version: int) -> dict:
+        before = sync.stats()
         if rank == 0:
             sync.send(version, model)
         else:
             for _name, _t in sync.receive(version):
                 pass
+        after = sync.stats()
+        return {k: after[k] - before[k] for k in after if k.endswith("_s")}
 
     def close():
         sync.close()
@@ -100,9 +104,10 @@ def gloo_member():
         else [torch.empty(s, dtype=torch.float16) for _n, s in shapes]
     )
 
-    def run(version: int):
+    def run(version: int) -> dict:
         for t in model:
             dist.broadcast(t, src=0)
+        return {}
 
     return run, dist.destroy_process_group
 
@@ -117,6 +122,6 @@ for line in sys.stdin:
         break
     version = int(line.split()[1])
     t0 = time.time()
-    run(version)
-    print(json.dumps({"start": t0, "end": time.time()}), flush=True)
+    spent = run(version)
+    print(json.dumps({"start": t0, "end": time.time(), "spent": spent}), flush=True)
 close()
