@@ -2,11 +2,13 @@
 """Weight sync: kvfabric.weights beside torch.distributed broadcast over gloo
 and the bare fabric's bound, measured in the same run (docs/weights.md).
 
-One sender and 1, 2 and 4 receivers, each a process on this host, move the
-named tensors of a Qwen3-style model scaled to a few GB (weights_member.py).
-For each protocol the bare fabric's WRITE throughput of one link
-(kvfabric-fabric-bench, in the same run) gives the bound: the model's bytes
-over it. Runs alternate between kvfabric and gloo; medians of --reps
+One sender and 1, 2 and 4 receivers, each a process, move the named tensors
+of a Qwen3-style model scaled to a few GB (weights_member.py): all on this
+host (--where local), or the sender on the emulated fabric's host A and the
+receivers on host B (--where lab: tests/lab/lab.sh, root; --lab_rails veth
+pairs shaped to --lab_rates each). The bound is the model's bytes over the
+bare fabric's WRITE throughput in the same run (kvfabric-fabric-bench): of
+one link here, of every rail at once in the lab. Runs alternate between kvfabric and gloo; medians of --reps
 versions each, after one version that warms the connections up."""
 
 import argparse
@@ -20,6 +22,14 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from compare import run_initiator, start_target, stop  # noqa: E402
+from lab_bench import LAB, bare_fabric, lab  # noqa: E402
+
+
+def bound_gbps(a, proto: str) -> float:
+    """One link's bare WRITE throughput here; in the lab, every rail's at once."""
+    if a.where == "lab":
+        return bare_fabric(argparse.Namespace(build=a.build, duration=3), a.lab_rails, "write", 4 << 20) / 1e9
+    return bare_gbps(a, proto)
 
 
 def bare_gbps(a, proto: str) -> float:
@@ -67,9 +77,15 @@ def sync_times(a, kind: str, proto: str, receivers: int) -> tuple[list[float], i
                 vocab=a.vocab,
                 bucket=a.bucket,
             )
+            where = []
+            if a.where == "lab":  # the sender on host A, the receivers on host B, every rail
+                host, side = ("A", "a") if rank == 0 else ("B", "b")
+                spec["listen"] = "10.77.0.%d:0" % (1 if rank == 0 else 2)
+                spec["nics"] = ",".join("%s%d" % (side, i) for i in range(a.lab_rails))
+                where = [LAB, "exec", host]
             procs.append(
                 subprocess.Popen(
-                    [python, os.path.join(HERE, "weights_member.py"), json.dumps(spec)],
+                    where + [python, os.path.join(HERE, "weights_member.py"), json.dumps(spec)],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     text=True,
@@ -118,14 +134,33 @@ def main() -> int:
         default=os.environ.get("KVF_LMCACHE_PYTHON", ""),
         help="a Python with torch, for gloo (empty: no gloo runs)",
     )
+    ap.add_argument(
+        "--where",
+        choices=("local", "lab"),
+        default="local",
+        help="local: every member on this host; lab: the sender on the emulated fabric's host A, "
+        "the receivers on host B (tests/lab/lab.sh, root)",
+    )
+    ap.add_argument("--lab_rails", type=int, default=4)
+    ap.add_argument("--lab_rates", default="2gbit")
     ap.add_argument("--json_out", default="")
     a = ap.parse_args()
+    if a.where == "lab":
+        lab("up", "--rails", str(a.lab_rails), "--rates", a.lab_rates)
+        try:
+            return run(a)
+        finally:
+            lab("down")
+    return run(a)
+
+
+def run(a) -> int:
     rows = []
     for proto in a.protocols.split(","):
         for m in [int(x) for x in a.receivers.split(",")]:
             runs = {"kvfabric": [], "gloo": [], "bare_gbps": [], "spent": []}
             for _ in range(a.rounds):
-                runs["bare_gbps"].append(bare_gbps(a, proto))
+                runs["bare_gbps"].append(bound_gbps(a, proto))
                 t, nbytes, spent = sync_times(a, "kvfabric", proto, m)
                 runs["kvfabric"] += t
                 runs["spent"] += spent

@@ -58,7 +58,9 @@ def kvfabric_member():
     import kvfabric
     from kvfabric.weights import WeightSync
 
-    engine = kvfabric.Engine(protocol=spec["protocol"])
+    engine = kvfabric.Engine(
+        protocol=spec["protocol"], local_server_name=spec.get("listen", "127.0.0.1:0"), nic_filter=spec.get("nics", "")
+    )
     sync = WeightSync(engine, bucket_bytes=spec["bucket"], timeout=120)
     path = os.path.join(spec["dir"], f"member-{rank}")
     with open(path + ".tmp", "w") as f:
@@ -92,6 +94,8 @@ def kvfabric_member():
 
 
 def gloo_member():
+    if spec.get("nics"):  # the lab's rails: gloo spreads its connections over them
+        os.environ["GLOO_SOCKET_IFNAME"] = spec["nics"]
     import torch
     import torch.distributed as dist
 
