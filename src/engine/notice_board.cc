@@ -1,5 +1,7 @@
 #include "engine/notice_board.h"
 
+#include "common/log.h"
+
 namespace kvfabric::engine {
 
 void NoticeBoard::Arrived(uint64_t data) {
@@ -11,6 +13,14 @@ void NoticeBoard::Arrived(uint64_t data) {
     uint32_t& n = landed_[notice];
     if (++n < slices) return;
     landed_.erase(notice);
+    if (ready_.size() >= kMaxReadyNotices) {
+      ready_.pop_front();
+      if (dropped_++ == 0)
+        KVF_LOG_WARN(
+            "{} notices of landed WRITEs wait to be taken: the oldest are dropped from now on; call "
+            "Engine::TakeNotices (Python: take_notices) on this engine",
+            kMaxReadyNotices);
+    }
     ready_.push_back(notice);
   }
   cv_.notify_all();
@@ -44,6 +54,11 @@ void NoticeBoard::Close() {
 bool NoticeBoard::closed() const {
   std::lock_guard<std::mutex> g(mu_);
   return closed_;
+}
+
+uint64_t NoticeBoard::dropped() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return dropped_;
 }
 
 size_t NoticeBoard::partial() const {

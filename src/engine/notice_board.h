@@ -26,6 +26,10 @@ inline constexpr uint32_t kMaxNoticeSlices = 0xffff;
 inline uint64_t EncodeNotice(uint16_t notice, uint32_t slices) { return (uint64_t{notice} << 16) | slices; }
 inline uint16_t NoticeOf(uint64_t data) { return static_cast<uint16_t>(data >> 16); }
 inline uint32_t SlicesOf(uint64_t data) { return static_cast<uint32_t>(data & 0xffff); }
+// Ready notices kept for the application: past this, a peer's WRITEs would
+// grow the engine's memory without bound, so the oldest are dropped (and
+// counted, dropped()).
+inline constexpr size_t kMaxReadyNotices = 1 << 16;
 
 class NoticeBoard {
  public:
@@ -43,6 +47,8 @@ class NoticeBoard {
   void Close();
   // Notices with some of their slices landed and not all.
   size_t partial() const;
+  // Ready notices dropped, never taken, because kMaxReadyNotices waited.
+  uint64_t dropped() const;
   bool closed() const;
 
  private:
@@ -50,6 +56,7 @@ class NoticeBoard {
   std::condition_variable cv_;
   std::unordered_map<uint16_t, uint32_t> landed_;  // notice -> slices landed so far
   std::deque<uint16_t> ready_;
+  uint64_t dropped_ = 0;
   bool closed_ = false;
 };
 

@@ -48,6 +48,17 @@ TEST(NoticeBoardTest, ValuesThatAreNotNoticesChangeNothing) {
   EXPECT_LE(EncodeNotice(0xffff, kMaxNoticeSlices), 0xffffffffu) << "fits efa's four bytes";
 }
 
+TEST(NoticeBoardTest, NoticesNobodyTakesAreBoundedAndTheOldestDropped) {
+  NoticeBoard b;
+  for (size_t i = 0; i < kMaxReadyNotices + 5; ++i) b.Landed(static_cast<uint16_t>(1 + i % 1000));
+  EXPECT_EQ(b.dropped(), 5u);
+  std::vector<uint16_t> got;
+  b.Take(&got);
+  ASSERT_EQ(got.size(), kMaxReadyNotices);
+  EXPECT_EQ(got.front(), 6) << "the five oldest went";
+  EXPECT_EQ(got.back(), static_cast<uint16_t>(1 + (kMaxReadyNotices + 4) % 1000));
+}
+
 TEST(NoticeBoardTest, WaitReturnsWhenANoticeLandsOrTheTimeEnds) {
   NoticeBoard b;
   std::vector<uint16_t> got;
