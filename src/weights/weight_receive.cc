@@ -68,13 +68,7 @@ Status Load(WeightSync::Impl* m, uint64_t bucket) {
 // slot are done, the parent may fill it again.
 Status Release(WeightSync::Impl* m) {
   const uint64_t bucket = static_cast<uint64_t>(m->loaded);
-  const auto it = m->slot_writes.find(static_cast<int>(bucket % m->options.slots));
-  if (it != m->slot_writes.end()) {
-    TransferStatus all;
-    const auto waiting = Clock::now();
-    (void)m->engine->WaitBatch(it->second.batch, m->options.timeout_ms, &all);
-    m->stats.write_wait_ns += NsSince(waiting);
-  }
+  m->FinishWrites(bucket);
   return m->GiveCredit(bucket);
 }
 
@@ -120,9 +114,7 @@ Status WeightSync::Next(TensorRef* out, bool* done) {
       KVF_RETURN_IF_ERROR(Release(&m));
       if (last) {
         // Every child's credit for the buckets still in its slots.
-        const uint64_t end = static_cast<uint64_t>(m.loaded) + 1;
-        const uint64_t first = end > static_cast<uint64_t>(m.options.slots) ? end - m.options.slots : 0;
-        for (uint64_t b = first; b < end; ++b) KVF_RETURN_IF_ERROR(m.AwaitSlotFree(b));
+        KVF_RETURN_IF_ERROR(m.AwaitSlotsFree(static_cast<uint64_t>(m.loaded) + 1));
         m.finished = true;
         continue;
       }

@@ -96,8 +96,7 @@ Status WeightSync::EndSend() {
   Impl& m = *impl_;
   if (!m.packer || m.open_bucket < 0) return Status::InvalidArgument("EndSend before BeginSend");
   KVF_RETURN_IF_ERROR(Flush(&m, true));
-  const uint64_t first = m.sent > static_cast<uint64_t>(m.options.slots) ? m.sent - m.options.slots : 0;
-  for (uint64_t b = first; b < m.sent; ++b) KVF_RETURN_IF_ERROR(m.AwaitSlotFree(b));
+  KVF_RETURN_IF_ERROR(m.AwaitSlotsFree(m.sent));
   m.packer.reset();
   m.open_bucket = -1;
   return Status::OK();

@@ -93,6 +93,8 @@ Status WeightSync::Connect(const std::vector<std::string>& members, int me) {
   std::vector<Member> receivers;
   for (size_t i = 1; i < impl_->members.size(); ++i)
     receivers.push_back({impl_->members[i].host, impl_->members[i].rails});
+  // The model's size is not known before the first Send: the plan assumes
+  // 64 buckets' worth, where a chain's extra bucket per hop costs little.
   const int64_t total = static_cast<int64_t>(impl_->options.bucket_bytes) * 64;
   impl_->plan = PlanRelays({impl_->members[0].host, impl_->members[0].rails}, receivers, total,
                            static_cast<int64_t>(impl_->options.bucket_bytes));
@@ -147,25 +149,28 @@ Status WeightSync::Impl::WriteToChildren(uint64_t bucket, uint64_t bytes) {
   return Status::OK();
 }
 
-Status WeightSync::Impl::AwaitSlotFree(uint64_t bucket) {
+void WeightSync::Impl::FinishWrites(uint64_t bucket) {
   const auto it = slot_writes.find(static_cast<int>(bucket % options.slots));
-  if (it != slot_writes.end()) {
-    TransferStatus all;
-    const auto waiting = Clock::now();
-    (void)engine->WaitBatch(it->second.batch, options.timeout_ms, &all);
-    stats.write_wait_ns += NsSince(waiting);
-    for (size_t i = 0; i < it->second.to.size(); ++i) {
-      TransferStatus st;
-      if (engine->GetTaskStatus(it->second.batch, i, &st).ok() && st.state != TaskState::kCompleted) {
-        Peer& child = members[it->second.to[i]];
-        child.gone = true;
-        KVF_LOG_WARN("weight sync: bucket {} of version {} did not reach member {} ({}): {}; it is left out from now",
-                     bucket, version, it->second.to[i], child.name, st.error.ToString());
-      }
+  if (it == slot_writes.end()) return;
+  TransferStatus all;
+  const auto waiting = Clock::now();
+  (void)engine->WaitBatch(it->second.batch, options.timeout_ms, &all);
+  stats.write_wait_ns += NsSince(waiting);
+  for (size_t i = 0; i < it->second.to.size(); ++i) {
+    TransferStatus st;
+    if (engine->GetTaskStatus(it->second.batch, i, &st).ok() && st.state != TaskState::kCompleted) {
+      Peer& child = members[it->second.to[i]];
+      child.gone = true;
+      KVF_LOG_WARN("weight sync: bucket {} of version {} did not reach member {} ({}): {}; it is left out from now",
+                   bucket, version, it->second.to[i], child.name, st.error.ToString());
     }
-    (void)engine->FreeBatch(it->second.batch);
-    slot_writes.erase(it);
   }
+  (void)engine->FreeBatch(it->second.batch);
+  slot_writes.erase(it);
+}
+
+Status WeightSync::Impl::AwaitSlotFree(uint64_t bucket) {
+  FinishWrites(bucket);
   const auto deadline = Clock::now() + std::chrono::milliseconds(options.timeout_ms);
   for (int c : children) {
     if (members[c].gone) continue;
@@ -175,6 +180,12 @@ Status WeightSync::Impl::AwaitSlotFree(uint64_t bucket) {
                     text::Format("the slot of bucket {} given back by member {} ({})", bucket, c, members[c].name));
     if (!s.ok()) return s;
   }
+  return Status::OK();
+}
+
+Status WeightSync::Impl::AwaitSlotsFree(uint64_t end) {
+  const uint64_t slots = static_cast<uint64_t>(options.slots);
+  for (uint64_t b = end > slots ? end - slots : 0; b < end; ++b) KVF_RETURN_IF_ERROR(AwaitSlotFree(b));
   return Status::OK();
 }
 

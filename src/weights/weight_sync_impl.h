@@ -92,6 +92,12 @@ struct WeightSync::Impl {
   // Waits for the WRITEs that read slot `bucket` (children whose WRITE
   // failed are left out from then on) and for each child's credit for it.
   Status AwaitSlotFree(uint64_t bucket);
+  // AwaitSlotFree for every bucket before `end` still in a slot (the last
+  // `slots` of them): a version's end.
+  Status AwaitSlotsFree(uint64_t end);
+  // Waits for the WRITEs that read slot `bucket` and frees their batch;
+  // children whose WRITE failed are left out from then on.
+  void FinishWrites(uint64_t bucket);
   // Tells the parent this member's slot of `bucket` is free again.
   Status GiveCredit(uint64_t bucket);
 };

@@ -21,39 +21,19 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from compare import run_initiator, start_target, stop  # noqa: E402
+from compare import bare  # noqa: E402
 from lab_bench import LAB, bare_fabric, lab  # noqa: E402
 
 
 def bound_gbps(a, proto: str) -> float:
-    """One link's bare WRITE throughput here; in the lab, every rail's at once."""
+    """One link's bare WRITE throughput here (8 MiB blocks, 4 in flight, 3 s);
+    in the lab, every rail's at once."""
     if a.where == "lab":
         return bare_fabric(argparse.Namespace(build=a.build, duration=3), a.lab_rails, "write", 4 << 20) / 1e9
-    return bare_gbps(a, proto)
-
-
-def bare_gbps(a, proto: str) -> float:
-    tool = os.path.join(a.build, "tools", "kvfabric-fabric-bench")
-    t, addr = start_target(
-        [tool, "--mode=target", "--protocol=" + proto, "--buffer_size=%d" % (256 << 20)], r"--segment_id=(\S+)"
+    one = argparse.Namespace(
+        build=a.build, buffer=256 << 20, block=8 << 20, queue_depth=4, duration=3, transmit_complete=False
     )
-    try:
-        r = run_initiator(
-            [
-                tool,
-                "--mode=initiator",
-                "--protocol=" + proto,
-                "--segment_id=" + addr,
-                "--operation=write",
-                "--block_size=%d" % (8 << 20),
-                "--queue_depth=4",
-                "--duration=3",
-                "--json",
-            ]
-        )
-    finally:
-        stop(t)
-    return float(r["bytes_per_s"]) / 1e9
+    return float(bare(one, proto, "write")["bytes_per_s"]) / 1e9
 
 
 def sync_times(a, kind: str, proto: str, receivers: int) -> tuple[list[float], int, list[dict]]:
