@@ -4,9 +4,17 @@ A wheel carries every library kvfabric links except libfabric, which must be
 the system's (the one the EFA installer or the distribution provides, shared
 with NCCL's plugin in the same process). Where it is missing, the import
 fails with what to install instead of the loader's bare message.
+
+Debian's and Ubuntu's libfabric loads libinfinipath, which installs handlers
+that exit(1) on SIGTERM, SIGINT and crashes unless IPATH_NO_BACKTRACE is set
+when it loads: set here, before the native module loads it, so that the
+interpreter's and the application's handlers stay in place.
 """
 
+import os
 import sys
+
+os.environ.setdefault("IPATH_NO_BACKTRACE", "1")
 
 try:
     from . import _native

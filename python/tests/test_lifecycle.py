@@ -119,3 +119,40 @@ def test_forked_child_leaves_the_parent_alone(protocol, peer_factory, http_metad
     assert out["parent_write"] == "ok" and out["shim_parent_write"] == 0
     assert peer.check(0, MiB, 11) == MiB
     assert peer.check(MiB, MiB, 12) == MiB
+
+
+SIGNALLED_CHILD = """
+import signal, sys, time
+if sys.argv[1] == "handler":
+    signal.signal(signal.SIGTERM, lambda *_: (print("handled", flush=True), sys.exit(0)))
+import kvfabric
+with kvfabric.Engine(protocol="tcp") as e:
+    print("ready", flush=True)
+    t = time.monotonic()
+    while time.monotonic() - t < 20:  # busy: the signal may reach any of the engine's threads
+        pass
+sys.exit(3)
+"""
+
+
+@pytest.mark.parametrize("mode", ["handler", "default"])
+def test_sigterm_reaches_the_applications_handler_or_ends_the_process(mode):
+    """A library beneath libfabric (libinfinipath, where the distribution's libfabric has the PSM providers)
+    would replace SIGTERM's handler with one that exits 1: the application's own handler must run, and
+    without one the process must die of the signal."""
+    env = {k: v for k, v in os.environ.items() if k != "IPATH_NO_BACKTRACE"}
+    p = subprocess.Popen(
+        [sys.executable, "-c", SIGNALLED_CHILD, mode],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        text=True,
+    )
+    assert p.stdout.readline().strip() == "ready"
+    time.sleep(0.2)
+    p.terminate()
+    out, _ = p.communicate(timeout=30)
+    if mode == "handler":
+        assert (p.returncode, out.strip()) == (0, "handled")
+    else:
+        assert p.returncode == -15

@@ -15,6 +15,7 @@
 
 #include "common/environment.h"
 #include "common/log.h"
+#include "fabric/signal_handlers.h"
 
 namespace kvfabric::fabric {
 
@@ -164,6 +165,7 @@ bool MayCloseStalledConnections(const std::string& mode, uint32_t version) {
 
 Status InfoList::Query(const std::string& provider, InfoList* out, bool hmem) {
   std::lock_guard<std::recursive_mutex> env(EnvironmentLock());
+  RestoreForeignSignalHandlers();
   (void)AvRemoveClosesConnections();  // before libfabric reads its variables
   fi_info* head = nullptr;
   int rc = -FI_ENODATA;

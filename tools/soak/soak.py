@@ -66,6 +66,7 @@ def run_target(protocol: str, size: int, name: str) -> None:
 
     import kvfabric
 
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # before the engine's threads, which inherit it
     e = kvfabric.Engine(
         local_server_name=name,
         protocol=protocol,
@@ -74,7 +75,6 @@ def run_target(protocol: str, size: int, name: str) -> None:
     buf = np.zeros(size, dtype=np.uint8)
     e.register(buf)
     print(json.dumps({"name": e.name, "addr": int(buf.ctypes.data)}), flush=True)
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     signal.sigwait({signal.SIGTERM})
     e.close()
 
@@ -455,6 +455,10 @@ def main() -> int:
         print(f"  store, unexplained: {issue}")
     for wrong in store_figures.get("wrong_bytes", [])[:10]:
         print(f"  store, wrong bytes: {wrong}")
+    for page in store_figures.get("lost_pages", [])[:10]:  # with the ledger's events followed
+        print(f"  store, lost: {page}")
+    if store_figures.get("node_logs"):
+        print(f"  store, logs kept: {' '.join(store_figures['node_logs'])}")
     for x in (intruder_stats["admitted"] + intruder_stats["other_errors"])[:10]:
         print(f"  intruder: {x}")
     if a.json_out:

@@ -106,12 +106,14 @@ def run_node(protocol: str, listen: str, metadata: str, pool_bytes: int) -> None
     level, so its log has a line for every page it stored and every page gone, and why (the ledger)."""
     import kvfabric
 
+    # Blocked before the engine starts its threads, which inherit the mask: a SIGTERM that reached one of them
+    # would end the process without closing the store (its pages not handed over).
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     with kvfabric.Engine(
         protocol=protocol, metadata=metadata, settings={**SETTINGS, "KVF_LOG_LEVEL": "debug"}
     ) as engine:
         store = kvfabric.Store(engine, pool_bytes=pool_bytes, listen=listen, settings=SETTINGS)
         print(json.dumps({"name": store.name, "segment": engine.name}), flush=True)
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         while signal.sigtimedwait({signal.SIGTERM}, 0.25) is None:
             print(json.dumps({"stats": store.stats()}), flush=True)
         print(json.dumps({"stats": store.stats()}), flush=True)
