@@ -47,7 +47,10 @@ void Handoff::Run() {
       if (m.handed + m.present > 0)
         KVF_LOG_INFO("store node {}: handed {} page(s) over to their new homes ({} were there already, {} refused "
                      "and kept)", node_->address(), m.handed + m.present, m.present, m.kept);
-      if (!now_in) FreeScratch();
+      if (!now_in) {
+        FreeScratch();
+        handed_.clear();
+      }
     }
     in_window = now_in;
     g.lock();
@@ -96,37 +99,8 @@ Handoff::Moved Handoff::Pass(bool last) {
         [&](std::string_view key) { return !HoldsCopy(snap->placement, key, me) && !refused.contains(std::string(key)); },
         scratch_.get(), scratch_bytes_);
     if (pages.empty()) break;
-    std::vector<std::string> keys;
-    for (const auto& p : pages) keys.push_back(p.key);
-    std::vector<bool> there;
-    client_->ExistsAtHomes(keys, node_->address(), &there);  // never this node's own copy
-    std::vector<std::string> put_keys;
-    std::vector<std::vector<StoreBuffer>> buffers;
-    std::vector<NodeService::CopiedPage> done, kept;
-    for (size_t i = 0; i < pages.size(); ++i) {
-      if (there[i]) {
-        done.push_back(pages[i]);
-        ++moved.present;
-        continue;
-      }
-      put_keys.push_back(pages[i].key);
-      buffers.push_back({StoreBuffer{scratch_.get() + pages[i].at, pages[i].length}});
-    }
-    std::vector<Status> put;
-    if (!put_keys.empty()) client_->PutIfAbsent(put_keys, buffers, node_->address(), &put);
-    for (size_t i = 0, j = 0; i < pages.size(); ++i) {
-      if (there[i]) continue;
-      const Status& s = put[j++];
-      if (s.ok()) {
-        done.push_back(pages[i]);
-        ++moved.handed;
-        continue;
-      }
-      if (first_refusal.ok()) first_refusal = s;
-      refused.insert(pages[i].key);
-      kept.push_back(pages[i]);
-    }
-    node_->RemoveCopied(done);
+    const std::vector<NodeService::CopiedPage> kept = HandBatch(pages, &moved, &first_refusal);
+    for (const auto& p : kept) refused.insert(p.key);
     moved.kept += kept.size();
     std::lock_guard<std::mutex> g(mu_);
     if (stopping_) break;
@@ -137,6 +111,55 @@ Handoff::Moved Handoff::Pass(bool last) {
                  last ? "they stay here, read by processes whose view places them here, evicted in their turn"
                       : "tried again at the next membership refresh");
   return moved;
+}
+
+std::vector<NodeService::CopiedPage> Handoff::HandBatch(const std::vector<NodeService::CopiedPage>& pages,
+                                                         Moved* moved, Status* first_refusal) {
+  std::vector<std::string> keys;
+  for (const auto& p : pages) keys.push_back(p.key);
+  std::vector<bool> there;
+  client_->ExistsAtHomes(keys, node_->address(), &there);  // never this node's own copy
+  // Three kinds: dropped at once (the home has a page from a process that
+  // routes there), PUT if absent, PUT over the home's (which may be the
+  // older page this node handed over before this one was written here).
+  std::vector<size_t> absent, over;
+  std::vector<NodeService::CopiedPage> done, kept;
+  for (size_t i = 0; i < pages.size(); ++i) {
+    if (!there[i]) {
+      absent.push_back(i);
+    } else if (const auto h = handed_.find(pages[i].key); h != handed_.end() && h->second != pages[i].generation) {
+      over.push_back(i);
+    } else {
+      done.push_back(pages[i]);
+      ++moved->present;
+    }
+  }
+  for (const bool if_absent : {true, false}) {
+    const std::vector<size_t>& which = if_absent ? absent : over;
+    if (which.empty()) continue;
+    std::vector<std::string> put_keys;
+    std::vector<std::vector<StoreBuffer>> buffers;
+    for (size_t i : which) {
+      put_keys.push_back(pages[i].key);
+      buffers.push_back({StoreBuffer{scratch_.get() + pages[i].at, pages[i].length}});
+    }
+    std::vector<Status> put;
+    if (if_absent) client_->PutIfAbsent(put_keys, buffers, node_->address(), &put);
+    else client_->PutOver(put_keys, buffers, node_->address(), &put);
+    for (size_t j = 0; j < which.size(); ++j) {
+      const NodeService::CopiedPage& page = pages[which[j]];
+      if (put[j].ok()) {
+        done.push_back(page);
+        handed_[page.key] = page.generation;
+        ++moved->handed;
+        continue;
+      }
+      if (first_refusal->ok()) *first_refusal = put[j];
+      kept.push_back(page);
+    }
+  }
+  node_->RemoveCopied(done);
+  return kept;
 }
 
 }  // namespace kvfabric::store

@@ -14,7 +14,11 @@
 // page the new home has already is dropped here (its copy came from a
 // process that routes there: the same bytes for a KV cache, see
 // docs/design/store.md), the others are PUT to their homes and dropped here once
-// acknowledged, unless overwritten or pinned meanwhile. A page its home
+// acknowledged, unless overwritten or pinned meanwhile. A key this node
+// handed over in the window and that a lagging process wrote here again
+// since is PUT over the home's page, which may be the older one this node
+// handed: dropping the newer one would lose an acknowledged PUT and leave
+// a superseded page on the home. A page its home
 // refuses (full, unreachable, or homed here by the home's own view) is
 // kept, tried again at the next pass, and left in the pool after the
 // window: a process whose view places the key here still reads it, and it
@@ -26,7 +30,10 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <unordered_map>
+#include <vector>
 
 #include "kvfabric/engine.h"
 #include "kvfabric/settings.h"
@@ -57,6 +64,11 @@ class Handoff {
   Moved Pass(bool last);
 
  private:
+  // Hands `pages` (copied into the scratch) over: dropped, PUT if absent,
+  // or PUT over the home's page; drops the handed ones here and returns
+  // those their homes refused (kept). Counts into `moved`.
+  std::vector<NodeService::CopiedPage> HandBatch(const std::vector<NodeService::CopiedPage>& pages, Moved* moved,
+                                                 Status* first_refusal);
   void Run();
   // Whether member `me` ranks for one of `key`'s KVF_STORE_MAX_COPIES
   // copies (with 1, whether it is the key's home): its page stays here.
@@ -71,6 +83,9 @@ class Handoff {
   const Settings settings_;
   std::unique_ptr<uint8_t[]> scratch_;  // registered host memory the pages are copied to; null between windows
   uint64_t scratch_bytes_ = 0;
+  // Keys this node PUT to their homes in the window, and the generation of
+  // the page handed; the handing thread's alone, cleared when the window ends.
+  std::unordered_map<std::string, uint64_t> handed_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;

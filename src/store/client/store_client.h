@@ -63,6 +63,11 @@ class StoreClient {
   // `except` fail with Unavailable, unsent.
   void PutIfAbsent(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
                    const std::string& except, std::vector<Status>* results);
+  // A hand-over's PUT over the page the home has: for a page written on
+  // the previous home after that node handed an older one over (Handoff).
+  // By READ; keys whose home is `except` fail with Unavailable, unsent.
+  void PutOver(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
+               const std::string& except, std::vector<Status>* results);
   // Exists, asked of the homes only: what a home holds, for a hand-over.
   // Keys whose home is the member `except` answer false, unasked.
   void ExistsAtHomes(const std::vector<std::string>& keys, const std::string& except, std::vector<bool>* found);
@@ -149,6 +154,9 @@ class StoreClient {
   void PullFrom(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& sources,
                 const std::vector<size_t>& which, std::vector<Status>* results, bool if_absent = false,
                 const std::string* except = nullptr, Route route = Route::Home());
+  // PutIfAbsent and PutOver: the pages in `buffers` pulled by their homes.
+  void HandOverPut(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
+                   const std::string& except, bool if_absent, std::vector<Status>* results);
   // The keys `which` (GPU memory peers cannot reach) copied into the bounce
   // buffer and put from there, as many at a time as it holds.
   void PutBounced(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
