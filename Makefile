@@ -22,6 +22,11 @@ VLLM_STAMP := $(VLLM_SRC)/.unpacked-6
 LMCACHE_VERSION ?= 0.5.6
 LMCACHE_VENV := $(BUILD)/lmcache-$(LMCACHE_VERSION)
 LMCACHE_STAMP := $(LMCACHE_VENV)/.installed-1
+# verl's release whose checkpoint-engine interface the tests drive, in
+# LMCache's venv (it has torch): verl without its dependencies, and the
+# modules verl.checkpoint_engine imports (protobuf kept below 7 for LMCache).
+VERL_VERSION ?= 0.9.1
+VERL_STAMP := $(LMCACHE_VENV)/.verl-$(VERL_VERSION)-1
 # The virtual environment's packages; the stamp is renamed when the list grows.
 VENV_DEPS := $(VENV)/.deps-4
 # Tests run this many at once. ctest's mostly wait (on deadlines, on the
@@ -84,6 +89,11 @@ $(LMCACHE_STAMP): | deps
 	$(LMCACHE_VENV)/bin/pip install -q lmcache==$(LMCACHE_VERSION)
 	touch $@
 
+$(VERL_STAMP): $(LMCACHE_STAMP)
+	$(LMCACHE_VENV)/bin/pip install -q "protobuf<7" ray omegaconf codetiming orjson cloudpickle pyvers
+	$(LMCACHE_VENV)/bin/pip install -q --no-deps verl==$(VERL_VERSION) tensordict==0.15.3
+	touch $@
+
 # LMCache's venv with this tree's wheel and its mooncake shim installed.
 lmcache-env: wheel $(LMCACHE_STAMP)
 	$(MAKE) lmcache-install
@@ -108,7 +118,7 @@ run: run-tools python
 # and the wheel (one after the other: they share the build tree), beside
 # the downloads of the frameworks' releases and of LMCache with torch,
 # which wait on the network and the disk; then LMCache's venv takes the wheel.
-test-deps: test-builds $(LMCACHE_STAMP) $(SGLANG_STAMP) $(VLLM_STAMP)
+test-deps: test-builds $(LMCACHE_STAMP) $(VERL_STAMP) $(SGLANG_STAMP) $(VLLM_STAMP)
 	$(MAKE) lmcache-install
 
 test-builds:
@@ -129,7 +139,7 @@ test-ctest:
 	$(CTEST)
 
 test-pytest: test-ctest
-	KVF_WHEEL_DIR=$(DIST) KVF_LMCACHE_PYTHON=$(CURDIR)/$(LMCACHE_VENV)/bin/python $(PYTEST) python/tests
+	KVF_WHEEL_DIR=$(DIST) KVF_LMCACHE_PYTHON=$(CURDIR)/$(LMCACHE_VENV)/bin/python KVF_VERL_PYTHON=$(CURDIR)/$(LMCACHE_VENV)/bin/python $(PYTEST) python/tests
 
 # -j1: a make of its own, outside the jobserver, so cargo and ninja use
 # every core that the suites leave.

@@ -131,11 +131,24 @@ class WeightSync:
     def send(self, version: int, tensors: Iterable[tuple[str, Any]]) -> None:
         """Sends ``(name, tensor)`` pairs (numpy arrays or CPU torch tensors) as
         ``version``; returns once the receivers it writes to have them all."""
-        self._core.begin_send(version)
+        self.begin_send(version)
         for name, t in tensors:
-            dtype, shape, addr, nbytes, keep = _tensor_info(name, t)
-            self._core.send(name, dtype, shape, addr, nbytes)
-            del keep
+            self.put(name, t)
+        self.end_send()
+
+    def begin_send(self, version: int) -> None:
+        """``send`` one tensor at a time, for tensors that come from an async
+        generator: ``begin_send(version)``, ``put`` for each, ``end_send()``."""
+        self._core.begin_send(version)
+
+    def put(self, name: str, tensor: Any) -> None:
+        """The next tensor of the version begun (copied before it returns)."""
+        dtype, shape, addr, nbytes, keep = _tensor_info(name, tensor)
+        self._core.send(name, dtype, shape, addr, nbytes)
+        del keep
+
+    def end_send(self) -> None:
+        """Sends what is packed; returns once the receivers written to have it all."""
         self._core.end_send()
 
     def receive(self, version: int, torch: bool = False) -> Iterator[tuple[str, Any]]:
