@@ -6,12 +6,12 @@ VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
 CMAKE_FLAGS ?=
-# SGLang's release whose HiCache interface the tests load (below).
+# SGLang's release whose HiCache interface and process group the tests load (below).
 SGLANG_VERSION ?= 0.5.23
 SGLANG_SRC := $(BUILD)/sglang-$(SGLANG_VERSION)
 # Named after how many files are unpacked (below): a tree unpacked before a
 # file was added unpacks again, instead of skipping that file's tests.
-SGLANG_STAMP := $(SGLANG_SRC)/.unpacked-6
+SGLANG_STAMP := $(SGLANG_SRC)/.unpacked-11
 # vLLM's release whose encoder-cache store the tests run (below).
 VLLM_VERSION ?= 0.33.0
 VLLM_SRC := $(BUILD)/vllm-$(VLLM_VERSION)
@@ -210,15 +210,19 @@ rust-bench: build
 # base class, factory and Mooncake backend (six pure-Python files of its
 # wheel, from PyPI the first time), for python/tests/test_sglang_hicache.py,
 # test_sglang_mooncake_backend.py and test_sglang_embedding_store.py, which
-# load them with torch stubbed;
-# SGLang itself, torch and CUDA are not installed.
+# load them with torch stubbed; and its StatelessProcessGroup (five more),
+# which verl's Mooncake backend imports (test_verl.py, in LMCache's venv);
+# SGLang itself and CUDA are not installed.
 $(SGLANG_STAMP): $(VENV_DEPS)
 	rm -rf $(SGLANG_SRC) && mkdir -p $(SGLANG_SRC)
 	$(PY) -m pip download -q --no-deps "sglang==$(SGLANG_VERSION)" -d $(SGLANG_SRC)/wheel
 	cd $(SGLANG_SRC) && $(abspath $(PY)) -c "import glob, zipfile; zipfile.ZipFile(glob.glob('wheel/sglang-*.whl')[0]).extractall('.', \
 	    ['sglang/srt/environ.py', 'sglang/srt/mem_cache/hicache_storage.py', 'sglang/srt/mem_cache/storage/backend_factory.py', \
 	     'sglang/srt/mem_cache/storage/mooncake_store/mooncake_store.py', 'sglang/srt/mem_cache/embedding_store.py', \
-	     'sglang/srt/mem_cache/storage/mooncake_store/mooncake_embedding_store.py'])"
+	     'sglang/srt/mem_cache/storage/mooncake_store/mooncake_embedding_store.py', \
+	     'sglang/srt/distributed/utils.py', 'sglang/srt/runtime_context.py', \
+	     'sglang/srt/arg_groups/prefill_buffer_ceiling.py', 'sglang/srt/arg_groups/arg_utils.py', \
+	     'sglang/srt/arg_groups/fields/parallel.py'])"
 	rm -rf $(SGLANG_SRC)/wheel
 	touch $@
 
