@@ -73,7 +73,12 @@ class WeightSync {
   // Every member's Describe(), the sender first; `me` is this member's
   // index. Plans the relays (PlanRelays) and opens the segments of this
   // member's parent and children. Errors: members that disagree on the
-  // slot layout, a segment that does not open.
+  // slot layout, a segment that does not open. What a version that failed
+  // half-way left behind (WRITEs, notices of its buckets and slots) is
+  // dropped: after every member connects again, any version, the failed
+  // one included, can be sent. Every member connects before the next
+  // version is sent (notices that arrived before are dropped too); the
+  // engine's notices are the sync's own.
   Status Connect(const std::vector<std::string>& members, int me);
   SyncStats Stats() const;
   // The relay plan Connect made: each member's parent (-1 for the sender).
@@ -82,7 +87,9 @@ class WeightSync {
   // before it is written: a test damages bytes in flight with it.
   void set_seal_hook(std::function<void(uint64_t bucket, uint8_t* slot, uint64_t bytes)> hook);
 
-  // The sender's side of version `version`.
+  // The sender's side of version `version`. BeginSend and BeginReceive
+  // refuse (InvalidArgument) while the last version this member began did
+  // not complete, until Connect.
   Status BeginSend(uint64_t version);
   Status Send(const TensorRef& tensor);
   // Sends the last bucket and waits until the receivers it writes to have

@@ -30,7 +30,18 @@ def model(version: int):
 
 
 engine = kvfabric.Engine(protocol=spec["protocol"])
-sync = WeightSync(engine, bucket_bytes=1 << 20, manifest_bytes=64 << 10, timeout=10)
+sync = WeightSync(engine, bucket_bytes=1 << 20, manifest_bytes=64 << 10, timeout=spec.get("timeout", 10))
+
+
+class TrainerFailed(Exception):
+    """The sender's tensors stopped coming (a trainer that failed mid-step)."""
+
+
+def cut_short(tensors, after: int):
+    for i, pair in enumerate(tensors):
+        if i == after:
+            raise TrainerFailed(f"no tensor after {after}")
+        yield pair
 
 
 def handle(cmd: dict) -> dict:
@@ -41,6 +52,12 @@ def handle(cmd: dict) -> dict:
         if cmd["op"] == "send":
             sync.send(cmd["version"], model(cmd["version"]))
             return {"sent": len(model(cmd["version"]))}
+        if cmd["op"] == "send_part":  # fails after `tensors` tensors, some buckets sent
+            try:
+                sync.send(cmd["version"], cut_short(model(cmd["version"]), cmd["tensors"]))
+            except TrainerFailed as e:
+                return {"failed": str(e)}
+            return {"sent": "all"}
         want = model(cmd["version"])
         got = 0
         before = sync.stats()

@@ -77,7 +77,7 @@ Status Release(WeightSync::Impl* m) {
 Status WeightSync::BeginReceive(uint64_t version) {
   Impl& m = *impl_;
   if (m.me <= 0) return Status::InvalidArgument("member 0 of a weight sync sends; the others receive");
-  m.version = version;
+  KVF_RETURN_IF_ERROR(m.Begin(version));
   m.loaded = -1;
   m.pieces.clear();
   m.cursor = 0;
@@ -116,6 +116,7 @@ Status WeightSync::Next(TensorRef* out, bool* done) {
         // Every child's credit for the buckets still in its slots.
         KVF_RETURN_IF_ERROR(m.AwaitSlotsFree(static_cast<uint64_t>(m.loaded) + 1));
         m.finished = true;
+        m.unfinished = false;
         continue;
       }
     }

@@ -65,7 +65,7 @@ Status Open(WeightSync::Impl* m, uint64_t bucket) {
 Status WeightSync::BeginSend(uint64_t version) {
   Impl& m = *impl_;
   if (m.me != 0) return Status::InvalidArgument("only member 0 of a weight sync sends");
-  m.version = version;
+  KVF_RETURN_IF_ERROR(m.Begin(version));
   m.packer.emplace(m.options.bucket_bytes, 64);
   m.entries.clear();
   m.sent = 0;
@@ -99,6 +99,7 @@ Status WeightSync::EndSend() {
   KVF_RETURN_IF_ERROR(m.AwaitSlotsFree(m.sent));
   m.packer.reset();
   m.open_bucket = -1;
+  m.unfinished = false;
   return Status::OK();
 }
 

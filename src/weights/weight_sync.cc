@@ -73,6 +73,7 @@ std::string WeightSync::Describe() const {
 Status WeightSync::Connect(const std::vector<std::string>& members, int me) {
   if (me < 0 || me >= static_cast<int>(members.size()))
     return Status::InvalidArgument(text::Format("member {} of a sync of {}", me, members.size()));
+  impl_->Forget();
   impl_->members.clear();
   for (size_t i = 0; i < members.size(); ++i) {
     const nlohmann::json j = nlohmann::json::parse(members[i], nullptr, false);
@@ -186,6 +187,38 @@ Status WeightSync::Impl::AwaitSlotFree(uint64_t bucket) {
 Status WeightSync::Impl::AwaitSlotsFree(uint64_t end) {
   const uint64_t slots = static_cast<uint64_t>(options.slots);
   for (uint64_t b = end > slots ? end - slots : 0; b < end; ++b) KVF_RETURN_IF_ERROR(AwaitSlotFree(b));
+  return Status::OK();
+}
+
+void WeightSync::Impl::Forget() {
+  for (auto& [slot, w] : slot_writes) {
+    TransferStatus st;
+    (void)engine->WaitBatch(w.batch, options.timeout_ms, &st);
+    (void)engine->FreeBatch(w.batch);
+  }
+  slot_writes.clear();
+  stash.clear();
+  std::vector<uint16_t> stale;
+  (void)engine->TakeNotices(&stale);
+  packer.reset();
+  open_bucket = -1;
+  entries.clear();
+  loaded = -1;
+  pieces.clear();
+  cursor = 0;
+  joined.clear();
+  finished = false;
+  unfinished = false;
+}
+
+Status WeightSync::Impl::Begin(uint64_t next) {
+  if (unfinished)
+    return Status::InvalidArgument(text::Format(
+        "version {} did not complete on {} (it failed half-way or was left): call Connect on every member "
+        "again before version {}",
+        version, role(), next));
+  unfinished = true;
+  version = next;
   return Status::OK();
 }
 

@@ -57,6 +57,7 @@ struct WeightSync::Impl {
   std::vector<int> children;
   std::multiset<uint16_t> stash;  // notices taken but not yet awaited
   uint64_t version = 0;
+  bool unfinished = false;  // a version begun and not completed: the next needs a Connect first
   SyncStats stats;
 
   // The sender's state.
@@ -100,6 +101,13 @@ struct WeightSync::Impl {
   void FinishWrites(uint64_t bucket);
   // Tells the parent this member's slot of `bucket` is free again.
   Status GiveCredit(uint64_t bucket);
+  // Drops what a version left behind: its WRITEs (waited for, within the
+  // sync's deadline), the notices taken or waiting, the packing and
+  // handing-out state (Connect).
+  void Forget();
+  // Starts version `next`; InvalidArgument while the last one begun did
+  // not complete (Connect clears it).
+  Status Begin(uint64_t next);
 };
 
 }  // namespace kvfabric::weights
