@@ -909,6 +909,22 @@ class StoreMembershipTest : public StoreTest {
     ASSERT_TRUE(WaitForMembers(3, 5000)) << "the client never saw the third node";
     ASSERT_EQ((*store)->Members().size(), 2u) << "the lagging client saw the join: nothing to test";
   }
+  // `count` keys "<prefix>N", each a page of `page` bytes at N pages into
+  // `src` (to put) and into dst_ (to get); how many home on the node that
+  // joined last.
+  size_t KeysOfPages(const std::string& prefix, size_t count, size_t page, uint8_t* src,
+                     std::vector<std::string>* keys, std::vector<std::vector<StoreBuffer>>* from,
+                     std::vector<std::vector<StoreBuffer>>* into) {
+    for (size_t i = 0; i < count; ++i) {
+      keys->push_back(prefix + std::to_string(i));
+      from->push_back({{src + i * page, page}});
+      into->push_back({{dst_->bytes + i * page, page}});
+    }
+    const store::Placement placement = PlacementOf(member_names_);
+    size_t moving = 0;
+    for (const auto& k : *keys) moving += member_names_[placement.Home(k)] == nodes_.back().name ? 1 : 0;
+    return moving;
+  }
   void StartLaggingClient(std::unique_ptr<Engine>* engine, std::unique_ptr<Store>* store) {
     EngineConfig cfg = ClientConfig(uri_);
     for (std::string kv : {cluster_, std::string("store_membership_refresh_ms=600000"),
@@ -1137,19 +1153,13 @@ TEST_P(StoreMembershipTest, KeysPutByAWriterThatHasNotSeenAJoinStayReadable) {
   constexpr size_t kKeys = 40, kPage = 4096;
   std::vector<std::string> keys;
   std::vector<std::vector<StoreBuffer>> from, into;
-  for (size_t i = 0; i < kKeys; ++i) {
-    keys.push_back("lag-" + std::to_string(i));
+  const size_t moving = KeysOfPages("lag-", kKeys, kPage, src.bytes, &keys, &from, &into);
+  ASSERT_GT(moving, 0u) << "no key homes on the new node: nothing to test";
+  for (size_t i = 0; i < kKeys; ++i)
     tools::FillPattern(src.bytes + i * kPage, kPage, 0, static_cast<uint32_t>(i + 1));
-    from.push_back({{src.bytes + i * kPage, kPage}});
-    into.push_back({{dst_->bytes + i * kPage, kPage}});
-  }
   std::vector<Status> st;
   ASSERT_TRUE(lagging->BatchPut(keys, from, &st).ok());
   ASSERT_EQ(CountOk(st), kKeys);
-  const store::Placement placement = PlacementOf(member_names_);
-  size_t moving = 0;
-  for (const auto& k : keys) moving += member_names_[placement.Home(k)] == nodes_.back().name ? 1 : 0;
-  ASSERT_GT(moving, 0u) << "no key homes on the new node: nothing to test";
 
   auto read_all = [&](const char* when) {
     std::memset(dst_->bytes, 0, kKeys * kPage);
@@ -1204,15 +1214,9 @@ TEST_P(StoreMembershipTest, APagePutAgainAfterItsHandOverReplacesTheOneHandedOve
   constexpr size_t kKeys = 40, kPage = 4096;
   std::vector<std::string> keys;
   std::vector<std::vector<StoreBuffer>> from, into;
-  for (size_t i = 0; i < kKeys; ++i) {
-    keys.push_back("again-" + std::to_string(i));
-    from.push_back({{src.bytes + i * kPage, kPage}});
-    into.push_back({{dst_->bytes + i * kPage, kPage}});
-  }
-  const store::Placement placement = PlacementOf(member_names_);
-  size_t moving = 0;
-  for (const auto& k : keys) moving += member_names_[placement.Home(k)] == nodes_.back().name ? 1 : 0;
+  const size_t moving = KeysOfPages("again-", kKeys, kPage, src.bytes, &keys, &from, &into);
   ASSERT_GT(moving, 0u) << "no key homes on the new node: nothing to test";
+  const store::Placement placement = PlacementOf(member_names_);
   auto put_all = [&](uint32_t version) {
     for (size_t i = 0; i < kKeys; ++i)
       tools::FillPattern(src.bytes + i * kPage, kPage, 0, static_cast<uint32_t>(version * 1000 + i));
