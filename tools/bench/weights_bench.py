@@ -9,7 +9,9 @@ receivers on host B (--where lab: tests/lab/lab.sh, root; --lab_rails veth
 pairs shaped to --lab_rates each). The bound is the model's bytes over the
 bare fabric's WRITE throughput in the same run (kvfabric-fabric-bench): of
 one link here, of every rail at once in the lab. Runs alternate between kvfabric and gloo; medians of --reps
-versions each, after one version that warms the connections up."""
+versions each, after one version that warms the connections up. With --verl, verl's checkpoint engines
+too (kvfabric's backend and verl's own Mooncake backend over kvfabric's shim), each version a whole step
+of verl's (prepare, topology, process group, send and receive), over tcp."""
 
 import argparse
 import json
@@ -41,6 +43,9 @@ def sync_times(a, kind: str, proto: str, receivers: int) -> tuple[list[float], i
     model's bytes, and per version where the sender's and the last
     receiver's time went (kvfabric only)."""
     python = a.python if kind == "kvfabric" else a.torch_python
+    env = dict(os.environ)
+    if kind.startswith("verl-"):  # verl's Mooncake backend imports SGLang's process group
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.abspath(a.sglang_src), env.get("PYTHONPATH")) if p)
     with tempfile.TemporaryDirectory(prefix="kvf-weights-bench-") as d:
         procs = []
         for rank in range(receivers + 1):
@@ -55,7 +60,7 @@ def sync_times(a, kind: str, proto: str, receivers: int) -> tuple[list[float], i
                 inter=a.inter,
                 kv=a.kv,
                 vocab=a.vocab,
-                bucket=a.bucket,
+                bucket=a.verl_bucket if kind.startswith("verl-") else a.bucket,
             )
             where = []
             if a.where == "lab":  # the sender on host A, the receivers on host B, every rail
@@ -69,6 +74,7 @@ def sync_times(a, kind: str, proto: str, receivers: int) -> tuple[list[float], i
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     text=True,
+                    env=env,
                 )
             )
         try:
@@ -121,12 +127,23 @@ def main() -> int:
         help="local: every member on this host; lab: the sender on the emulated fabric's host A, "
         "the receivers on host B (tests/lab/lab.sh, root)",
     )
+    ap.add_argument(
+        "--verl",
+        action="store_true",
+        help="also verl's checkpoint engines, kvfabric's and verl's own Mooncake backend over kvfabric's shim, "
+        "in --torch_python (verl installed there, as make test does), tcp only",
+    )
+    ap.add_argument("--verl_bucket", type=int, default=512 << 20, help="update_weights_bucket_megabytes, in bytes")
+    ap.add_argument("--sglang_src", default=os.environ.get("KVF_SGLANG_SRC", "build/sglang-0.5.23"))
     ap.add_argument("--lab_rails", type=int, default=4)
     ap.add_argument("--lab_rates", default="2gbit")
     ap.add_argument("--json_out", default="")
     a = ap.parse_args()
     if a.where == "lab":
         lab("up", "--rails", str(a.lab_rails), "--rates", a.lab_rates)
+        if a.verl:  # Ray, which verl's Mooncake backend asks for the host's address, goes by the default route
+            for host, nic in (("A", "a0"), ("B", "b0")):
+                lab("exec", host, "ip", "route", "add", "default", "dev", nic)
         try:
             return run(a)
         finally:
@@ -138,7 +155,8 @@ def run(a) -> int:
     rows = []
     for proto in a.protocols.split(","):
         for m in [int(x) for x in a.receivers.split(",")]:
-            runs = {"kvfabric": [], "gloo": [], "bare_gbps": [], "spent": []}
+            verl = ("verl-kvfabric", "verl-mooncake") if a.verl and a.torch_python and proto == "tcp" else ()
+            runs = {"kvfabric": [], "gloo": [], "bare_gbps": [], "spent": [], **{k: [] for k in verl}}
             for _ in range(a.rounds):
                 runs["bare_gbps"].append(bound_gbps(a, proto))
                 t, nbytes, spent = sync_times(a, "kvfabric", proto, m)
@@ -146,6 +164,8 @@ def run(a) -> int:
                 runs["spent"] += spent
                 if a.torch_python:
                     runs["gloo"] += sync_times(a, "gloo", proto, m)[0]
+                for kind in verl:
+                    runs[kind] += sync_times(a, kind, proto, m)[0]
             bound = nbytes / (statistics.median(runs["bare_gbps"]) * 1e9)
             row = {
                 "protocol": proto,
@@ -156,6 +176,7 @@ def run(a) -> int:
                 "kvfabric_s": runs["kvfabric"],
                 "gloo_s": runs["gloo"],
                 "kvfabric_spent": runs["spent"],
+                **{k.replace("-", "_") + "_s": runs[k] for k in verl},
             }
             rows.append(row)
             kv = statistics.median(runs["kvfabric"])
@@ -165,6 +186,9 @@ def run(a) -> int:
                 % (proto, m, kv, kv / bound, bound, nbytes / kv / 1e9, gl, gl / kv),
                 flush=True,
             )
+            for kind in verl:
+                t = statistics.median(runs[kind])
+                print("     %s: %.2f s (%.2fx the bound, %.2fx kvfabric)" % (kind, t, t / bound, t / kv), flush=True)
             for who in ("sender", "last_receiver"):
                 med = {k: statistics.median(x[who][k] for x in runs["spent"]) for k in runs["spent"][0][who]}
                 print("    %s: %s" % (who, ", ".join("%s %.2f" % kv_ for kv_ in sorted(med.items()))), flush=True)

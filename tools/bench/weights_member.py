@@ -1,5 +1,6 @@
-"""One process of weights_bench.py: a member of a weight sync (kvfabric.weights)
-or of a torch.distributed gloo group, moving the same named tensors.
+"""One process of weights_bench.py: a member of a weight sync (kvfabric.weights),
+of a torch.distributed gloo group, or a worker of one of verl's checkpoint
+engines (verl-kvfabric, verl-mooncake), moving the same named tensors.
 
 Started with a JSON spec; prints {"ready": ...}; then for each line "go V"
 it sends (rank 0) or receives version V and prints {"start": t0, "end": t1}
@@ -43,6 +44,22 @@ shapes = model_shapes(spec["layers"], spec["hidden"], spec["inter"], spec["kv"],
 rank, world = spec["rank"], spec["world"]
 
 
+def exchange(name: str, mine: str) -> list[str]:
+    """Every member's `mine` for `name`, in rank order, through files in the run's directory."""
+    path = os.path.join(spec["dir"], f"{name}-{rank}")
+    with open(path + ".tmp", "w") as f:
+        f.write(mine)
+    os.rename(path + ".tmp", path)
+    out = []
+    for i in range(world):
+        p = os.path.join(spec["dir"], f"{name}-{i}")
+        while not os.path.exists(p):
+            time.sleep(0.005)
+        with open(p) as f:
+            out.append(f.read())
+    return out
+
+
 def tensors():
     """Two-byte tensors (float16: the size of bf16, which numpy lacks),
     filled once with a cheap pattern."""
@@ -62,18 +79,7 @@ def kvfabric_member():
         protocol=spec["protocol"], local_server_name=spec.get("listen", "127.0.0.1:0"), nic_filter=spec.get("nics", "")
     )
     sync = WeightSync(engine, bucket_bytes=spec["bucket"], timeout=120)
-    path = os.path.join(spec["dir"], f"member-{rank}")
-    with open(path + ".tmp", "w") as f:
-        f.write(sync.describe())
-    os.rename(path + ".tmp", path)
-    members = []
-    for i in range(world):
-        p = os.path.join(spec["dir"], f"member-{i}")
-        while not os.path.exists(p):
-            time.sleep(0.01)
-        with open(p) as f:
-            members.append(f.read())
-    sync.connect(members, rank)
+    sync.connect(exchange("member", sync.describe()), rank)
     model = tensors() if rank == 0 else None
 
     def run(version: int) -> dict:
@@ -116,7 +122,55 @@ def gloo_member():
     return run, dist.destroy_process_group
 
 
-run, close = kvfabric_member() if spec["kind"] == "kvfabric" else gloo_member()
+def verl_member(backend: str):
+    """A worker of verl's checkpoint engine `backend` (kvfabric's, or verl's
+    own Mooncake backend over kvfabric's shim), each version as verl's
+    manager runs a step: prepare, build_topology, init_process_group,
+    send_weights or receive_weights, finalize. Rank 0 is the trainer."""
+    import asyncio
+
+    import torch
+    from verl.checkpoint_engine import CheckpointEngineRegistry
+
+    if backend == "kvfabric":
+        import kvfabric.integrations.verl  # noqa: F401  (registers the backend)
+
+        host = spec.get("listen", "127.0.0.1:0").rsplit(":", 1)[0]
+        kwargs = {"protocol": spec["protocol"], "host": host, "nic_filter": spec.get("nics", ""), "timeout": 120}
+    else:  # its constructor picks a CUDA device and it synchronizes one: a host with one GPU, idle
+        os.environ.update(RANK=str(rank), MC_FORCE_TCP="1")
+        torch.cuda.device_count = lambda: 1
+        torch.cuda.set_device = lambda device: None
+        torch.cuda.synchronize = lambda device=None: None
+        kwargs = {"device": "cpu", "device_name": spec.get("nics", "")}  # the lab's rails, as Mooncake's devices
+    if rank == 0:
+        kwargs["is_master"] = True
+    engine = CheckpointEngineRegistry.new(backend, bucket_size=spec["bucket"], **kwargs)
+    model = [(n, torch.from_numpy(a.view(np.uint16)).view(torch.bfloat16)) for n, a in tensors()] if rank == 0 else None
+
+    async def step(version: int):
+        if rank == 0:
+            await engine.send_weights(iter(model), global_steps=version)
+        else:
+            async for _name, _t in engine.receive_weights(global_steps=version):
+                pass
+
+    def run(version: int) -> dict:
+        metadata = [json.loads(m) for m in exchange(f"verl-{version}", json.dumps(engine.prepare()))]
+        actor, rollout = type(engine).build_topology(1, world - 1, metadata)
+        kw, i = (actor, 0) if rank == 0 else (rollout, rank - 1)
+        engine.init_process_group(**{k: v[i] for k, v in kw.items()})
+        asyncio.run(step(version))
+        exchange(f"verl-done-{version}", "")  # verl finalizes once every worker is done
+        engine.finalize()
+        return {}
+
+    return run, getattr(engine, "close", lambda: None)
+
+
+kinds = {"kvfabric": kvfabric_member, "gloo": gloo_member}
+kinds.update({k: (lambda b=k.removeprefix("verl-"): verl_member(b)) for k in ("verl-kvfabric", "verl-mooncake")})
+run, close = kinds[spec["kind"]]()
 print(
     json.dumps({"ready": True, "bytes": sum(int(np.prod(s)) * 2 for _n, s in shapes), "tensors": len(shapes)}),
     flush=True,
