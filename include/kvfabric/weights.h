@@ -76,9 +76,9 @@ class WeightSync {
   // slot layout, a segment that does not open. What a version that failed
   // half-way left behind (WRITEs, notices of its buckets and slots) is
   // dropped: after every member connects again, any version, the failed
-  // one included, can be sent. Every member connects before the next
-  // version is sent (notices that arrived before are dropped too); the
-  // engine's notices are the sync's own.
+  // one included, can be sent. After a failure, every member connects
+  // before the next version is sent (notices that arrived before are
+  // dropped too); the engine's notices are the sync's own.
   Status Connect(const std::vector<std::string>& members, int me);
   SyncStats Stats() const;
   // The relay plan Connect made: each member's parent (-1 for the sender).

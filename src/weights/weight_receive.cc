@@ -53,6 +53,7 @@ Status Load(WeightSync::Impl* m, uint64_t bucket) {
   const Status checked = Check(m, bucket);
   if (!checked.ok()) {
     m->pieces.clear();
+    m->TellFailure(bucket);  // the members before and after stop now, not at their deadline
     return checked;
   }
   if (bucket >= static_cast<uint64_t>(m->options.slots))

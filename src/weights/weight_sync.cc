@@ -115,6 +115,11 @@ Status WeightSync::Impl::AwaitNotice(uint16_t notice, Clock::time_point deadline
       stash.erase(it);
       return Status::OK();
     }
+    if (auto it = std::find_if(stash.begin(), stash.end(), IsFailureNotice); it != stash.end())
+      return Status::ProtocolError(text::Format(
+          "{}: a member next to this one failed on bucket {} of version {} and stopped (its own error says why); "
+          "{} stops too",
+          what, (*it - 0x8000), version, role()));
     const int64_t left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     std::vector<uint16_t> got;
     const auto waiting = Clock::now();
@@ -190,6 +195,27 @@ Status WeightSync::Impl::AwaitSlotsFree(uint64_t end) {
   return Status::OK();
 }
 
+void WeightSync::Impl::TellFailure(uint64_t bucket) {
+  std::vector<int> neighbours = children;
+  if (parent >= 0) neighbours.push_back(parent);
+  std::vector<TransferRequest> reqs;
+  uint64_t* word = reinterpret_cast<uint64_t*>(credit_word() + 16);
+  *word = bucket;
+  for (int n : neighbours) {
+    if (members[n].gone) continue;
+    TransferRequest r{OpCode::kWrite, word, members[n].segment, members[n].credit_addr, 8};
+    r.notice = FailureNotice(bucket);
+    reqs.push_back(r);
+  }
+  BatchId batch;
+  if (reqs.empty() || !engine->AllocateBatch(reqs.size(), &batch).ok()) return;
+  TransferStatus st;
+  if (engine->Submit(batch, reqs).ok() && engine->WaitBatch(batch, std::min<int64_t>(options.timeout_ms, 2000), &st).ok() &&
+      st.state == TaskState::kPending)
+    (void)engine->ExpireBatch(batch);
+  (void)engine->FreeBatch(batch);
+}
+
 void WeightSync::Impl::Forget() {
   for (auto& [slot, w] : slot_writes) {
     TransferStatus st;
@@ -197,9 +223,11 @@ void WeightSync::Impl::Forget() {
     (void)engine->FreeBatch(w.batch);
   }
   slot_writes.clear();
-  stash.clear();
-  std::vector<uint16_t> stale;
-  (void)engine->TakeNotices(&stale);
+  if (unfinished) {  // after a version that completed, every notice of it was taken; later ones may be early
+    stash.clear();
+    std::vector<uint16_t> stale;
+    (void)engine->TakeNotices(&stale);
+  }
   packer.reset();
   open_bucket = -1;
   entries.clear();

@@ -17,11 +17,15 @@
 
 namespace kvfabric::weights {
 
-// Notices: a bucket's data (to a child) and a slot given back (to a
-// parent), numbered by bucket within a version.
+// Notices: a bucket's data (to a child), a slot given back (to a parent),
+// and a member's failure on a bucket (to its parent and children, so that
+// they stop at once instead of at their deadline), numbered by bucket
+// within a version.
 inline constexpr uint64_t kNoticeSpan = 0x3fff;
 inline uint16_t DataNotice(uint64_t bucket) { return static_cast<uint16_t>(1 + bucket % kNoticeSpan); }
 inline uint16_t CreditNotice(uint64_t bucket) { return static_cast<uint16_t>(0x4000 + bucket % kNoticeSpan); }
+inline uint16_t FailureNotice(uint64_t bucket) { return static_cast<uint16_t>(0x8000 + bucket % kNoticeSpan); }
+inline bool IsFailureNotice(uint16_t notice) { return notice >= 0x8000 && notice < 0x8000 + kNoticeSpan; }
 
 // Nanoseconds since `start` (for SyncStats).
 inline int64_t NsSince(std::chrono::steady_clock::time_point start) {
@@ -85,7 +89,8 @@ struct WeightSync::Impl {
   const char* role() const { return me == 0 ? "the sender" : "a receiver"; }
 
   // Waits for `notice` until `deadline`; other notices taken meanwhile wait
-  // in the stash. Timeout names `what`.
+  // in the stash. Timeout names `what`; a failure notice from a neighbour
+  // ends the wait with ProtocolError.
   Status AwaitNotice(uint16_t notice, std::chrono::steady_clock::time_point deadline, const std::string& what);
   // WRITEs `bytes` of slot `bucket` to every child not gone, with the
   // bucket's data notice, as one batch (kept in slot_writes).
@@ -101,9 +106,12 @@ struct WeightSync::Impl {
   void FinishWrites(uint64_t bucket);
   // Tells the parent this member's slot of `bucket` is free again.
   Status GiveCredit(uint64_t bucket);
+  // Tells the parent and the children that this member failed on `bucket`
+  // (best effort, within a short deadline): they stop waiting for it.
+  void TellFailure(uint64_t bucket);
   // Drops what a version left behind: its WRITEs (waited for, within the
-  // sync's deadline), the notices taken or waiting, the packing and
-  // handing-out state (Connect).
+  // sync's deadline), the packing and handing-out state, and, when it did
+  // not complete, the notices taken or waiting (Connect).
   void Forget();
   // Starts version `next`; InvalidArgument while the last one begun did
   // not complete (Connect clears it).
