@@ -170,24 +170,24 @@ void StoreClient::RemoveFromPreviousHomes(const std::vector<std::string>& keys, 
 void StoreClient::PutIfAbsent(const std::vector<std::string>& keys,
                               const std::vector<std::vector<StoreBuffer>>& buffers, const std::string& except,
                               std::vector<Status>* results) {
-  HandOverPut(keys, buffers, except, true, results);
+  HandOverPut(keys, buffers, except, PutRequest::HandOver::kIfAbsent, results);
 }
 
 void StoreClient::PutOver(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
                           const std::string& except, std::vector<Status>* results) {
-  HandOverPut(keys, buffers, except, false, results);
+  HandOverPut(keys, buffers, except, PutRequest::HandOver::kOver, results);
 }
 
 void StoreClient::HandOverPut(const std::vector<std::string>& keys,
                               const std::vector<std::vector<StoreBuffer>>& buffers, const std::string& except,
-                              bool if_absent, std::vector<Status>* results) {
+                              PutRequest::HandOver hand_over, std::vector<Status>* results) {
   const NodeCaller::Scope scope(&parts_.caller);
   std::vector<Memory> memory;
   CheckBuffers(keys, buffers, results, &memory);
   std::vector<size_t> which;
   for (size_t i = 0; i < keys.size(); ++i)
     if ((*results)[i].ok()) which.push_back(i);
-  PullFrom(keys, buffers, which, results, if_absent, &except);
+  PullFrom(keys, buffers, which, results, hand_over, &except);
 }
 
 void StoreClient::KeyOp(Op op, const std::vector<std::string>& keys, std::vector<Status>* results) {

@@ -115,7 +115,8 @@ void StoreClient::Put(const std::vector<std::string>& keys, const std::vector<st
 void StoreClient::PutFrom(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& sources,
                           const std::vector<Memory>& memory, const std::vector<size_t>& which,
                           std::vector<Status>* results, bool grants, Route route) {
-  if (parts_.settings.store_put_mode == "pull") return PullFrom(keys, sources, which, results, false, nullptr, route);
+  if (parts_.settings.store_put_mode == "pull")
+    return PullFrom(keys, sources, which, results, PutRequest::HandOver::kNo, nullptr, route);
   std::vector<NodeCall> calls = parts_.router.Group(keys, which, results, route);
   if (calls.empty()) return;
   PutCall put(&parts_, keys, sources, memory, results, grants && parts_.settings.store_put_grants);
@@ -124,7 +125,8 @@ void StoreClient::PutFrom(const std::vector<std::string>& keys, const std::vecto
 }
 
 void StoreClient::PullFrom(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& sources,
-                           const std::vector<size_t>& which, std::vector<Status>* results, bool if_absent,
+                           const std::vector<size_t>& which, std::vector<Status>* results,
+                           PutRequest::HandOver hand_over,
                            const std::string* except, Route route) {
   std::vector<NodeCall> calls = parts_.router.Group(keys, which, results, route);
   for (size_t i : Router::TakeCallTo(&calls, except))
@@ -134,7 +136,7 @@ void StoreClient::PullFrom(const std::vector<std::string>& keys, const std::vect
     PutRequest put;
     put.writer = parts_.engine->name();
     put.budget_ms = static_cast<uint32_t>(deadline_ms - std::min<int64_t>(deadline_ms / 5, 500));
-    put.if_absent = if_absent;
+    put.hand_over = hand_over;
     for (size_t i : call.keys) {
       PutItem item{keys[i], {}};
       for (const StoreBuffer& b : sources[i]) item.sources.push_back({reinterpret_cast<uintptr_t>(b.addr), b.length});

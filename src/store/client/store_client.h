@@ -59,7 +59,7 @@ class StoreClient {
   void KeyOp(Op op, const std::vector<std::string>& keys, std::vector<Status>* results);
   // A hand-over's PUT: each page is stored on its home unless the key has
   // one there when its bytes have arrived (then OK all the same); always
-  // by READ (PutRequest::if_absent). Keys whose home is the member
+  // by READ (PutRequest::HandOver::kIfAbsent). Keys whose home is the member
   // `except` fail with Unavailable, unsent.
   void PutIfAbsent(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
                    const std::string& except, std::vector<Status>* results);
@@ -149,14 +149,15 @@ class StoreClient {
                const std::vector<Memory>& memory, const std::vector<size_t>& which, std::vector<Status>* results,
                bool grants = true, Route route = Route::Home());
   // One PUT exchange per home, which READs the pages from `sources`.
-  // `if_absent`: PutRequest::if_absent; keys whose home is the member
+  // `hand_over`: PutRequest::hand_over; keys whose home is the member
   // `except` (when not null) fail with Unavailable, unsent.
   void PullFrom(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& sources,
-                const std::vector<size_t>& which, std::vector<Status>* results, bool if_absent = false,
+                const std::vector<size_t>& which, std::vector<Status>* results,
+                PutRequest::HandOver hand_over = PutRequest::HandOver::kNo,
                 const std::string* except = nullptr, Route route = Route::Home());
   // PutIfAbsent and PutOver: the pages in `buffers` pulled by their homes.
   void HandOverPut(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
-                   const std::string& except, bool if_absent, std::vector<Status>* results);
+                   const std::string& except, PutRequest::HandOver hand_over, std::vector<Status>* results);
   // The keys `which` (GPU memory peers cannot reach) copied into the bounce
   // buffer and put from there, as many at a time as it holds.
   void PutBounced(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,

@@ -300,12 +300,12 @@ std::vector<Status> NodeService::FinishPut(PutJob* job) {
   for (size_t i = 0; i < n; ++i) {
     if (!job->reserved[i]) continue;
     if (job->outcomes[i].ok()) {
-      if (put.if_absent && removed_.Has(put.items[i].key, now)) {
+      if (put.hand_over != PutRequest::HandOver::kNo && removed_.Has(put.items[i].key, now)) {
         table_.Unreserve(job->offsets[i], now);
         job->results[i] = Status::Unavailable("store: '" + put.items[i].key +
                                               "' was removed on its home during the hand-over: the older copy "
                                               "stays where it was");
-      } else if (put.if_absent && table_.Contains(put.items[i].key, now)) {
+      } else if (put.hand_over == PutRequest::HandOver::kIfAbsent && table_.Contains(put.items[i].key, now)) {
         table_.Unreserve(job->offsets[i], now);
       } else if (table_.Commit(put.items[i].key, job->offsets[i], job->lengths[i], sums[i], now).generation != 0)
         counters_.stored_bytes += job->lengths[i];

@@ -149,7 +149,7 @@ std::string EncodePut(const PutRequest& put) {
   w.U8(static_cast<uint8_t>(Op::kPut));
   w.Bytes(put.writer);
   w.U32(put.budget_ms);
-  w.U8(put.if_absent ? 1 : 0);
+  w.U8(static_cast<uint8_t>(put.hand_over));
   w.U32(static_cast<uint32_t>(put.items.size()));
   for (const PutItem& item : put.items) {
     w.Bytes(item.key);
@@ -167,13 +167,13 @@ Status DecodePut(std::string_view payload, PutRequest* out) {
   uint8_t op = 0;
   std::string_view writer;
   uint32_t n = 0;
-  uint8_t if_absent = 0;
+  uint8_t hand_over = 0;
   r.U8(&op);
   r.Bytes(&writer);
   r.U32(&out->budget_ms);
-  r.U8(&if_absent);
-  if (if_absent > 1 || !r.Count(8, &n)) return Malformed("put");
-  out->if_absent = if_absent == 1;
+  r.U8(&hand_over);
+  if (hand_over > static_cast<uint8_t>(PutRequest::HandOver::kOver) || !r.Count(8, &n)) return Malformed("put");
+  out->hand_over = static_cast<PutRequest::HandOver>(hand_over);
   out->writer = writer;
   out->items.resize(n);
   for (PutItem& item : out->items) {

@@ -102,9 +102,13 @@ struct PutRequest {
   std::string writer;
   uint32_t budget_ms = 0;  // the writer waits this long for the reply: the node gives up its READs sooner
   std::vector<PutItem> items;
-  // A hand-over (Handoff): a key that has a page when its READ ends keeps
-  // it, and the item is OK without being stored.
-  bool if_absent = false;
+  // A hand-over's PUT (Handoff) never stores a key removed on its home
+  // within the window. kIfAbsent: a key that has a page when its READ ends
+  // keeps it, and the item is OK without being stored; kOver: the page
+  // replaces the home's (a page written on the previous home after it
+  // handed an older one over).
+  enum class HandOver : uint8_t { kNo = 0, kIfAbsent = 1, kOver = 2 };
+  HandOver hand_over = HandOver::kNo;
 };
 
 // A PUT by WRITE (KVF_STORE_PUT_MODE=push), first step: the node reserves

@@ -33,10 +33,15 @@ TEST(MessagesTest, PutRoundTrip) {
   ASSERT_EQ(back.items[0].sources.size(), 2u);
   EXPECT_EQ(back.items[0].sources[1].addr, 8192u);
   EXPECT_EQ(back.items[0].sources[1].length, 200u);
-  EXPECT_FALSE(back.if_absent);
-  put.if_absent = true;
-  ASSERT_TRUE(DecodePut(EncodePut(put), &back).ok());
-  EXPECT_TRUE(back.if_absent);
+  EXPECT_EQ(back.hand_over, PutRequest::HandOver::kNo);
+  for (const auto kind : {PutRequest::HandOver::kIfAbsent, PutRequest::HandOver::kOver}) {
+    put.hand_over = kind;
+    ASSERT_TRUE(DecodePut(EncodePut(put), &back).ok());
+    EXPECT_EQ(back.hand_over, kind);
+  }
+  std::string wire = EncodePut(put);
+  wire[1 + 4 + put.writer.size() + 4] = 3;  // op, the writer's length and bytes, the budget, then the kind
+  EXPECT_EQ(DecodePut(wire, &back).code(), Status::Code::kProtocolError) << "no such hand-over";
 }
 
 // The operation a request names (0 when it names none).

@@ -382,7 +382,7 @@ TEST_P(StoreTest, AHandOverNeverReplacesThePageItsHomeHas) {
   store::PutRequest put;
   put.writer = engine_->name();
   put.budget_ms = 1500;
-  put.if_absent = true;
+  put.hand_over = store::PutRequest::HandOver::kIfAbsent;
   const auto from = reinterpret_cast<uintptr_t>(src_->bytes + kPage);
   put.items = {{"held", {{from, kPage}}}, {"new", {{from, kPage}}}};
   std::string reply;
@@ -402,9 +402,10 @@ TEST_P(StoreTest, AHandOverNeverReplacesThePageItsHomeHas) {
 
 // A key removed on its home within the hand-over window does not come back
 // through a hand-over that copied an older page out before the remove
-// reached the previous home: the hand-over's PUT of it is refused (the
-// previous home keeps what it has), whether the home had a page or not,
-// while a key nobody removed is still handed over.
+// reached the previous home: the hand-over's PUT of it, if absent or over
+// the home's page, is refused (the previous home keeps what it has),
+// whether the home had a page or not, while a key nobody removed is still
+// handed over.
 TEST_P(StoreTest, AHandOverNeverBringsBackAKeyRemovedOnItsHome) {
   StartNodes(1);
   StartClient();
@@ -416,33 +417,37 @@ TEST_P(StoreTest, AHandOverNeverBringsBackAKeyRemovedOnItsHome) {
   ASSERT_TRUE(store_->BatchRemove({"held", "absent"}, &st).ok());
   EXPECT_TRUE(st[0].ok()) << st[0].ToString();
   EXPECT_EQ(st[1].code(), Status::Code::kNotFound) << st[1].ToString();
-  const store::NodeStats before = StatsOf(nodes_[0].name);
-  store::PutRequest put;
-  put.writer = engine_->name();
-  put.budget_ms = 1500;
-  put.if_absent = true;
-  const auto from = reinterpret_cast<uintptr_t>(src_->bytes);
-  put.items = {{"held", {{from, kPage}}}, {"absent", {{from, kPage}}}, {"fresh", {{from, kPage}}}};
-  std::string reply;
-  ASSERT_TRUE(CallNode(nodes_[0].name, store::EncodePut(put), &reply).ok());
-  ASSERT_TRUE(store::DecodeStatuses(reply, 3, &st).ok());
-  for (size_t i = 0; i < 2; ++i) {
-    EXPECT_EQ(st[i].code(), Status::Code::kUnavailable) << i << ": " << st[i].ToString();
-    EXPECT_NE(st[i].message().find("removed on its home"), std::string::npos) << st[i].ToString();
+  for (const auto kind : {store::PutRequest::HandOver::kIfAbsent, store::PutRequest::HandOver::kOver}) {
+    const std::string fresh = "fresh-" + std::to_string(static_cast<int>(kind));
+    SCOPED_TRACE(fresh);
+    const store::NodeStats before = StatsOf(nodes_[0].name);
+    store::PutRequest put;
+    put.writer = engine_->name();
+    put.budget_ms = 1500;
+    put.hand_over = kind;
+    const auto from = reinterpret_cast<uintptr_t>(src_->bytes);
+    put.items = {{"held", {{from, kPage}}}, {"absent", {{from, kPage}}}, {fresh, {{from, kPage}}}};
+    std::string reply;
+    ASSERT_TRUE(CallNode(nodes_[0].name, store::EncodePut(put), &reply).ok());
+    ASSERT_TRUE(store::DecodeStatuses(reply, 3, &st).ok());
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_EQ(st[i].code(), Status::Code::kUnavailable) << i << ": " << st[i].ToString();
+      EXPECT_NE(st[i].message().find("removed on its home"), std::string::npos) << st[i].ToString();
+    }
+    EXPECT_TRUE(st[2].ok()) << st[2].ToString();
+    const store::NodeStats after = StatsOf(nodes_[0].name);
+    EXPECT_EQ(after.pages, before.pages + 1) << "only the key nobody removed was taken";
+    EXPECT_EQ(after.used_bytes, before.used_bytes + kPage) << "the refused pages' slots went back";
+    std::vector<uint64_t> len;
+    ASSERT_TRUE(store_->BatchGet({"held", "absent", fresh},
+                                 {{{dst_->bytes, kPage}}, {{dst_->bytes + kPage, kPage}}, {{dst_->bytes + 2 * kPage, kPage}}},
+                                 &st, &len)
+                    .ok());
+    EXPECT_EQ(st[0].code(), Status::Code::kNotFound) << st[0].ToString();
+    EXPECT_EQ(st[1].code(), Status::Code::kNotFound) << st[1].ToString();
+    ASSERT_TRUE(st[2].ok()) << st[2].ToString();
+    EXPECT_EQ(tools::CheckPattern(dst_->bytes + 2 * kPage, kPage, 0, 3), kPage);
   }
-  EXPECT_TRUE(st[2].ok()) << st[2].ToString();
-  const store::NodeStats after = StatsOf(nodes_[0].name);
-  EXPECT_EQ(after.pages, before.pages + 1) << "only the key nobody removed was taken";
-  EXPECT_EQ(after.used_bytes, before.used_bytes + kPage) << "the refused pages' slots went back";
-  std::vector<uint64_t> len;
-  ASSERT_TRUE(store_->BatchGet({"held", "absent", "fresh"},
-                               {{{dst_->bytes, kPage}}, {{dst_->bytes + kPage, kPage}}, {{dst_->bytes + 2 * kPage, kPage}}},
-                               &st, &len)
-                  .ok());
-  EXPECT_EQ(st[0].code(), Status::Code::kNotFound) << st[0].ToString();
-  EXPECT_EQ(st[1].code(), Status::Code::kNotFound) << st[1].ToString();
-  ASSERT_TRUE(st[2].ok()) << st[2].ToString();
-  EXPECT_EQ(tools::CheckPattern(dst_->bytes + 2 * kPage, kPage, 0, 3), kPage);
 }
 
 TEST_P(StoreTest, PutsByWriteThatGoWrongLeaveNothingBehind) {
