@@ -115,11 +115,7 @@ Status WeightSync::Impl::AwaitNotice(uint16_t notice, Clock::time_point deadline
       stash.erase(it);
       return Status::OK();
     }
-    if (auto it = std::find_if(stash.begin(), stash.end(), IsFailureNotice); it != stash.end())
-      return Status::ProtocolError(text::Format(
-          "{}: a member next to this one failed on bucket {} of version {} and stopped (its own error says why); "
-          "{} stops too",
-          what, (*it - 0x8000), version, role()));
+    if (std::find_if(stash.begin(), stash.end(), IsFailureNotice) != stash.end()) return FailureReported(what);
     const int64_t left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     std::vector<uint16_t> got;
     const auto waiting = Clock::now();
@@ -260,11 +256,19 @@ Status WeightSync::Impl::GiveCredit(uint64_t bucket) {
       text::Format("giving member {} ({}) the slot of bucket {} back", parent, members[parent].name, bucket);
   // Within the sync's deadline, not the engine's (a stopped parent would
   // hold this member for KVF_TRANSFER_TIMEOUT_MS).
+  // A parent that failed on a bucket says so and stops: its failure notice
+  // ends the wait (in slices of 100 ms) with what it reported.
   BatchId batch;
   KVF_RETURN_IF_ERROR(engine->AllocateBatch(1, &batch).Annotate(what));
   Status s = engine->Submit(batch, {r});
   TransferStatus st;
-  if (s.ok()) s = engine->WaitBatch(batch, options.timeout_ms, &st);
+  const auto deadline = Clock::now() + std::chrono::milliseconds(options.timeout_ms);
+  while (s.ok()) {
+    const int64_t left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    s = engine->WaitBatch(batch, std::clamp<int64_t>(left, 0, 100), &st);
+    if (!s.ok() || st.state != TaskState::kPending || left <= 100) break;
+    if (Status failed = FailureReported(what); !failed.ok()) s = failed;
+  }
   if (s.ok() && st.state != TaskState::kCompleted) {
     if (st.state == TaskState::kPending) {
       (void)engine->ExpireBatch(batch);
@@ -272,8 +276,24 @@ Status WeightSync::Impl::GiveCredit(uint64_t bucket) {
     }
     s = st.error.ok() ? Status::Timeout(text::Format("nothing within {} ms", options.timeout_ms)) : st.error;
   }
+  if (s.code() != Status::Code::kProtocolError && !s.ok()) {
+    if (Status failed = FailureReported(what); !failed.ok()) s = failed;  // the parent's failure says more
+  } else if (s.code() == Status::Code::kProtocolError) {
+    (void)engine->ExpireBatch(batch);
+  }
   (void)engine->FreeBatch(batch);
-  return s.Annotate(what);
+  return s.code() == Status::Code::kProtocolError ? s : s.Annotate(what);
+}
+
+Status WeightSync::Impl::FailureReported(const std::string& what) {
+  std::vector<uint16_t> got;
+  if (engine->TakeNotices(&got).ok()) stash.insert(got.begin(), got.end());
+  const auto it = std::find_if(stash.begin(), stash.end(), IsFailureNotice);
+  if (it == stash.end()) return Status::OK();
+  return Status::ProtocolError(text::Format(
+      "{}: a member next to this one failed on bucket {} of version {} and stopped (its own error says why); "
+      "{} stops too",
+      what, (*it - 0x8000), version, role()));
 }
 
 }  // namespace kvfabric::weights

@@ -106,6 +106,9 @@ struct WeightSync::Impl {
   void FinishWrites(uint64_t bucket);
   // Tells the parent this member's slot of `bucket` is free again.
   Status GiveCredit(uint64_t bucket);
+  // ProtocolError naming `what` when a neighbour's failure notice has come
+  // (notices taken meanwhile go to the stash); OK otherwise.
+  Status FailureReported(const std::string& what);
   // Tells the parent and the children that this member failed on `bucket`
   // (best effort, within a short deadline): they stop waiting for it.
   void TellFailure(uint64_t bucket);
