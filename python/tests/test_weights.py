@@ -2,27 +2,46 @@
 on one host), every tensor checked by its receiver against the sender's,
 two versions in a row, over tcp and shm."""
 
+from contextlib import contextmanager
+
 import pytest
 from json_process import JsonProcess
 
 
-@pytest.mark.parametrize("protocol", ["tcp", "shm"])
-def test_every_receiver_gets_every_tensor_of_each_version(protocol):
-    members = [JsonProcess("weights_rank.py", {"protocol": protocol}, what="weight-sync member") for _ in range(4)]
+@contextmanager
+def sync_members(count: int, spec: dict):
+    """`count` weight-sync members (weights_rank.py), closed at the end."""
+    members = [JsonProcess("weights_rank.py", spec, what="weight-sync member") for _ in range(count)]
     try:
-        descriptions = [m.info["description"] for m in members]
-        for i, m in enumerate(members):
-            m.ask(op="connect", members=descriptions, me=i)
-        assert [m.answer() for m in members] == [{"parents": [-1, 0, 1, 2]}] * 4
-        for version in (1, 2):
-            members[0].ask(op="send", version=version)
-            for m in members[1:]:
-                m.ask(op="receive", version=version)
-            assert members[0].answer() == {"sent": 44}
-            assert [m.answer() for m in members[1:]] == [{"received": 44, "counted": True}] * 3
+        yield members
     finally:
         for m in members:
             m.close()
+
+
+def connect(members: list) -> None:
+    """Connects every member, the first sending; on one host they form a chain."""
+    descriptions = [m.info["description"] for m in members]
+    for i, m in enumerate(members):
+        m.ask(op="connect", members=descriptions, me=i)
+    assert [m.answer() for m in members] == [{"parents": list(range(-1, len(members) - 1))}] * len(members)
+
+
+def sync_version(members: list, version: int) -> None:
+    """Member 0 sends `version`; every other one receives and checks all 44 tensors."""
+    members[0].ask(op="send", version=version)
+    for m in members[1:]:
+        m.ask(op="receive", version=version)
+    assert members[0].answer() == {"sent": 44}
+    assert [m.answer() for m in members[1:]] == [{"received": 44, "counted": True}] * (len(members) - 1)
+
+
+@pytest.mark.parametrize("protocol", ["tcp", "shm"])
+def test_every_receiver_gets_every_tensor_of_each_version(protocol):
+    with sync_members(4, {"protocol": protocol}) as members:
+        connect(members)
+        for version in (1, 2):
+            sync_version(members, version)
 
 
 def test_a_version_that_failed_half_way_is_sent_again_after_a_new_connect():
@@ -31,18 +50,8 @@ def test_a_version_that_failed_half_way_is_sent_again_after_a_new_connect():
     and the next send or receive is refused until a new connect; after it,
     as each step of an RL framework makes, the same version goes through
     whole, then the next one."""
-    members = [
-        JsonProcess("weights_rank.py", {"protocol": "tcp", "timeout": 2}, what="weight-sync member") for _ in range(3)
-    ]
-    try:
-        descriptions = [m.info["description"] for m in members]
-
-        def connect():
-            for i, m in enumerate(members):
-                m.ask(op="connect", members=descriptions, me=i)
-            assert [m.answer() for m in members] == [{"parents": [-1, 0, 1]}] * 3
-
-        connect()
+    with sync_members(3, {"protocol": "tcp", "timeout": 2}) as members:
+        connect(members)
         members[0].ask(op="send_part", version=7, tensors=30)
         for m in members[1:]:
             m.ask(op="receive", version=7)
@@ -57,15 +66,8 @@ def test_a_version_that_failed_half_way_is_sent_again_after_a_new_connect():
             error = m.answer()["error"]
             assert "InvalidArgumentError" in error and "did not complete" in error, error
         for version in (7, 8):
-            connect()
-            members[0].ask(op="send", version=version)
-            for m in members[1:]:
-                m.ask(op="receive", version=version)
-            assert members[0].answer() == {"sent": 44}
-            assert [m.answer() for m in members[1:]] == [{"received": 44, "counted": True}] * 2
-    finally:
-        for m in members:
-            m.close()
+            connect(members)
+            sync_version(members, version)
 
 
 def test_members_with_other_options_are_refused_and_a_closed_sync_says_so():

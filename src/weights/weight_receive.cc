@@ -78,13 +78,7 @@ Status Release(WeightSync::Impl* m) {
 Status WeightSync::BeginReceive(uint64_t version) {
   Impl& m = *impl_;
   if (m.me <= 0) return Status::InvalidArgument("member 0 of a weight sync sends; the others receive");
-  KVF_RETURN_IF_ERROR(m.Begin(version));
-  m.loaded = -1;
-  m.pieces.clear();
-  m.cursor = 0;
-  m.joined.clear();
-  m.finished = false;
-  return Status::OK();
+  return m.Begin(version);
 }
 
 Status WeightSync::Next(TensorRef* out, bool* done) {

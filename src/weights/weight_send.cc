@@ -67,8 +67,6 @@ Status WeightSync::BeginSend(uint64_t version) {
   if (m.me != 0) return Status::InvalidArgument("only member 0 of a weight sync sends");
   KVF_RETURN_IF_ERROR(m.Begin(version));
   m.packer.emplace(m.options.bucket_bytes, 64);
-  m.entries.clear();
-  m.sent = 0;
   return Open(&m, 0);
 }
 

@@ -16,11 +16,7 @@ WeightSync::WeightSync(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 WeightSync::~WeightSync() {
   if (!impl_) return;
-  for (auto& [slot, w] : impl_->slot_writes) {
-    TransferStatus st;
-    (void)impl_->engine->WaitBatch(w.batch, impl_->options.timeout_ms, &st);
-    (void)impl_->engine->FreeBatch(w.batch);
-  }
+  impl_->DropWrites();
   if (impl_->region != nullptr) {
     (void)impl_->engine->UnregisterMemory(impl_->region);
     std::free(impl_->region);
@@ -212,26 +208,35 @@ void WeightSync::Impl::TellFailure(uint64_t bucket) {
   (void)engine->FreeBatch(batch);
 }
 
-void WeightSync::Impl::Forget() {
+void WeightSync::Impl::DropWrites() {
   for (auto& [slot, w] : slot_writes) {
     TransferStatus st;
     (void)engine->WaitBatch(w.batch, options.timeout_ms, &st);
     (void)engine->FreeBatch(w.batch);
   }
   slot_writes.clear();
-  if (unfinished) {  // after a version that completed, every notice of it was taken; later ones may be early
-    stash.clear();
-    std::vector<uint16_t> stale;
-    (void)engine->TakeNotices(&stale);
-  }
+}
+
+void WeightSync::Impl::ClearVersion() {
   packer.reset();
   open_bucket = -1;
   entries.clear();
+  sent = 0;
   loaded = -1;
   pieces.clear();
   cursor = 0;
   joined.clear();
   finished = false;
+}
+
+void WeightSync::Impl::Forget() {
+  DropWrites();
+  if (unfinished) {  // after a version that completed, every notice of it was taken; later ones may be early
+    stash.clear();
+    std::vector<uint16_t> stale;
+    (void)engine->TakeNotices(&stale);
+  }
+  ClearVersion();
   unfinished = false;
 }
 
@@ -241,6 +246,7 @@ Status WeightSync::Impl::Begin(uint64_t next) {
         "version {} did not complete on {} (it failed half-way or was left): call Connect on every member "
         "again before version {}",
         version, role(), next));
+  ClearVersion();
   unfinished = true;
   version = next;
   return Status::OK();
@@ -256,33 +262,36 @@ Status WeightSync::Impl::GiveCredit(uint64_t bucket) {
       text::Format("giving member {} ({}) the slot of bucket {} back", parent, members[parent].name, bucket);
   // Within the sync's deadline, not the engine's (a stopped parent would
   // hold this member for KVF_TRANSFER_TIMEOUT_MS).
-  // A parent that failed on a bucket says so and stops: its failure notice
-  // ends the wait (in slices of 100 ms) with what it reported.
   BatchId batch;
   KVF_RETURN_IF_ERROR(engine->AllocateBatch(1, &batch).Annotate(what));
   Status s = engine->Submit(batch, {r});
-  TransferStatus st;
-  const auto deadline = Clock::now() + std::chrono::milliseconds(options.timeout_ms);
-  while (s.ok()) {
-    const int64_t left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    s = engine->WaitBatch(batch, std::clamp<int64_t>(left, 0, 100), &st);
-    if (!s.ok() || st.state != TaskState::kPending || left <= 100) break;
-    if (Status failed = FailureReported(what); !failed.ok()) s = failed;
-  }
-  if (s.ok() && st.state != TaskState::kCompleted) {
-    if (st.state == TaskState::kPending) {
-      (void)engine->ExpireBatch(batch);
-      (void)engine->GetBatchStatus(batch, &st);
-    }
-    s = st.error.ok() ? Status::Timeout(text::Format("nothing within {} ms", options.timeout_ms)) : st.error;
-  }
-  if (s.code() != Status::Code::kProtocolError && !s.ok()) {
-    if (Status failed = FailureReported(what); !failed.ok()) s = failed;  // the parent's failure says more
-  } else if (s.code() == Status::Code::kProtocolError) {
-    (void)engine->ExpireBatch(batch);
+  if (s.ok()) s = AwaitOwnWrite(batch, what);
+  if (!s.ok() && s.code() != Status::Code::kProtocolError) {
+    const Status failed = FailureReported(what);  // a parent's failure says more than the WRITE's end
+    s = failed.ok() ? s.Annotate(what) : failed;
   }
   (void)engine->FreeBatch(batch);
-  return s.code() == Status::Code::kProtocolError ? s : s.Annotate(what);
+  return s;
+}
+
+Status WeightSync::Impl::AwaitOwnWrite(BatchId batch, const std::string& what) {
+  TransferStatus st;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(options.timeout_ms);
+  for (;;) {
+    const int64_t left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    KVF_RETURN_IF_ERROR(engine->WaitBatch(batch, std::clamp<int64_t>(left, 0, 100), &st));
+    if (st.state != TaskState::kPending || left <= 100) break;
+    if (Status failed = FailureReported(what); !failed.ok()) {
+      (void)engine->ExpireBatch(batch);
+      return failed;
+    }
+  }
+  if (st.state == TaskState::kPending) {
+    (void)engine->ExpireBatch(batch);
+    (void)engine->GetBatchStatus(batch, &st);
+  }
+  if (st.state == TaskState::kCompleted) return Status::OK();
+  return st.error.ok() ? Status::Timeout(text::Format("nothing within {} ms", options.timeout_ms)) : st.error;
 }
 
 Status WeightSync::Impl::FailureReported(const std::string& what) {
@@ -293,7 +302,7 @@ Status WeightSync::Impl::FailureReported(const std::string& what) {
   return Status::ProtocolError(text::Format(
       "{}: a member next to this one failed on bucket {} of version {} and stopped (its own error says why); "
       "{} stops too",
-      what, (*it - 0x8000), version, role()));
+      what, *it - kFailureNotices, version, role()));
 }
 
 }  // namespace kvfabric::weights

@@ -22,10 +22,13 @@ namespace kvfabric::weights {
 // they stop at once instead of at their deadline), numbered by bucket
 // within a version.
 inline constexpr uint64_t kNoticeSpan = 0x3fff;
+inline constexpr uint16_t kFailureNotices = 0x8000;  // the first failure notice
 inline uint16_t DataNotice(uint64_t bucket) { return static_cast<uint16_t>(1 + bucket % kNoticeSpan); }
 inline uint16_t CreditNotice(uint64_t bucket) { return static_cast<uint16_t>(0x4000 + bucket % kNoticeSpan); }
-inline uint16_t FailureNotice(uint64_t bucket) { return static_cast<uint16_t>(0x8000 + bucket % kNoticeSpan); }
-inline bool IsFailureNotice(uint16_t notice) { return notice >= 0x8000 && notice < 0x8000 + kNoticeSpan; }
+inline uint16_t FailureNotice(uint64_t bucket) { return static_cast<uint16_t>(kFailureNotices + bucket % kNoticeSpan); }
+inline bool IsFailureNotice(uint16_t notice) {
+  return notice >= kFailureNotices && notice < kFailureNotices + kNoticeSpan;
+}
 
 // Nanoseconds since `start` (for SyncStats).
 inline int64_t NsSince(std::chrono::steady_clock::time_point start) {
@@ -106,18 +109,27 @@ struct WeightSync::Impl {
   void FinishWrites(uint64_t bucket);
   // Tells the parent this member's slot of `bucket` is free again.
   Status GiveCredit(uint64_t bucket);
+  // Waits for the one WRITE of `batch` within the sync's deadline, in
+  // slices of 100 ms: a neighbour's failure notice ends the wait
+  // (ProtocolError); a WRITE still pending at the deadline is expired
+  // (Timeout); one that failed gives its error. Frees nothing.
+  Status AwaitOwnWrite(BatchId batch, const std::string& what);
   // ProtocolError naming `what` when a neighbour's failure notice has come
   // (notices taken meanwhile go to the stash); OK otherwise.
   Status FailureReported(const std::string& what);
   // Tells the parent and the children that this member failed on `bucket`
   // (best effort, within a short deadline): they stop waiting for it.
   void TellFailure(uint64_t bucket);
-  // Drops what a version left behind: its WRITEs (waited for, within the
-  // sync's deadline), the packing and handing-out state, and, when it did
-  // not complete, the notices taken or waiting (Connect).
+  // Waits for the WRITEs still reading slots (within the sync's deadline)
+  // and frees their batches.
+  void DropWrites();
+  // The packing and handing-out state of a version, cleared.
+  void ClearVersion();
+  // Drops what a version left behind: its WRITEs, its state, and, when it
+  // did not complete, the notices taken or waiting (Connect).
   void Forget();
-  // Starts version `next`; InvalidArgument while the last one begun did
-  // not complete (Connect clears it).
+  // Starts version `next` with its state cleared; InvalidArgument while
+  // the last one begun did not complete (Connect clears it).
   Status Begin(uint64_t next);
 };
 
