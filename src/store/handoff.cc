@@ -134,20 +134,19 @@ std::vector<NodeService::CopiedPage> Handoff::HandBatch(const std::vector<NodeSe
       ++moved->present;
     }
   }
-  for (const bool if_absent : {true, false}) {
-    const std::vector<size_t>& which = if_absent ? absent : over;
-    if (which.empty()) continue;
+  for (const auto& [kind, which] : {std::pair{PutRequest::HandOver::kIfAbsent, &absent},
+                                    std::pair{PutRequest::HandOver::kOver, &over}}) {
+    if (which->empty()) continue;
     std::vector<std::string> put_keys;
     std::vector<std::vector<StoreBuffer>> buffers;
-    for (size_t i : which) {
+    for (size_t i : *which) {
       put_keys.push_back(pages[i].key);
       buffers.push_back({StoreBuffer{scratch_.get() + pages[i].at, pages[i].length}});
     }
     std::vector<Status> put;
-    if (if_absent) client_->PutIfAbsent(put_keys, buffers, node_->address(), &put);
-    else client_->PutOver(put_keys, buffers, node_->address(), &put);
-    for (size_t j = 0; j < which.size(); ++j) {
-      const NodeService::CopiedPage& page = pages[which[j]];
+    client_->HandOverPut(put_keys, buffers, node_->address(), kind, &put);
+    for (size_t j = 0; j < which->size(); ++j) {
+      const NodeService::CopiedPage& page = pages[(*which)[j]];
       if (put[j].ok()) {
         done.push_back(page);
         handed_[page.key] = page.generation;

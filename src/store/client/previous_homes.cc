@@ -167,17 +167,6 @@ void StoreClient::RemoveFromPreviousHomes(const std::vector<std::string>& keys, 
   parts_.caller.CallAll(&calls, net::DeadlineIn(parts_.settings.store_deadline_ms), Wait::kPollFirst);
 }
 
-void StoreClient::PutIfAbsent(const std::vector<std::string>& keys,
-                              const std::vector<std::vector<StoreBuffer>>& buffers, const std::string& except,
-                              std::vector<Status>* results) {
-  HandOverPut(keys, buffers, except, PutRequest::HandOver::kIfAbsent, results);
-}
-
-void StoreClient::PutOver(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
-                          const std::string& except, std::vector<Status>* results) {
-  HandOverPut(keys, buffers, except, PutRequest::HandOver::kOver, results);
-}
-
 void StoreClient::HandOverPut(const std::vector<std::string>& keys,
                               const std::vector<std::vector<StoreBuffer>>& buffers, const std::string& except,
                               PutRequest::HandOver hand_over, std::vector<Status>* results) {

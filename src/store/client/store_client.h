@@ -57,17 +57,15 @@ class StoreClient {
   // copy left there would be handed over to the new one). An unpin goes
   // where this process's pin of the key went (PinBook).
   void KeyOp(Op op, const std::vector<std::string>& keys, std::vector<Status>* results);
-  // A hand-over's PUT: each page is stored on its home unless the key has
-  // one there when its bytes have arrived (then OK all the same); always
-  // by READ (PutRequest::HandOver::kIfAbsent). Keys whose home is the member
-  // `except` fail with Unavailable, unsent.
-  void PutIfAbsent(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
-                   const std::string& except, std::vector<Status>* results);
-  // A hand-over's PUT over the page the home has: for a page written on
-  // the previous home after that node handed an older one over (Handoff).
-  // By READ; keys whose home is `except` fail with Unavailable, unsent.
-  void PutOver(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
-               const std::string& except, std::vector<Status>* results);
+  // A hand-over's PUT (Handoff), always by READ: with kIfAbsent each page
+  // is stored on its home unless the key has one there when its bytes
+  // have arrived (then OK all the same); with kOver it replaces the home's
+  // page (a page written on the previous home after that node handed an
+  // older one over). Either way a key removed on its home within the
+  // window is refused (PutRequest::hand_over). Keys whose home is the
+  // member `except` fail with Unavailable, unsent.
+  void HandOverPut(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
+                   const std::string& except, PutRequest::HandOver hand_over, std::vector<Status>* results);
   // Exists, asked of the homes only: what a home holds, for a hand-over.
   // Keys whose home is the member `except` answer false, unasked.
   void ExistsAtHomes(const std::vector<std::string>& keys, const std::string& except, std::vector<bool>* found);
@@ -155,9 +153,6 @@ class StoreClient {
                 const std::vector<size_t>& which, std::vector<Status>* results,
                 PutRequest::HandOver hand_over = PutRequest::HandOver::kNo,
                 const std::string* except = nullptr, Route route = Route::Home());
-  // PutIfAbsent and PutOver: the pages in `buffers` pulled by their homes.
-  void HandOverPut(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
-                   const std::string& except, PutRequest::HandOver hand_over, std::vector<Status>* results);
   // The keys `which` (GPU memory peers cannot reach) copied into the bounce
   // buffer and put from there, as many at a time as it holds.
   void PutBounced(const std::vector<std::string>& keys, const std::vector<std::vector<StoreBuffer>>& buffers,
