@@ -33,6 +33,7 @@ from typing import Any, AsyncIterator, Iterable
 
 import torch
 from verl.checkpoint_engine.base import CheckpointEngine, CheckpointEngineRegistry
+from verl.workers.rollout.utils import ensure_async_iterator
 
 from ..engine import Engine
 from ..errors import InvalidArgumentError
@@ -155,13 +156,13 @@ class KvfabricCheckpointEngine(CheckpointEngine):
         verl's per-sync metrics."""
         version = self._version(global_steps)
         if self.rank < 0:
-            async for _ in _pairs(weights):
+            async for _ in ensure_async_iterator(weights):
                 pass
             return {}
         sync = self._live()
         begun, sent = time.perf_counter(), 0
         sync.begin_send(version)
-        async for name, t in _pairs(weights):
+        async for name, t in ensure_async_iterator(weights):
             t = t.detach()
             if self.rollout_dtype is not None and t.is_floating_point() and t.dtype != self.rollout_dtype:
                 t = t.to(self.rollout_dtype)
@@ -191,7 +192,7 @@ class KvfabricCheckpointEngine(CheckpointEngine):
 
     def stats(self) -> dict:
         """Where this worker's time went (``WeightSync.stats``)."""
-        return self._live().stats() if self.sync is not None else {}
+        return self.sync.stats() if self.sync is not None else {}
 
     def _live(self) -> WeightSync:
         if self.sync is None:
@@ -201,13 +202,3 @@ class KvfabricCheckpointEngine(CheckpointEngine):
     def _version(self, global_steps: int | None) -> int:
         self.steps += 1
         return int(global_steps) if global_steps is not None else self.steps
-
-
-async def _pairs(weights: Iterable | AsyncIterator):
-    """The pairs of a generator or of an async generator, as the latter."""
-    if hasattr(weights, "__aiter__"):
-        async for pair in weights:
-            yield pair
-    else:
-        for pair in weights:
-            yield pair
