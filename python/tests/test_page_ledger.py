@@ -66,6 +66,10 @@ def test_an_evicted_page_or_one_whose_node_ended_is_accounted_for():
     fresh = [stored, event(19.9, "n2", "stored", 1, 1), event(19.91, "n1", "handed over", 7)]
     assert page_ledger.account(ASKED, fresh, {}, {("n2", 1): 19.5}, 4.5)[0] == "on a member not seen yet"
     assert page_ledger.account(ASKED, fresh, {}, {("n2", 1): 12.0}, 4.5)[0] == "lost: still in its pool"
+    # Still in the pool of a member the client had left out of its placement (it failed a call): a miss.
+    out = {**ASKED, "members": ["n1"]}
+    assert page_ledger.account(out, fresh, {}, {("n2", 1): 12.0}, 4.5)[0] == "on a member out of the client's view"
+    assert page_ledger.account({**ASKED, "members": ["n1", "n2"]}, fresh, {})[0] == "lost: still in its pool"
 
 
 def test_a_page_gone_any_other_way_is_lost():

@@ -92,9 +92,11 @@ def account(missing: dict, events: list, ended: dict, entered: dict = None, lag_
     its node ended, before the question ended: something newer took its room, or no replica could outlive its
     node. A page still in the pool of a node that began to serve less than `lag_s` before the question ended
     is "on a member not seen yet": the client asked where the key lived before that node entered (a documented
-    miss, until its next refresh). Anything else is a loss: "lost: " and what happened instead (nothing stored,
-    removed or overwritten with no request to, handed over to no node, or still in its pool while the store said
-    it had no page).
+    miss, until its next refresh). One on a node missing from the client's placement before or after the question
+    (`missing["members"]`, when given, holds the members in it at both times) is "on a member out of the client's
+    view": the client had found it unreachable, and counts its keys as misses until it answers again. Anything
+    else is a loss: "lost: " and what happened instead (nothing stored, removed or overwritten with no request
+    to, handed over to no node, or still in its pool while the store said it had no page).
     `path` lists the events followed."""
     begin, until = missing["put_start"] - SLACK_S, missing["audit_end"] + SLACK_S
     stored = [e for e in events if e.what == "stored" and begin <= e.at <= missing["put_end"] + SLACK_S]
@@ -117,6 +119,8 @@ def account(missing: dict, events: list, ended: dict, entered: dict = None, lag_
                 return "node gone", path
             if (entered or {}).get((page.node, page.incarnation), float("-inf")) > until - lag_s:
                 return "on a member not seen yet", path
+            if page.node not in missing.get("members", [page.node]):
+                return "on a member out of the client's view", path
             return "lost: still in its pool", path
         path.append(gone)
         if end is not None and end <= gone.at:

@@ -131,7 +131,7 @@ class Log:
         self.versions = {}
         self.acks = {}  # key -> [(start, end)] of acknowledged puts and removals
         self.removes = {}  # key -> [(start, end)] of removals (any result)
-        self.removing = Counter()  # key -> removals in flight
+        self.removing = {}  # key -> [start] of removals in flight
 
     def allocate(self) -> int:
         with self.mu:
@@ -155,13 +155,13 @@ class Log:
             if state == "ok":
                 self.acks.setdefault(key, []).append((rec["start"], end))
 
-    def removal_started(self, key: str) -> None:
+    def removal_started(self, key: str, start: float) -> None:
         with self.mu:
-            self.removing[key] += 1
+            self.removing.setdefault(key, []).append(start)
 
     def removed(self, key: str, start: float, end: float, acknowledged: bool) -> None:
         with self.mu:
-            self.removing[key] -= 1
+            self.removing[key].remove(start)
             self.removes.setdefault(key, []).append((start, end))
             if acknowledged:
                 self.acks.setdefault(key, []).append((start, end))
@@ -186,8 +186,12 @@ class Log:
             )
 
     def removed_between(self, key: str, t0: float, t1: float) -> bool:
+        """Whether a removal of `key` ran during [t0, t1]: one that ended, or one still in flight that began by t1
+        (its node may have removed the key long before its answer comes back)."""
         with self.mu:
-            return any(e >= t0 and s <= t1 for s, e in self.removes.get(key, []))
+            return any(e >= t0 and s <= t1 for s, e in self.removes.get(key, [])) or any(
+                s <= t1 for s in self.removing.get(key, [])
+            )
 
     def held_put(self, key: str, by: float):
         """(version, its put) when the key's last put was acknowledged and nothing else touched the key: every other
@@ -202,7 +206,7 @@ class Log:
             others = [r for u, r in versions.items() if u != v]
             if any(r["end"] is None or r["end"] >= rec["start"] for r in others):
                 return None
-            if self.removing[key] or any(e >= rec["start"] for _, e in self.removes.get(key, [])):
+            if self.removing.get(key) or any(e >= rec["start"] for _, e in self.removes.get(key, [])):
                 return None
             return v, dict(rec)
 
@@ -452,12 +456,13 @@ class Client:
 
     def remove(self, rng) -> None:
         batch = self.pick(rng, 4)
+        begun = time.monotonic()
         for key in batch:
-            self.log.removal_started(key)
+            self.log.removal_started(key, begun)
         codes, t0, t1 = self.call("remove", self.store.batch_remove, batch)
         self.failed("remove", t0, t1, codes, batch)
         for key, code in zip(batch, codes):
-            self.log.removed(key, t0, t1, code in (0, self.miss))
+            self.log.removed(key, begun, t1, code in (0, self.miss))
         self.count(removes=len(batch), removed=sum(c == 0 for c in codes))
 
     def audit(self, rng) -> None:
@@ -475,7 +480,9 @@ class Client:
         if not held:
             return
         keys = [k for k, _ in held]
+        before = set(self.store.members())
         found, t0, t1 = self.call("exists", self.store.batch_exists, keys)
+        members = sorted(before & set(self.store.members()))  # in the client's placement throughout
         for (key, (v, rec)), f in zip(held, found):
             if f:
                 continue
@@ -490,6 +497,7 @@ class Client:
                             "put_end": rec["end"],
                             "audit_start": t0,
                             "audit_end": t1,
+                            "members": members,
                         }
                     )
         self.count(audited=len(held), audit_missing=sum(not f for f in found))

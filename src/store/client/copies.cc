@@ -5,7 +5,10 @@
 // removes what an older PUT of more left past them, so no GET ever reads an
 // older page there. When a member leaves, the next-ranked member becomes
 // the key's home (rendezvous placement moves only the keys the member
-// ranked first for) and holds the copy already.
+// ranked first for) and holds the copy already. With one copy, a read
+// whose home cannot be reached still asks the next-ranked member: that is
+// the key's home once the first is out of the view, where a writer that
+// saw it go, or the hand-over of a member leaving, put the page.
 #include <algorithm>
 #include <future>
 
@@ -62,12 +65,16 @@ void StoreClient::RemoveCopiesPast(const std::vector<std::string>& keys, const s
 
 void StoreClient::TryOtherCopies(const MemberSnapshot& asked, const std::vector<std::string>& keys,
                                  std::vector<Status>* results, const CopyAttempt& attempt) {
+  // With one copy, only a home out of reach sends a key on: the member
+  // ranked next is its home while the first is out of the view.
+  const auto copies = static_cast<size_t>(parts_.settings.store_max_copies);
   std::vector<size_t> failed;
   for (size_t i = 0; i < keys.size(); ++i) {
     const Status& s = (*results)[i];
-    if (!s.ok() && !IsAbsent(s) && s.code() != Status::Code::kInvalidArgument) failed.push_back(i);
+    if (!s.ok() && !IsAbsent(s) && s.code() != Status::Code::kInvalidArgument && (copies > 1 || Unreachable(s)))
+      failed.push_back(i);
   }
-  const auto most = static_cast<size_t>(parts_.settings.store_max_copies);
+  const size_t most = std::max<size_t>(copies, 2);
   for (size_t rank = 1; rank < most && !failed.empty(); ++rank) {
     std::vector<size_t> which;
     std::vector<std::string> members;
@@ -109,6 +116,23 @@ void StoreClient::LocateOtherCopies(const MemberSnapshot& asked, const std::vect
     for (size_t j = 0; j < which.size(); ++j)
       if (found[j].ok()) (*pages)[which[j]] = page[j];
     return found;
+  });
+}
+
+void StoreClient::ExistsOnOtherCopies(const MemberSnapshot& asked, const std::vector<std::string>& keys,
+                                      std::vector<Status>* failed, std::vector<bool>* found, uint64_t* local) {
+  for (size_t i = 0; i < keys.size(); ++i)
+    if ((*found)[i]) (*failed)[i] = Status::OK();  // found on a previous home meanwhile
+  TryOtherCopies(asked, keys, failed, [&](Route route, const std::vector<size_t>& which) {
+    const std::vector<std::string> picked = Pick(keys, which);
+    std::vector<bool> there;
+    std::vector<Status> out;
+    ExistsVia(route, picked, &there, local, nullptr, &out);
+    for (size_t j = 0; j < which.size(); ++j) {
+      if (there[j]) (*found)[which[j]] = true;
+      else if (out[j].ok()) out[j] = Absent(picked[j]);
+    }
+    return out;
   });
 }
 

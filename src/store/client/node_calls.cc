@@ -116,10 +116,13 @@ std::chrono::microseconds NodeCaller::PollTime(Wait wait) const {
   return spin_;
 }
 
-void NodeCaller::MarkDownIfUnreachable(const std::string& member, const Status& failure) {
+bool Unreachable(const Status& failure) {
   const auto code = failure.code();
-  if (code == Status::Code::kNetworkError || code == Status::Code::kTimeout || code == Status::Code::kFabricError)
-    mark_down_(member, failure);
+  return code == Status::Code::kNetworkError || code == Status::Code::kTimeout || code == Status::Code::kFabricError;
+}
+
+void NodeCaller::MarkDownIfUnreachable(const std::string& member, const Status& failure) {
+  if (Unreachable(failure)) mark_down_(member, failure);
 }
 
 }  // namespace kvfabric::store

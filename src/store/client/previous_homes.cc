@@ -76,7 +76,7 @@ void StoreClient::Get(const std::vector<std::string>& keys, const std::vector<st
     }
     return absent;
   });
-  if (parts_.settings.store_max_copies > 1) ReadOtherCopies(*asked, keys, buffers, results, lengths);
+  ReadOtherCopies(*asked, keys, buffers, results, lengths);
   ClientCounters::Add(parts_.counters.get_keys, keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
     if ((*results)[i].ok()) {
@@ -107,12 +107,14 @@ void StoreClient::Locate(const std::vector<std::string>& keys, std::vector<Store
     }
     return absent;
   });
-  if (parts_.settings.store_max_copies > 1) LocateOtherCopies(*asked, keys, pages, results);
+  LocateOtherCopies(*asked, keys, pages, results);
 }
 
 void StoreClient::Exists(const std::vector<std::string>& keys, std::vector<bool>* found) {
+  const std::shared_ptr<const MemberSnapshot> asked = parts_.members->Current();  // ranks the other copies
   uint64_t local = 0;
-  ExistsVia(Route::Home(), keys, found, &local);
+  std::vector<Status> unasked;
+  ExistsVia(Route::Home(), keys, found, &local, nullptr, &unasked);
   std::vector<size_t> absent;
   for (size_t i = 0; i < keys.size(); ++i)
     if (!(*found)[i]) absent.push_back(i);
@@ -126,6 +128,7 @@ void StoreClient::Exists(const std::vector<std::string>& keys, std::vector<bool>
     }
     return still;
   });
+  ExistsOnOtherCopies(*asked, keys, &unasked, found, &local);
   ClientCounters::Add(parts_.counters.exists_keys, keys.size());
   ClientCounters::Add(parts_.counters.exists_hits, static_cast<uint64_t>(std::count(found->begin(), found->end(), true)));
   ClientCounters::Add(parts_.counters.exists_local, local);

@@ -284,7 +284,7 @@ uint64_t StoreClient::ExistsFromMappedPools(const std::vector<std::string>& keys
 }
 
 void StoreClient::ExistsVia(Route route, const std::vector<std::string>& keys, std::vector<bool>* found,
-                            uint64_t* local, const std::string* except) {
+                            uint64_t* local, const std::string* except, std::vector<Status>* failed) {
   const NodeCaller::Scope scope(&parts_.caller);
   SweepCredits();
   found->assign(keys.size(), false);
@@ -295,10 +295,15 @@ void StoreClient::ExistsVia(Route route, const std::vector<std::string>& keys, s
   for (NodeCall& call : calls) call.request = EncodeKeys(Op::kExists, KeysOf(keys, call.keys));
   if (!calls.empty())
     parts_.caller.CallAll(&calls, net::DeadlineIn(parts_.settings.store_deadline_ms), Wait::kPollFirst);
+  if (failed != nullptr) failed->assign(keys.size(), Status::OK());
   for (NodeCall& call : calls) {
     std::vector<bool> bits;
-    if (!call.status.ok() || !DecodeBits(call.reply, call.keys.size(), &bits).ok()) continue;
-    for (size_t j = 0; j < call.keys.size(); ++j) (*found)[call.keys[j]] = bits[j];
+    Status s = call.status;
+    if (s.ok()) s = DecodeBits(call.reply, call.keys.size(), &bits);
+    for (size_t j = 0; j < call.keys.size(); ++j) {
+      if (s.ok()) (*found)[call.keys[j]] = bits[j];
+      else if (failed != nullptr) (*failed)[call.keys[j]] = s;
+    }
   }
 }
 

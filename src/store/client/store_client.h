@@ -87,7 +87,9 @@ class StoreClient {
   // Tries the keys whose home failed them (unreachable, late, a page that
   // did not verify: not a miss, not a caller's error) on the members
   // `asked` ranked next for them, one rank at a time up to
-  // KVF_STORE_MAX_COPIES: the first copy that answers OK stands.
+  // KVF_STORE_MAX_COPIES: the first copy that answers OK stands. With one
+  // copy, the keys whose home was unreachable are tried on the member
+  // ranked next, their home while the first is out of the view.
   void TryOtherCopies(const MemberSnapshot& asked, const std::vector<std::string>& keys,
                       std::vector<Status>* results, const CopyAttempt& attempt);
   // TryOtherCopies of a GET (the first copy that comes back whole) and of a Locate.
@@ -96,6 +98,10 @@ class StoreClient {
                        std::vector<uint64_t>* lengths);
   void LocateOtherCopies(const MemberSnapshot& asked, const std::vector<std::string>& keys,
                          std::vector<StorePage>* pages, std::vector<Status>* results);
+  // The same for Exists: `failed` says which keys' homes failed (from
+  // ExistsVia); a key found on another copy becomes true in `found`.
+  void ExistsOnOtherCopies(const MemberSnapshot& asked, const std::vector<std::string>& keys,
+                           std::vector<Status>* failed, std::vector<bool>* found, uint64_t* local);
   // The keys among `which` whose home entered the store within
   // KVF_STORE_HANDOFF_MS and that have a previous home: a miss on the
   // home may still lie there.
@@ -118,8 +124,9 @@ class StoreClient {
                  std::vector<Status>* results);
   // `local`: keys answered from a mapped pool's table of keys; keys whose
   // home is the member `except` (when not null) answer false, unasked.
+  // `failed` (when not null): OK per key, or why its home did not answer.
   void ExistsVia(Route route, const std::vector<std::string>& keys, std::vector<bool>* found, uint64_t* local,
-                 const std::string* except = nullptr);
+                 const std::string* except = nullptr, std::vector<Status>* failed = nullptr);
   // Answers from the tables of keys of the mapped pools of the calls'
   // homes the keys those tables know (into `found`), and takes them out of
   // the calls; how many.

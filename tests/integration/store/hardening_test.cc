@@ -34,20 +34,22 @@ class StoreHardeningTest : public StoreTest {
     return all;
   }
   // Gets the pages PutPages put under `keys` (the i-th of them from source
-  // page i % 8); how many came back byte for byte.
-  size_t ExactPages(const std::vector<std::string>& keys) {
+  // page i % 8); how many came back byte for byte. By `store` into `into`
+  // (32 pages or more), or by this test's client.
+  size_t ExactPages(const std::vector<std::string>& keys) { return ExactPages(keys, store_.get(), dst_.get()); }
+  size_t ExactPages(const std::vector<std::string>& keys, Store* store, const Region* into) {
     size_t exact = 0;
     for (size_t at = 0; at < keys.size(); at += 32) {
       std::vector<std::string> batch(keys.begin() + at, keys.begin() + std::min(keys.size(), at + 32));
       std::vector<std::vector<StoreBuffer>> bufs;
-      for (size_t i = 0; i < batch.size(); ++i) bufs.push_back({{dst_->bytes + i * kPage, kPage}});
-      std::memset(dst_->bytes, 0, batch.size() * kPage);
+      for (size_t i = 0; i < batch.size(); ++i) bufs.push_back({{into->bytes + i * kPage, kPage}});
+      std::memset(into->bytes, 0, batch.size() * kPage);
       std::vector<Status> st;
       std::vector<uint64_t> lengths;
-      EXPECT_TRUE(store_->BatchGet(batch, bufs, &st, &lengths).ok());
+      EXPECT_TRUE(store->BatchGet(batch, bufs, &st, &lengths).ok());
       for (size_t i = 0; i < batch.size(); ++i)
         exact += st[i].ok() && lengths[i] == kPage &&
-                 std::memcmp(dst_->bytes + i * kPage, src_->bytes + (at + i) % 8 * kPage, kPage) == 0;
+                 std::memcmp(into->bytes + i * kPage, src_->bytes + (at + i) % 8 * kPage, kPage) == 0;
     }
     return exact;
   }
@@ -282,6 +284,54 @@ TEST_P(StoreHardeningTest, MembersThatNeverAnswerCostOneDeadlineNotOneEach) {
   const std::vector<std::string> keys = Keys("served-", 8);
   EXPECT_EQ(CountOk(PutPages(keys)), keys.size());
   EXPECT_EQ(ExactPages(keys), keys.size());
+}
+
+// A home hangs (SIGSTOP); a writer finds it out (its PUTs fail at the
+// deadline) and puts its keys on the member ranked next, their home in its
+// view now. Readers whose view still holds the hung home find those pages
+// there once the home fails them, byte for byte, within the home's
+// deadline and little more: neither a miss (exists) nor an error (get) for
+// pages the store has. Pools private: a reader answers exists from the
+// table of a same-host home's mapped pool without asking it, and that
+// table says truly what the hung home holds.
+TEST_P(StoreHardeningTest, AReadWhoseHomeFailsAsksTheMemberRankedNext) {
+  if (GetParam() != "tcp-private") GTEST_SKIP() << "the client's side alone: one transport shows it";
+  StartNodes(2);
+  const std::vector<std::string> outside_window = {"store_down_retry_ms=20000", "store_handoff_ms=1001"};
+  ASSERT_NO_FATAL_FAILURE(StartClient("p2p", outside_window));
+  std::vector<std::string> on_a, on_b;
+  KeysByHome("ranked-", 8, 0, &on_a, &on_b);
+  struct Reader {
+    std::unique_ptr<Engine> engine;
+    std::unique_ptr<Store> store;
+    std::unique_ptr<Region> into;
+  } readers[2];
+  for (Reader& r : readers) {
+    EngineConfig cfg = ClientConfig();
+    cfg.settings.store_deadline_ms = 2000;
+    for (const std::string& kv : outside_window) ASSERT_TRUE(cfg.settings.Assign(kv).ok()) << kv;
+    ASSERT_TRUE(Engine::Create(cfg, &r.engine).ok());
+    ASSERT_TRUE(Store::Create(r.engine.get(), cfg.settings, &r.store).ok());
+    r.into = std::make_unique<Region>(r.engine.get(), 32 * kPage);
+    ASSERT_EQ(r.store->Members().size(), 2u);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // every process past its hand-over window
+  ASSERT_TRUE(test::StopProcess(nodes_[0].child->pid())) << "the node did not stop";
+  (void)PutPages(on_a);
+  ASSERT_EQ(store_->Members(), std::vector<std::string>{nodes_[1].name}) << "the writer did not find the home out";
+  ASSERT_EQ(CountOk(PutPages(on_a)), on_a.size());
+  const auto t0 = Clock::now();
+  size_t got = 0;
+  std::thread get([&] { got = ExactPages(on_a, readers[0].store.get(), readers[0].into.get()); });
+  std::vector<bool> there;
+  size_t leading = 0;
+  EXPECT_TRUE(readers[1].store->BatchExists(on_a, &there, &leading).ok());
+  get.join();
+  const auto took = Clock::now() - t0;
+  kill(nodes_[0].child->pid(), SIGCONT);
+  EXPECT_EQ(got, on_a.size()) << "pages on the member ranked next, read by a client that still counts the hung home";
+  EXPECT_EQ(static_cast<size_t>(std::count(there.begin(), there.end(), true)), on_a.size());
+  EXPECT_LT(took, std::chrono::milliseconds(2000 + 1500)) << "the home's deadline is 2 s";
 }
 
 // A node asked for a pool larger than the memory it can have refuses to
