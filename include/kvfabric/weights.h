@@ -14,9 +14,12 @@
 //   sender:   m->BeginSend(v); m->Send(t)...; m->EndSend();
 //   receiver: m->BeginReceive(v); while (m->Next(&t, &done), !done) use(t);
 //
-// One thread per member drives it. A member that dies ends the sync for
-// the receivers behind it (each wait ends within SyncOptions::timeout_ms
-// with an error naming the member it lost); the others go on.
+// One thread per member drives it. The sender that dies ends the sync
+// (each wait ends within SyncOptions::timeout_ms with an error naming the
+// member it lost). A receiver that dies is found by probes: its parent
+// leaves it out, and the sender adopts its children, writing them what
+// they lack from its slots (docs/design/weights.md, "A receiver that
+// dies").
 #pragma once
 
 #include <cstdint>

@@ -42,14 +42,20 @@ Status Check(WeightSync::Impl* m, uint64_t bucket) {
   return Status::OK();
 }
 
+// Takes out of the stash the notices that can no longer say anything of
+// bucket `bucket` or later: data notices once the sender adopted this
+// member (its dead parent's), and adopted-data notices of the buckets
+// before it (the sender writes again the buckets this member may lack).
+void DropStale(WeightSync::Impl* m, uint64_t bucket) {
+  const uint64_t back = std::min<uint64_t>(bucket, 2 * static_cast<uint64_t>(m->options.slots));
+  for (uint64_t b = bucket - back; b < bucket; ++b) m->stash.erase(AdoptedNotice(m->version, b));
+  if (m->adopted) std::erase_if(m->stash, IsDataNotice);
+}
+
 // Awaits bucket `bucket`, checks it and writes it on to the children.
 Status Load(WeightSync::Impl* m, uint64_t bucket) {
   const auto deadline = Clock::now() + std::chrono::milliseconds(m->options.timeout_ms);
-  const WeightSync::Peer& from = m->members[m->parent];
-  KVF_RETURN_IF_ERROR(m->AwaitNotice(
-      DataNotice(bucket), deadline,
-      text::Format("bucket {} from member {} ({}): the sender, or a receiver before this one, may have died", bucket,
-                   m->parent, from.name)));
+  KVF_RETURN_IF_ERROR(m->AwaitBucket(bucket, deadline));
   const Status checked = Check(m, bucket);
   if (!checked.ok()) {
     m->pieces.clear();
@@ -74,6 +80,33 @@ Status Release(WeightSync::Impl* m) {
 }
 
 }  // namespace
+
+Status WeightSync::Impl::AwaitBucket(uint64_t bucket, Clock::time_point deadline) {
+  for (;;) {
+    DropStale(this, bucket);
+    const uint16_t notice = adopted ? AdoptedNotice(version, bucket) : DataNotice(bucket);
+    if (auto it = stash.find(notice); it != stash.end()) {
+      stash.erase(it);
+      return Status::OK();
+    }
+    const std::string what =
+        text::Format("bucket {} from member {} ({}){}", bucket, parent, members[parent].name,
+                     parent == 0 ? ": the sender may have died"
+                                 : ": this receiver's parent, or a member before it, may have died");
+    if (stash.erase(kRefusedNotice) > 0)
+      return Status::Unavailable(text::Format(
+          "{}: its parent died and the sender no longer holds the buckets this receiver lacks (it is more than {} "
+          "buckets behind), so it cannot adopt it",
+          what, options.slots));
+    bool quiet = false;
+    KVF_RETURN_IF_ERROR(WaitSlice(deadline, what, &quiet));
+    // Probed only when nothing came: the notice may have come meanwhile
+    // (FailureReported takes every notice waiting into the stash).
+    if (!quiet || stash.contains(notice) || parent == 0 || Probe(parent)) continue;
+    KVF_RETURN_IF_ERROR(RequestAdoption(bucket, Status::NetworkError(what + ": it did not answer a probe")));
+    deadline = Clock::now() + std::chrono::milliseconds(options.timeout_ms);  // the sender's turn
+  }
+}
 
 Status WeightSync::BeginReceive(uint64_t version) {
   Impl& m = *impl_;

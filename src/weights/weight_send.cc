@@ -44,6 +44,7 @@ Status Flush(WeightSync::Impl* m, bool last) {
   uint64_t bytes = 0;
   KVF_RETURN_IF_ERROR(Seal(m, bucket, last, &bytes));
   if (m->seal_hook) m->seal_hook(bucket, m->slot(bucket), bytes);
+  m->sealed_bytes[bucket % m->options.slots] = bytes;
   KVF_RETURN_IF_ERROR(m->WriteToChildren(bucket, bytes));
   m->entries.clear();
   m->sent = bucket + 1;
@@ -67,6 +68,7 @@ Status WeightSync::BeginSend(uint64_t version) {
   if (m.me != 0) return Status::InvalidArgument("only member 0 of a weight sync sends");
   KVF_RETURN_IF_ERROR(m.Begin(version));
   m.packer.emplace(m.options.bucket_bytes, 64);
+  m.sealed_bytes.assign(static_cast<size_t>(m.options.slots), 0);
   return Open(&m, 0);
 }
 

@@ -5,6 +5,7 @@
 
 #include "common/log.h"
 #include "common/text.h"
+#include "common/unreachable.h"
 #include "kvfabric/weights.h"
 #include "weights/weight_sync_impl.h"
 
@@ -30,7 +31,7 @@ Status WeightSync::Create(Engine* engine, const SyncOptions& options, std::uniqu
   impl->engine = engine;
   impl->options = options;
   impl->slot_bytes = (kPayloadAt + options.bucket_bytes + options.manifest_bytes + 4095) & ~uint64_t{4095};
-  impl->region_bytes = options.slots * impl->slot_bytes + 4096;  // the slots, then the credit words
+  impl->region_bytes = options.slots * impl->slot_bytes + kTailBytes;  // the slots, then the tail
   impl->region = static_cast<uint8_t*>(std::aligned_alloc(4096, impl->region_bytes));
   if (impl->region == nullptr)
     return Status::Unavailable(text::Format("no memory for {} weight-sync slots", impl->region_bytes));
@@ -62,18 +63,22 @@ std::string WeightSync::Describe() const {
                       {"bucket_bytes", impl_->options.bucket_bytes},
                       {"manifest_bytes", impl_->options.manifest_bytes},
                       {"slots_addr", reinterpret_cast<uint64_t>(impl_->region)},
-                      {"credit_addr", impl_->credit_word()}};
+                      {"tail_addr", impl_->tail()}};
   return j.dump();
 }
 
 Status WeightSync::Connect(const std::vector<std::string>& members, int me) {
   if (me < 0 || me >= static_cast<int>(members.size()))
     return Status::InvalidArgument(text::Format("member {} of a sync of {}", me, members.size()));
+  if (members.size() > kMostMembers)
+    return Status::InvalidArgument(
+        text::Format("a weight sync of {} members: at most {} take part in one", members.size(), kMostMembers));
   impl_->Forget();
   impl_->members.clear();
   for (size_t i = 0; i < members.size(); ++i) {
     const nlohmann::json j = nlohmann::json::parse(members[i], nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("name") || !j.contains("slots_addr"))
+    if (j.is_discarded() || !j.is_object() || !j.contains("name") || !j.contains("slots_addr") ||
+        !j.contains("tail_addr"))
       return Status::InvalidArgument(text::Format("member {}'s description is not one WeightSync::Describe gave", i));
     if (j.value("slots", 0) != impl_->options.slots ||
         j.value("bucket_bytes", uint64_t{0}) != impl_->options.bucket_bytes ||
@@ -84,9 +89,12 @@ Status WeightSync::Connect(const std::vector<std::string>& members, int me) {
           i, j.value("name", ""), j.value("slots", 0), j.value("bucket_bytes", uint64_t{0}),
           j.value("manifest_bytes", uint64_t{0}), impl_->options.slots, impl_->options.bucket_bytes,
           impl_->options.manifest_bytes));
-    impl_->members.push_back({j["name"], j.value("host", ""), j.value("rails", 1), j["slots_addr"], j["credit_addr"]});
+    impl_->members.push_back({j["name"], j.value("host", ""), j.value("rails", 1), j["slots_addr"], j["tail_addr"]});
   }
   impl_->me = me;
+  // The words of the last plan, whatever version they name, are of no use
+  // to this one (every member connects again before a version is sent).
+  std::memset(reinterpret_cast<void*>(impl_->tail()), 0, kTailBytes);
   std::vector<Member> receivers;
   for (size_t i = 1; i < impl_->members.size(); ++i)
     receivers.push_back({impl_->members[i].host, impl_->members[i].rails});
@@ -99,86 +107,126 @@ Status WeightSync::Connect(const std::vector<std::string>& members, int me) {
   impl_->children = impl_->plan.children[me];
   std::vector<int> peers = impl_->children;
   if (impl_->parent >= 0) peers.push_back(impl_->parent);
+  if (me > 0 && impl_->parent != 0) peers.push_back(0);  // asked for adoption should the parent die
   for (int p : peers)
     KVF_RETURN_IF_ERROR(impl_->engine->OpenSegment(impl_->members[p].name, &impl_->members[p].segment)
                             .Annotate(text::Format("weight-sync member {}", p)));
   return Status::OK();
 }
 
-Status WeightSync::Impl::AwaitNotice(uint16_t notice, Clock::time_point deadline, const std::string& what) {
-  for (;;) {
-    if (auto it = stash.find(notice); it != stash.end()) {
-      stash.erase(it);
-      return Status::OK();
-    }
-    if (std::find_if(stash.begin(), stash.end(), IsFailureNotice) != stash.end()) return FailureReported(what);
-    const int64_t left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    std::vector<uint16_t> got;
-    const auto waiting = Clock::now();
-    const Status s = left > 0 ? engine->WaitNotices(left, &got) : Status::Timeout("");
-    stats.notice_wait_ns += NsSince(waiting);
-    if (!s.ok() && s.code() != Status::Code::kTimeout) return s.Annotate(what);
-    if (!s.ok())
-      return Status::Timeout(
-          text::Format("{}: nothing within {} ms ({} of version {})", what, options.timeout_ms, role(), version));
-    stash.insert(got.begin(), got.end());
-  }
-}
-
-Status WeightSync::Impl::WriteToChildren(uint64_t bucket, uint64_t bytes) {
-  Writes w;
-  std::vector<TransferRequest> reqs;
-  for (int c : children) {
+Status WeightSync::Impl::WriteToChildren(uint64_t bucket, uint64_t bytes, const std::vector<int>& to) {
+  // A batch per child: one that dies is given up alone (AwaitWrite).
+  for (int c : to.empty() ? children : to) {
     if (members[c].gone) continue;
     TransferRequest r{OpCode::kWrite, slot(bucket), members[c].segment,
                       members[c].slots_addr + (bucket % options.slots) * slot_bytes, bytes};
-    r.notice = DataNotice(bucket);
-    reqs.push_back(r);
-    w.to.push_back(c);
+    r.notice = members[c].adopted ? AdoptedNotice(version, bucket) : DataNotice(bucket);
+    Writes w{0, c};
+    KVF_RETURN_IF_ERROR(engine->AllocateBatch(1, &w.batch));
+    if (const Status s = engine->Submit(w.batch, {r}); !s.ok()) {
+      (void)engine->FreeBatch(w.batch);
+      return s.Annotate(text::Format("bucket {} of version {} to member {}", bucket, version, c));
+    }
+    slot_writes[static_cast<int>(bucket % options.slots)].push_back(w);
   }
-  if (reqs.empty()) return Status::OK();
-  KVF_RETURN_IF_ERROR(engine->AllocateBatch(reqs.size(), &w.batch));
-  const Status s = engine->Submit(w.batch, reqs);
-  if (!s.ok()) {
-    (void)engine->FreeBatch(w.batch);
-    return s.Annotate(text::Format("bucket {} of version {}", bucket, version));
-  }
-  slot_writes[static_cast<int>(bucket % options.slots)] = std::move(w);
   return Status::OK();
 }
 
 void WeightSync::Impl::FinishWrites(uint64_t bucket) {
   const auto it = slot_writes.find(static_cast<int>(bucket % options.slots));
   if (it == slot_writes.end()) return;
-  TransferStatus all;
-  const auto waiting = Clock::now();
-  (void)engine->WaitBatch(it->second.batch, options.timeout_ms, &all);
-  stats.write_wait_ns += NsSince(waiting);
-  for (size_t i = 0; i < it->second.to.size(); ++i) {
-    TransferStatus st;
-    if (engine->GetTaskStatus(it->second.batch, i, &st).ok() && st.state != TaskState::kCompleted) {
-      Peer& child = members[it->second.to[i]];
-      child.gone = true;
-      KVF_LOG_WARN("weight sync: bucket {} of version {} did not reach member {} ({}): {}; it is left out from now",
-                   bucket, version, it->second.to[i], child.name, st.error.ToString());
+  for (const Writes& w : it->second) {
+    const auto waiting = Clock::now();
+    const Status s = AwaitWrite(w);
+    stats.write_wait_ns += NsSince(waiting);
+    if (!s.ok())
+      LeaveOut(w.to, text::Format("bucket {} of version {} did not reach it: {}", bucket, version, s.ToString()));
+    (void)engine->FreeBatch(w.batch);
+  }
+  slot_writes.erase(it);
+}
+
+Status WeightSync::Impl::AwaitWrite(const Writes& w) {
+  const auto deadline = Clock::now() + std::chrono::milliseconds(options.timeout_ms);
+  TransferStatus st;
+  uint64_t moved = 0;
+  auto moving = Clock::now();
+  for (;;) {
+    const int64_t left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    KVF_RETURN_IF_ERROR(engine->WaitBatch(w.batch, std::clamp<int64_t>(left, 0, ProbeMs()), &st));
+    if (st.state != TaskState::kPending) break;
+    if (st.transferred_bytes != moved) {  // slices land: slow, not dead
+      moved = st.transferred_bytes;
+      moving = Clock::now();
+    } else if (Clock::now() - moving >= std::chrono::milliseconds(ProbeMs()) && !Probe(w.to)) {
+      (void)engine->ExpireBatch(w.batch);
+      return Status::NetworkError("nothing of it moved, and the member did not answer a probe");
+    }
+    if (left <= 0) {
+      (void)engine->ExpireBatch(w.batch);
+      return Status::Timeout(text::Format("nothing within {} ms", options.timeout_ms));
     }
   }
-  (void)engine->FreeBatch(it->second.batch);
-  slot_writes.erase(it);
+  return st.state == TaskState::kCompleted ? Status::OK() : st.error;
 }
 
 Status WeightSync::Impl::AwaitSlotFree(uint64_t bucket) {
   FinishWrites(bucket);
-  const auto deadline = Clock::now() + std::chrono::milliseconds(options.timeout_ms);
-  for (int c : children) {
-    if (members[c].gone) continue;
-    // One credit per child: AwaitNotice takes them one at a time.
-    const Status s =
-        AwaitNotice(CreditNotice(bucket), deadline,
-                    text::Format("the slot of bucket {} given back by member {} ({})", bucket, c, members[c].name));
-    if (!s.ok()) return s;
+  return AwaitCredits(bucket);
+}
+
+Status WeightSync::Impl::AwaitCredits(uint64_t bucket) {
+  auto deadline = Clock::now() + std::chrono::milliseconds(options.timeout_ms);
+  for (;;) {
+    if (me == 0) ServeAdoptions();
+    int late = -1;
+    for (int c : children) {
+      const uint64_t w = word(c);
+      if (!members[c].gone && !(WordOf(w, version) && (w & kCountMask) > bucket)) late = c;
+    }
+    for (int o : orphans) {  // not adopted yet
+      const uint64_t w = members[o].probed;
+      if (!members[o].gone && !(WordOf(w, version) && (w & kCountMask) > bucket)) late = o;
+    }
+    if (late < 0) return Status::OK();
+    const std::string what =
+        text::Format("the slot of bucket {} given back by member {} ({})", bucket, late, members[late].name);
+    bool quiet = false;
+    KVF_RETURN_IF_ERROR(WaitSlice(deadline, what, &quiet));
+    if (!quiet || Probe(late)) continue;
+    LeaveOut(late, text::Format("it did not answer a probe while {} waited for {}", role(), what));
+    deadline = Clock::now() + std::chrono::milliseconds(options.timeout_ms);  // a new plan: its orphans' turn
   }
+}
+
+Status WeightSync::Impl::WaitSlice(Clock::time_point deadline, const std::string& what, bool* quiet) {
+  if (Status failed = FailureReported(what); !failed.ok()) return failed;
+  const int64_t left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  if (left <= 0)
+    return Status::Timeout(
+        text::Format("{}: nothing within {} ms ({} of version {})", what, options.timeout_ms, role(), version));
+  std::vector<uint16_t> got;
+  const auto waiting = Clock::now();
+  const Status s = engine->WaitNotices(std::min<int64_t>(left, 200), &got);
+  stats.notice_wait_ns += NsSince(waiting);
+  if (!s.ok() && s.code() != Status::Code::kTimeout) return s.Annotate(what);
+  stash.insert(got.begin(), got.end());
+  stash.erase(kWordNotice);  // a doorbell: the words say what changed
+  *quiet = !s.ok();
   return Status::OK();
+}
+
+void WeightSync::Impl::LeaveOut(int i, const std::string& why) {
+  if (members[i].gone) return;
+  members[i].gone = true;
+  KVF_LOG_WARN("weight sync: member {} ({}) is left out from now on: {}", i, members[i].name, why);
+  std::erase(orphans, i);
+  if (me != 0) return;  // its children ask the sender, which serves them if it still holds what they lack
+  for (int c : plan.children[i]) {
+    if (members[c].gone || members[c].adopted) continue;
+    if (members[c].segment < 0 && !engine->OpenSegment(members[c].name, &members[c].segment).ok()) continue;
+    orphans.push_back(c);
+  }
 }
 
 Status WeightSync::Impl::AwaitSlotsFree(uint64_t end) {
@@ -191,11 +239,11 @@ void WeightSync::Impl::TellFailure(uint64_t bucket) {
   std::vector<int> neighbours = children;
   if (parent >= 0) neighbours.push_back(parent);
   std::vector<TransferRequest> reqs;
-  uint64_t* word = reinterpret_cast<uint64_t*>(credit_word() + 16);
+  uint64_t* word = own(kFailureSourceAt);
   *word = bucket;
   for (int n : neighbours) {
     if (members[n].gone) continue;
-    TransferRequest r{OpCode::kWrite, word, members[n].segment, members[n].credit_addr, 8};
+    TransferRequest r{OpCode::kWrite, word, members[n].segment, members[n].tail_addr, 8};  // its unread first word
     r.notice = FailureNotice(bucket);
     reqs.push_back(r);
   }
@@ -209,10 +257,11 @@ void WeightSync::Impl::TellFailure(uint64_t bucket) {
 }
 
 void WeightSync::Impl::DropWrites() {
-  for (auto& [slot, w] : slot_writes) {
-    TransferStatus st;
-    (void)engine->WaitBatch(w.batch, options.timeout_ms, &st);
-    (void)engine->FreeBatch(w.batch);
+  for (auto& [slot, writes] : slot_writes) {
+    for (const Writes& w : writes) {
+      (void)AwaitWrite(w);
+      (void)engine->FreeBatch(w.batch);
+    }
   }
   slot_writes.clear();
 }
@@ -223,6 +272,7 @@ void WeightSync::Impl::ClearVersion() {
   entries.clear();
   sent = 0;
   loaded = -1;
+  released = 0;
   pieces.clear();
   cursor = 0;
   joined.clear();
@@ -231,13 +281,17 @@ void WeightSync::Impl::ClearVersion() {
 
 void WeightSync::Impl::Forget() {
   DropWrites();
-  if (unfinished) {  // after a version that completed, every notice of it was taken; later ones may be early
+  // After a version that completed, every notice of it was taken (later
+  // ones may be early), unless a dead parent's may still come.
+  if (unfinished || adopted) {
     stash.clear();
     std::vector<uint16_t> stale;
     (void)engine->TakeNotices(&stale);
   }
   ClearVersion();
   unfinished = false;
+  adopted = false;
+  orphans.clear();
 }
 
 Status WeightSync::Impl::Begin(uint64_t next) {
@@ -253,30 +307,42 @@ Status WeightSync::Impl::Begin(uint64_t next) {
 }
 
 Status WeightSync::Impl::GiveCredit(uint64_t bucket) {
+  released = bucket + 1;
   if (parent < 0) return Status::OK();
-  uint64_t* word = reinterpret_cast<uint64_t*>(credit_word() + 8);
-  *word = bucket;
-  TransferRequest r{OpCode::kWrite, word, members[parent].segment, members[parent].credit_addr, 8};
-  r.notice = CreditNotice(bucket);
-  const std::string what =
-      text::Format("giving member {} ({}) the slot of bucket {} back", parent, members[parent].name, bucket);
-  // Within the sync's deadline, not the engine's (a stopped parent would
-  // hold this member for KVF_TRANSFER_TIMEOUT_MS).
+  *own(kCreditSourceAt) = MakeWord(version, released);
+  const int to = parent;
+  // A receiver parent that does not take the credit within a probe's time
+  // is dead (a WRITE to a process gone may wait, refused, to its deadline).
+  const Status s = WriteWord(to, kCreditSourceAt, kWordNotice,
+                             text::Format("giving member {} ({}) the slot of bucket {} back", to, members[to].name,
+                                          bucket),
+                             to == 0 ? options.timeout_ms : ProbeMs());
+  if (s.ok() || s.code() == Status::Code::kProtocolError || to == 0 || !Unreachable(s)) return s;
+  return RequestAdoption(released, s);  // the parent died: from the next bucket on, the sender writes
+}
+
+Status WeightSync::Impl::WriteWord(int to, uint64_t from, uint16_t notice, const std::string& what,
+                                   int64_t deadline_ms) {
+  TransferRequest r{OpCode::kWrite, own(from), members[to].segment, members[to].tail_addr + kWordsAt + 8 * me, 8};
+  r.notice = notice;
+  // Within the sync's deadline, not the engine's (a stopped member would
+  // hold this one for KVF_TRANSFER_TIMEOUT_MS).
+  if (deadline_ms < 0) deadline_ms = options.timeout_ms;
   BatchId batch;
   KVF_RETURN_IF_ERROR(engine->AllocateBatch(1, &batch).Annotate(what));
   Status s = engine->Submit(batch, {r});
-  if (s.ok()) s = AwaitOwnWrite(batch, what);
+  if (s.ok()) s = AwaitOwnWrite(batch, what, deadline_ms);
   if (!s.ok() && s.code() != Status::Code::kProtocolError) {
-    const Status failed = FailureReported(what);  // a parent's failure says more than the WRITE's end
+    const Status failed = FailureReported(what);  // a neighbour's failure says more than the WRITE's end
     s = failed.ok() ? s.Annotate(what) : failed;
   }
   (void)engine->FreeBatch(batch);
   return s;
 }
 
-Status WeightSync::Impl::AwaitOwnWrite(BatchId batch, const std::string& what) {
+Status WeightSync::Impl::AwaitOwnWrite(BatchId batch, const std::string& what, int64_t deadline_ms) {
   TransferStatus st;
-  const auto deadline = Clock::now() + std::chrono::milliseconds(options.timeout_ms);
+  const auto deadline = Clock::now() + std::chrono::milliseconds(deadline_ms);
   for (;;) {
     const int64_t left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     KVF_RETURN_IF_ERROR(engine->WaitBatch(batch, std::clamp<int64_t>(left, 0, 100), &st));
@@ -291,7 +357,7 @@ Status WeightSync::Impl::AwaitOwnWrite(BatchId batch, const std::string& what) {
     (void)engine->GetBatchStatus(batch, &st);
   }
   if (st.state == TaskState::kCompleted) return Status::OK();
-  return st.error.ok() ? Status::Timeout(text::Format("nothing within {} ms", options.timeout_ms)) : st.error;
+  return st.error.ok() ? Status::Timeout(text::Format("nothing within {} ms", deadline_ms)) : st.error;
 }
 
 Status WeightSync::Impl::FailureReported(const std::string& what) {

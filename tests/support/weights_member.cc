@@ -1,14 +1,14 @@
 // kvfabric-test-weights-member: one member of a weight sync for the
 // weights tests. Usage:
-//   kvfabric-test-weights-member PROTOCOL DIR INDEX COUNT VERSIONS [damage=BUCKET] [die_after=TENSORS]
+//   kvfabric-test-weights-member PROTOCOL DIR INDEX COUNT VERSIONS [damage=BUCKET] [die_in=VERSION,TENSORS]
 // It writes its description to DIR/member-INDEX, waits for all COUNT,
 // connects, then for each version 1..VERSIONS sends (member 0) or receives
 // a model of mixed tensors (tensor i of version v: pattern seed v * 1000 + i).
 // A receiver checks every tensor's name, dtype, shape and bytes and prints
 // "GOT v TENSORS BYTES" or "BAD v <what>"; the sender prints "SENT v
 // TENSORS BYTES"; any error is "ERROR <status>". damage=B flips a payload
-// byte of bucket B after it is sealed; die_after=N exits after N tensors of
-// version 2.
+// byte of bucket B after it is sealed; die_in=V,N exits (at once, as a
+// crash would) after N tensors of version V, sent or received.
 #include <unistd.h>
 
 #include <chrono>
@@ -90,7 +90,7 @@ int Send(WeightSync* sync, uint64_t version, int die_after) {
   return 0;
 }
 
-int Receive(WeightSync* sync, uint64_t version) {
+int Receive(WeightSync* sync, uint64_t version, int die_after) {
   const std::vector<Spec> model = Model();
   Status s = sync->BeginReceive(version);
   if (!s.ok()) return Fail(s);
@@ -99,6 +99,7 @@ int Receive(WeightSync* sync, uint64_t version) {
   for (;;) {
     TensorRef t;
     bool done = false;
+    if (die_after >= 0 && static_cast<int>(i) == die_after) _exit(9);
     s = sync->Next(&t, &done);
     if (!s.ok()) return Fail(s);
     if (done) break;
@@ -120,17 +121,18 @@ int Receive(WeightSync* sync, uint64_t version) {
 
 int main(int argc, char** argv) {
   if (argc < 6) {
-    std::fprintf(stderr, "usage: %s PROTOCOL DIR INDEX COUNT VERSIONS [damage=B] [die_after=N]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s PROTOCOL DIR INDEX COUNT VERSIONS [damage=B] [die_in=V,N]\n", argv[0]);
     return 2;
   }
   const std::string dir = argv[2];
   const int me = std::atoi(argv[3]), count = std::atoi(argv[4]), versions = std::atoi(argv[5]);
   int64_t damage = -1;
-  int die_after = -1;
+  int die_version = -1, die_after = -1;
   for (int i = 6; i < argc; ++i) {
     const std::string a = argv[i];
     if (a.rfind("damage=", 0) == 0) damage = std::atoll(a.c_str() + 7);
-    if (a.rfind("die_after=", 0) == 0) die_after = std::atoi(a.c_str() + 10);
+    if (a.rfind("die_in=", 0) == 0 && std::sscanf(a.c_str() + 7, "%d,%d", &die_version, &die_after) != 2)
+      return Fail(Status::InvalidArgument("die_in=VERSION,TENSORS: " + a));
   }
   EngineConfig cfg;
   cfg.protocol = argv[1];
@@ -158,7 +160,8 @@ int main(int argc, char** argv) {
   s = sync->Connect(Gather(dir, count), me);
   if (!s.ok()) return Fail(s);
   for (int v = 1; v <= versions; ++v) {
-    const int rc = me == 0 ? Send(sync.get(), v, v == 2 ? die_after : -1) : Receive(sync.get(), v);
+    const int dies = v == die_version ? die_after : -1;
+    const int rc = me == 0 ? Send(sync.get(), v, dies) : Receive(sync.get(), v, dies);
     std::fflush(stdout);
     if (rc != 0) return rc;
   }

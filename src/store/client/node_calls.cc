@@ -116,11 +116,6 @@ std::chrono::microseconds NodeCaller::PollTime(Wait wait) const {
   return spin_;
 }
 
-bool Unreachable(const Status& failure) {
-  const auto code = failure.code();
-  return code == Status::Code::kNetworkError || code == Status::Code::kTimeout || code == Status::Code::kFabricError;
-}
-
 void NodeCaller::MarkDownIfUnreachable(const std::string& member, const Status& failure) {
   if (Unreachable(failure)) mark_down_(member, failure);
 }

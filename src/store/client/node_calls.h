@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/unreachable.h"
 #include "kvfabric/settings.h"
 #include "kvfabric/status.h"
 #include "net/socket.h"
@@ -47,12 +48,6 @@ struct NodeCall {
 // call of the client polls (NodeCaller::Scope counts them): with 4 threads
 // calling exists at once, polling halved their keys/s on 2 vCPUs.
 enum class Wait : uint8_t { kPollFirst, kSleep };
-
-// Whether `failure` says a member could not be reached: the network, a
-// deadline, or the fabric (its engine did not serve a READ). A control
-// call never fails with the fabric's error, so calls and READs share this
-// one rule.
-bool Unreachable(const Status& failure);
 
 class NodeCaller;
 
@@ -98,7 +93,9 @@ class NodeCaller {
   // (the control client ends every call by its deadline; this node's own
   // puts may run a little past it).
   void CallAll(std::vector<NodeCall>* calls, net::Deadline deadline, Wait wait);
-  // Reports `member` when `failure` says it could not be reached (Unreachable).
+  // Reports `member` when `failure` says it could not be reached
+  // (Unreachable; a control call never fails with the fabric's error, so
+  // calls and READs share this one rule).
   void MarkDownIfUnreachable(const std::string& member, const Status& failure);
 
   // One public call of the client under way, for as long as it lives.

@@ -1,12 +1,13 @@
 // Weight sync across processes (kvfabric-test-weights-member): a sender
 // and 1, 2 or 4 receivers over each provider found, every tensor checked
 // byte for byte by its receiver; two versions in a row; a bucket damaged
-// in flight; a sender that dies mid-sync.
+// in flight; a sender that dies mid-sync; receivers that die mid-chain.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,13 +36,14 @@ class WeightsTest : public ::testing::TestWithParam<std::string> {
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
   }
-  // Starts a sender and `receivers` receivers for `versions` versions.
-  void StartSync(int receivers, int versions, const std::vector<std::string>& sender_args = {}) {
+  // Starts a sender and `receivers` receivers for `versions` versions;
+  // member i takes the argument args[i], if any.
+  void StartSync(int receivers, int versions, const std::map<int, std::string>& args = {}) {
     for (int i = 0; i <= receivers; ++i) {
       std::vector<std::string> argv = {
           KVF_WEIGHTS_MEMBER_PATH, GetParam(), dir_, std::to_string(i), std::to_string(receivers + 1),
           std::to_string(versions)};
-      if (i == 0) argv.insert(argv.end(), sender_args.begin(), sender_args.end());
+      if (args.contains(i)) argv.push_back(args.at(i));
       members_.push_back(std::make_unique<Child>());
       ASSERT_TRUE(members_.back()->Start(argv));
     }
@@ -73,7 +75,7 @@ TEST_P(WeightsTest, ABucketDamagedOnTheWayIsAnErrorNamingItsTensors) {
   // and the second receiver, which stop at once (their deadline is 4 s),
   // each naming the member it waited for and the bucket.
   const auto start = Clock::now();
-  ASSERT_NO_FATAL_FAILURE(StartSync(2, 1, {"damage=1"}));
+  ASSERT_NO_FATAL_FAILURE(StartSync(2, 1, {{0, "damage=1"}}));
   const std::string first = Line(1);
   EXPECT_NE(first.find("ERROR ProtocolError"), std::string::npos) << first;
   EXPECT_NE(first.find("bucket 1 of version 1"), std::string::npos) << first;
@@ -90,7 +92,7 @@ TEST_P(WeightsTest, ABucketDamagedOnTheWayIsAnErrorNamingItsTensors) {
 TEST_P(WeightsTest, ASenderThatDiesEndsEveryReceiversWaitWithinTheDeadline) {
   // It dies in the middle of the second version, once every receiver has
   // the first.
-  ASSERT_NO_FATAL_FAILURE(StartSync(3, 2, {"die_after=60"}));
+  ASSERT_NO_FATAL_FAILURE(StartSync(3, 2, {{0, "die_in=2,60"}}));
   for (int r = 1; r <= 3; ++r) EXPECT_EQ(Line(r), "GOT 1 75 5234024") << r;
   const auto start = Clock::now();
   for (int r = 1; r <= 3; ++r) {
@@ -105,6 +107,31 @@ TEST_P(WeightsTest, ASenderThatDiesEndsEveryReceiversWaitWithinTheDeadline) {
   // The members' deadline is 4 s, the engine's for a peer that cannot be
   // reached 5 s: each receiver's error comes within one of them.
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(15));
+}
+
+TEST_P(WeightsTest, AReceiverThatDiesMidChainStopsNoOneElse) {
+  // On one host the receivers form a chain behind the sender. The first
+  // dies in the middle of the first version: the second finds its parent
+  // gone and the sender adopts it, writing again what it lacks; the third
+  // stays behind the second. In the second version the last one dies: the
+  // second leaves it out. Every survivor gets both versions, byte exact.
+  const auto start = Clock::now();
+  ASSERT_NO_FATAL_FAILURE(StartSync(3, 2, {{1, "die_in=1,30"}, {3, "die_in=2,40"}}));
+  for (int v = 1; v <= 2; ++v) {
+    const std::string tail = std::to_string(v) + " 75 5234024";
+    EXPECT_EQ(Line(0), "SENT " + tail);
+    EXPECT_EQ(Line(2), "GOT " + tail);
+    if (v == 1) {
+      EXPECT_EQ(Line(3), "GOT " + tail);
+    }
+  }
+  for (int dead : {1, 3}) {
+    int status = 0;
+    ASSERT_EQ(waitpid(members_[dead]->pid(), &status, 0), members_[dead]->pid());
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 9) << "member " << dead << " was to die: " << status;
+  }
+  // Found out by probes within a fraction of the members' 4 s deadline.
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(8));
 }
 
 std::vector<std::string> Protocols() {
