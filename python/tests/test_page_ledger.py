@@ -72,6 +72,20 @@ def test_an_evicted_page_or_one_whose_node_ended_is_accounted_for():
     assert page_ledger.account({**ASKED, "members": ["n1", "n2"]}, fresh, {})[0] == "lost: still in its pool"
 
 
+def test_the_page_of_the_put_is_the_one_of_its_length():
+    # A later put of the key stores its page within the stamps' slack after this put ended: the page of
+    # this put is the one of its length, evicted before the question.
+    asked = {**ASKED, "length": 2097152}
+    events = [
+        PageEvent(10.05, "n1", 0, "stored", 7, 2097152),
+        PageEvent(10.1, "n1", 0, "evicted", 7, 2097152),
+        PageEvent(10.104, "n1", 0, "stored", 8, 3632),
+    ]
+    assert page_ledger.account(asked, events, {})[0] == "evicted"
+    assert page_ledger.account(ASKED, events, {})[0] == "lost: still in its pool", "by time alone, the later page"
+    assert page_ledger.account({**ASKED, "length": 512}, events, {})[0] == "lost: no node stored it during its put"
+
+
 def test_a_page_gone_any_other_way_is_lost():
     stored = event(10.05, "n1", "stored", 7)
     assert page_ledger.account(ASKED, [], {})[0] == "lost: no node stored it during its put"

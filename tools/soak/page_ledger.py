@@ -31,6 +31,7 @@ class PageEvent:
     incarnation: int  # which run of the node (its restarts count up)
     what: str  # stored, evicted, removed, overwritten, handed over
     generation: int
+    length: int = -1  # the page's bytes (-1: not known)
 
 
 def log_time(line: str, wall_to_monotonic: float):
@@ -57,7 +58,7 @@ def read_ledger(logs: list, keys: set) -> dict:
                     at = log_time(line, wall_to_monotonic)
                     if at is not None:
                         out.setdefault(m.group(3), []).append(
-                            PageEvent(at, node, incarnation, m.group(2), int(m.group(4)))
+                            PageEvent(at, node, incarnation, m.group(2), int(m.group(4)), int(m.group(5)))
                         )
         except OSError:
             pass
@@ -87,19 +88,27 @@ def account(missing: dict, events: list, ended: dict, entered: dict = None, lag_
     `ended[(node, incarnation)]` is when that run of the node was told to end (absent: it ran to the end);
     `entered[(node, incarnation)]` when it began to serve, and `lag_s` how long a client may take to see it.
 
-    The page is the last one stored during the put. From there, each hand-over leads to the node that stored the
-    key just before its old home let it go. The verdict is "evicted" or "node gone" when the page was evicted, or
-    its node ended, before the question ended: something newer took its room, or no replica could outlive its
-    node. A page still in the pool of a node that began to serve less than `lag_s` before the question ended
-    is "on a member not seen yet": the client asked where the key lived before that node entered (a documented
+    The page is the last one stored during the put, of the put's length when `missing["length"]` gives it (a later
+    put of the key may store its page within the log stamps' slack). From there, each hand-over leads to the node
+    that stored the key just before its old home let it go. The verdict is "evicted" or "node gone" when the page
+    was evicted, or its node ended, before the question ended: something newer took its room, or no replica could
+    outlive its node. A page still in the pool of a node that began to serve less than `lag_s` before the question
+    ended is "on a member not seen yet": the client asked where the key lived before that node entered (a documented
     miss, until its next refresh). One on a node missing from the client's placement before or after the question
     (`missing["members"]`, when given, holds the members in it at both times) is "on a member out of the client's
-    view": the client had found it unreachable, and counts its keys as misses until it answers again. Anything
-    else is a loss: "lost: " and what happened instead (nothing stored, removed or overwritten with no request
-    to, handed over to no node, or still in its pool while the store said it had no page).
+    view": the client had found it unreachable, and counts its keys as misses until it answers again. Anything else
+    is a loss: "lost: " and what happened instead (nothing stored, removed or overwritten with no request to, handed
+    over to no node, or still in its pool while the store said it had no page).
     `path` lists the events followed."""
     begin, until = missing["put_start"] - SLACK_S, missing["audit_end"] + SLACK_S
-    stored = [e for e in events if e.what == "stored" and begin <= e.at <= missing["put_end"] + SLACK_S]
+    length = missing.get("length", -1)
+    stored = [
+        e
+        for e in events
+        if e.what == "stored"
+        and begin <= e.at <= missing["put_end"] + SLACK_S
+        and (length < 0 or e.length < 0 or e.length == length)
+    ]
     if not stored:
         return "lost: no node stored it during its put", []
     page, path = stored[-1], [stored[-1]]

@@ -495,6 +495,7 @@ class Client:
                             "version": v,
                             "put_start": rec["start"],
                             "put_end": rec["end"],
+                            "length": rec["length"],
                             "audit_start": t0,
                             "audit_end": t1,
                             "members": members,
