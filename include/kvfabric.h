@@ -1,5 +1,6 @@
-/* kvfabric C API: the engine, and the KV-cache store over it (kvf_store_*,
- * below the engine's calls), for C programs and other languages' bindings.
+/* kvfabric C API: the engine, the KV-cache store over it (kvf_store_*,
+ * below the engine's calls) and the weight sync for RL (kvf_weights_*), for
+ * C programs and other languages' bindings.
  *
  * Every call that can fail returns an int: 0 (KVF_OK) on success, otherwise a
  * negative KVF_E* code, and kvf_last_error() then gives the engine's message
@@ -294,6 +295,86 @@ int kvf_store_get_stats(kvf_store* store, kvf_store_stats* out);
  * *count to how many members there are and *size to the bytes all their
  * names take (call with capacity 0 to size; names may then be NULL). */
 int kvf_store_members(kvf_store* store, char* names, size_t capacity, size_t* count, size_t* size);
+
+/* ---- Weight sync for RL (C++: kvfabric/weights.h; how it works:
+ * docs/design/weights.md)
+ *
+ * Member 0 (a trainer rank) sends a version of named tensors; the others
+ * (rollout ranks) receive them in the same order, each bucket checked
+ * before any of its tensors is handed out, and relayed to the receivers
+ * behind them. One kvf_weights per process, each on its own engine.
+ *
+ *   kvf_weights_options o;
+ *   kvf_weights_options_init(&o);              // 64 MiB buckets, 2 slots, 30 s
+ *   kvf_weights* w;
+ *   kvf_weights_create(e, &o, &w);             // registers its slots with e
+ *   char me_desc[1024]; size_t n;
+ *   kvf_weights_describe(w, me_desc, sizeof me_desc, &n);
+ *   ... gather every member's description, the sender's first, by any means ...
+ *   kvf_weights_connect(w, descriptions, members, my_index);
+ *   sender:   kvf_weights_begin_send(w, step);
+ *             kvf_weights_send(w, &tensor) for each; kvf_weights_end_send(w);
+ *   receiver: kvf_weights_begin_receive(w, step);
+ *             while (kvf_weights_next(w, &tensor, &done) == KVF_OK && !done) use(tensor);
+ *   kvf_weights_destroy(w);                    // before kvf_engine_destroy(e)
+ *
+ * Errors name the member and the bucket: KVF_EPROTOCOL (a bucket damaged on
+ * the way, or a neighbour's failure), KVF_EINVAL (another version than the
+ * one asked for, a version begun before the last one completed without a
+ * new connect), KVF_ETIMEOUT (the sender died, or a member neither died nor
+ * went on), KVF_EUNAVAILABLE (this receiver's parent died and the sender no
+ * longer holds what it lacks). A receiver that dies stops no one else.
+ *
+ * Threads: one thread at a time drives a kvf_weights (its calls wait for
+ * the others' buckets and credits). It holds a use of its engine's handle,
+ * as a store does: destroy it before its engine. */
+typedef struct kvf_weights kvf_weights;
+
+typedef struct kvf_weights_options {
+  uint64_t bucket_bytes;   /* tensor bytes per bucket */
+  uint64_t manifest_bytes; /* room for a bucket's manifest (its tensors' names, dtypes, shapes) */
+  int slots;               /* buckets in flight to each receiver */
+  int64_t timeout_ms;      /* longest wait for a bucket or a credit */
+  const char* host;        /* this member's host for the relay plan; NULL or "": the engine name's */
+  int rails;               /* this member's rails for the relay plan; 0: the engine's */
+} kvf_weights_options;
+
+/* A tensor: sent (its bytes are read during kvf_weights_send), or received
+ * (name, dtype, shape and bytes owned by the kvf_weights, valid until its
+ * next call). dtype: "bfloat16", "float32", "int8", ... as the sender
+ * names it. */
+typedef struct kvf_tensor {
+  const char* name;
+  const char* dtype;
+  const int64_t* shape;
+  size_t ndim;
+  const void* data;
+  uint64_t bytes;
+} kvf_tensor;
+
+/* The defaults: kvfabric::weights::SyncOptions'. */
+void kvf_weights_options_init(kvf_weights_options* options);
+/* options: NULL for the defaults. Every member must take the same
+ * bucket_bytes, manifest_bytes and slots (connect refuses otherwise). */
+int kvf_weights_create(kvf_engine* engine, const kvf_weights_options* options, kvf_weights** out);
+/* Unregisters the slots and releases the handle (and its use of the engine). */
+void kvf_weights_destroy(kvf_weights* weights);
+/* This member's description (JSON, NUL-terminated) into `out` when it fits
+ * in `capacity` bytes; *size: the bytes it takes, its NUL included (call
+ * with capacity 0 to size; out may then be NULL). */
+int kvf_weights_describe(kvf_weights* weights, char* out, size_t capacity, size_t* size);
+/* Every member's description, the sender's first; `me`: this member's
+ * index. Plans the relays and opens the neighbours' segments; after a
+ * version that failed, every member connects again before the next. */
+int kvf_weights_connect(kvf_weights* weights, const char* const* members, size_t count, int me);
+int kvf_weights_begin_send(kvf_weights* weights, uint64_t version);
+int kvf_weights_send(kvf_weights* weights, const kvf_tensor* tensor);
+/* Sends the last bucket; returns once the receivers it writes to have taken every bucket. */
+int kvf_weights_end_send(kvf_weights* weights);
+int kvf_weights_begin_receive(kvf_weights* weights, uint64_t version);
+/* The next tensor in the sender's order into *out, or *done = 1 once the
+ * version is complete. */
+int kvf_weights_next(kvf_weights* weights, kvf_tensor* out, int* done);
 
 #ifdef __cplusplus
 }

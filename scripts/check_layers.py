@@ -73,7 +73,7 @@ ALLOWED = {
     "store": STORE_BELOW | {"store/wire", "store/members", "store/mover", "store/node", "store/client"},
     # Weight sync: the engine's public API below it, never the store.
     "weights": {"vocabulary", "settings", "common", "net", "stats", "api", "weights_api"},
-    "capi": {"vocabulary", "settings", "stats", "api", "store_api", "c_api"},
+    "capi": {"vocabulary", "settings", "stats", "api", "store_api", "weights_api", "c_api"},
 }
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')

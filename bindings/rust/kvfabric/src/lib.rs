@@ -1,7 +1,8 @@
 //! kvfabric: move registered memory between processes and hosts with
 //! one-sided READ and WRITE over libfabric (AWS EFA, tcp, shm, verbs), the
 //! transfer engine of disaggregated LLM serving (KV caches from prefill to
-//! decode, weights to inference engines).
+//! decode, weights to inference engines), with a KV-cache [`Store`] and an
+//! RL [`WeightSync`] over it.
 //!
 //! ```no_run
 //! use kvfabric::{Engine, Request};
@@ -85,11 +86,13 @@ mod engine;
 mod error;
 mod request;
 mod store;
+mod weights;
 
 pub use buffer::{HostBuffer, HUGE_PAGE};
 pub use engine::{Engine, EngineBuilder, Region, RemoteBuffer, Segment};
 pub use error::{Error, Result};
 pub use request::{Batch, Op, Request, TaskState, TransferStatus};
 pub use store::{Piece, Store, StoreStats};
+pub use weights::{SyncOptions, Tensor, WeightSync};
 #[cfg(feature = "async")]
 pub use request::Completion;
