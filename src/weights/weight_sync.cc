@@ -200,7 +200,13 @@ Status WeightSync::Impl::AwaitCredits(uint64_t bucket) {
 }
 
 Status WeightSync::Impl::WaitSlice(Clock::time_point deadline, const std::string& what, bool* quiet) {
+  const size_t had = stash.size();
   if (Status failed = FailureReported(what); !failed.ok()) return failed;
+  if (stash.size() > had) {  // notices came meanwhile (taken into the stash): what is awaited may be among them
+    stash.erase(kWordNotice);
+    *quiet = false;
+    return Status::OK();
+  }
   const int64_t left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
   if (left <= 0)
     return Status::Timeout(

@@ -179,8 +179,9 @@ struct WeightSync::Impl {
   Status AwaitCredits(uint64_t bucket);
   // One slice of a wait for `what` until `deadline`: a neighbour's failure
   // notice (ProtocolError) or the deadline (Timeout, naming `what`) ends
-  // the wait; else notices are awaited for up to 200 ms, into the stash
-  // (doorbells dropped), and *quiet says whether none came.
+  // the wait; else, unless notices are waiting already, they are awaited
+  // for up to 200 ms, into the stash (doorbells dropped), and *quiet says
+  // whether none came.
   Status WaitSlice(std::chrono::steady_clock::time_point deadline, const std::string& what, bool* quiet);
   // Leaves member `i` out from now on (it did not answer), saying `why`.
   // The sender waits for the children of its own dead child to ask for
