@@ -57,12 +57,15 @@ void WeightSync::Impl::ServeAdoptions() {
     if (m.gone || m.adopted || !WordOf(w, version) || (w & kRequest) == 0) continue;
     const uint64_t next = w & kCountMask;
     if (next < held || next > sent || (m.segment < 0 && !engine->OpenSegment(m.name, &m.segment).ok())) {
-      KVF_LOG_WARN("weight sync: member {} ({}) lost its parent and lacks bucket {} of version {} on; the sender "
-                   "holds buckets {} to {}, so it cannot take it over",
-                   a, m.name, next, version, held, sent);
+      KVF_LOG_WARN("weight sync: member {} ({}) lost its parent and lacks bucket {} of version {} on; of the {} "
+                   "buckets sent, the sender holds those from {} on, so it cannot take it over",
+                   a, m.name, next, version, sent, held);
       *own(kRequestSourceAt) = 0;
       (void)WriteWord(a, kRequestSourceAt, kRefusedNotice, "refusing an adoption");
-      LeaveOut(a, "the sender could not take it over");
+      // Left out without waiting for its children: they stay behind it,
+      // and fail with it.
+      m.gone = true;
+      std::erase(orphans, a);
       continue;
     }
     m.adopted = true;
