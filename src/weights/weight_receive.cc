@@ -100,9 +100,9 @@ Status WeightSync::Impl::AwaitBucket(uint64_t bucket, Clock::time_point deadline
           what, options.slots));
     bool quiet = false;
     KVF_RETURN_IF_ERROR(WaitSlice(deadline, what, &quiet));
-    // Probed only when nothing came: the notice may have come meanwhile
-    // (FailureReported takes every notice waiting into the stash).
-    if (!quiet || stash.contains(notice) || parent == 0 || Probe(parent)) continue;
+    // Probed only when nothing came (WaitSlice returns at once when
+    // notices came, the awaited one perhaps among them).
+    if (!quiet || parent == 0 || Probe(parent)) continue;
     KVF_RETURN_IF_ERROR(RequestAdoption(bucket, Status::NetworkError(what + ": it did not answer a probe")));
     deadline = Clock::now() + std::chrono::milliseconds(options.timeout_ms);  // the sender's turn
   }

@@ -323,7 +323,7 @@ Status WeightSync::Impl::GiveCredit(uint64_t bucket) {
                              text::Format("giving member {} ({}) the slot of bucket {} back", to, members[to].name,
                                           bucket),
                              to == 0 ? options.timeout_ms : ProbeMs());
-  if (s.ok() || s.code() == Status::Code::kProtocolError || to == 0 || !Unreachable(s)) return s;
+  if (s.ok() || to == 0 || !Unreachable(s)) return s;  // a neighbour's failure (ProtocolError) stands
   return RequestAdoption(released, s);  // the parent died: from the next bucket on, the sender writes
 }
 
