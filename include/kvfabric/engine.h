@@ -41,10 +41,12 @@ struct TransferRequest {
   size_t length = 0;
   // WRITE only. Nonzero: the target learns when every byte of this WRITE
   // has landed without polling them: its Engine::TakeNotices returns
-  // `notice` once (each piece carries it as remote CQ data;
-  // docs/design/weights.md, "Notices"). Keep one WRITE per notice value and
-  // target unfinished at a time. GPU memory the rails did not register
-  // (moved through staging) cannot carry one.
+  // `notice` once (each piece carries it as remote CQ data, or, where a
+  // rail has none or the bytes go through GPU staging, the initiator sends
+  // it as a message once every piece was delivered: KVF_NOTICE_PATH;
+  // docs/design/weights.md, "Notices"; such a request completes once the
+  // target took the message). Keep one WRITE per notice value and target
+  // unfinished at a time.
   uint16_t notice = 0;
 };
 

@@ -89,6 +89,10 @@ struct EngineStats {
   uint64_t metadata_errors = 0;   // descriptor fetches or checks that failed (metadata store, seal, stale)
   uint64_t handshakes_refused = 0;  // malformed or unauthorized handshakes this engine's server refused
   uint64_t segments_open = 0;     // now: peer segments open
+  // WRITEs' notices sent as handshake messages (KVF_NOTICE_PATH), and
+  // those that did not reach their target.
+  uint64_t notice_messages_sent = 0;
+  uint64_t notice_messages_failed = 0;
 };
 
 }  // namespace kvfabric

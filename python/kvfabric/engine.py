@@ -364,8 +364,10 @@ class Engine:
         ``failures`` (by op and status code), ``latency`` (submit to
         completion by op and size class: ``buckets`` of (upper bound in
         seconds, count)), ``reroutes``, ``registrations`` (by location),
-        handshake and metadata errors, ``segments_open``, and
-        ``metrics_address`` (the endpoint, or ""). Counters only grow."""
+        handshake and metadata errors, ``segments_open``,
+        ``notice_messages`` (WRITEs' notices sent as messages: ``sent``,
+        ``failed``), and ``metrics_address`` (the endpoint, or "").
+        Counters only grow."""
         return self._core.stats()
 
     def settings(self) -> dict[str, str]:

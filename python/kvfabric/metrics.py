@@ -62,6 +62,7 @@ def _engine(out: dict, name: str) -> dict:
             "metadata_errors": 0,
             "handshakes_refused": 0,
             "segments_open": 0,
+            "notice_messages": {"sent": 0, "failed": 0},
         }
     return out[name]
 
@@ -204,6 +205,8 @@ def from_prometheus(text: str) -> list[dict]:
                 e["reroutes"][labels["reason"]] = int(v)
             elif name == "kvfabric_reroute_refusals_total":
                 e["reroutes"]["refused"] = int(v)
+            elif name == "kvfabric_notice_messages_total":
+                e["notice_messages"][labels["result"]] = int(v)
             elif name in ("kvfabric_registered_buffers", "kvfabric_registered_bytes"):
                 r = _row(
                     e["registrations"],

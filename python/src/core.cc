@@ -198,7 +198,8 @@ class PyEngine {
                 Dict("failed", st.reroutes_failed, "stalled", st.reroutes_stalled, "refused", st.reroutes_refused),
                 "registrations", regs, "registrations_total", st.registrations_total, "registration_failures",
                 st.registration_failures, "handshake_errors", st.handshake_errors, "metadata_errors",
-                st.metadata_errors, "handshakes_refused", st.handshakes_refused, "segments_open", st.segments_open);
+                st.metadata_errors, "handshakes_refused", st.handshakes_refused, "segments_open", st.segments_open, "notice_messages",
+                Dict("sent", st.notice_messages_sent, "failed", st.notice_messages_failed));
   }
 
   void Register(uintptr_t addr, uint64_t length, const std::string& location) {

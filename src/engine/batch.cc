@@ -2,6 +2,7 @@
 
 #include "common/clock.h"
 #include "common/text.h"
+#include "engine/notice_mailer.h"
 
 namespace kvfabric::engine {
 
@@ -28,6 +29,9 @@ void Task::Start(Batch* batch, uint32_t slices, Clock::time_point deadline, int6
   failing_.store(false);
   failure_ = Status::OK();
   expired_early_.store(false);
+  mailer_ = nullptr;
+  mail_notice_ = 0;
+  mail_epoch_ = 0;
   state_.store(static_cast<int>(TaskState::kPending));
   started_.store(true);
 }
@@ -72,6 +76,22 @@ bool Task::FinishFailed() {
 void Task::Complete(size_t bytes, const Status& error) {
   bytes_.fetch_add(bytes);
   Finish(error.ok() ? TaskState::kCompleted : TaskState::kFailed, error);
+}
+
+void Task::MailNotice(NoticeMailer* mailer, uint16_t notice, uint64_t epoch) {
+  mailer_ = mailer;
+  mail_notice_ = notice;
+  mail_epoch_ = epoch;
+}
+
+void Task::NoticeSent(const Status& sent) {
+  Batch* batch = batch_;
+  if (sent.ok())
+    Finish(TaskState::kCompleted, Status::OK());
+  else
+    Finish(TaskState::kFailed, sent.Annotate(text::Format("{} landed, but its notice {} did not reach the target",
+                                                          what_, mail_notice_)));
+  batch->outstanding_slices().fetch_sub(1);
 }
 
 bool Task::CheckDeadline() {
@@ -134,9 +154,16 @@ bool Task::CanMove(const fabric::Slice& slice) {
 
 void Task::SliceLeft() {
   if (slices_left_.fetch_sub(1) != 1) return;
-  if (failed_late_.load()) CheckDeadline();  // none out: nothing to cut
-  else if (failing_.load()) FinishFailed();
-  else if (pending()) Finish(TaskState::kCompleted, Status::OK());
+  if (failed_late_.load()) {
+    CheckDeadline();  // none out: nothing to cut
+  } else if (failing_.load()) {
+    FinishFailed();
+  } else if (pending() && mailer_ != nullptr) {
+    batch_->outstanding_slices().fetch_add(1);  // the notice, until NoticeSent
+    mailer_->Send(this);
+  } else if (pending()) {
+    Finish(TaskState::kCompleted, Status::OK());
+  }
 }
 
 void Task::OnSliceDone(const fabric::Slice& slice, size_t bytes, const Status& in) {

@@ -26,6 +26,7 @@ namespace kvfabric::engine {
 
 using Clock = std::chrono::steady_clock;
 class Batch;
+class NoticeMailer;
 class Task;
 
 // The end of a wait of `timeout_ms` from `now`: negative, or further than
@@ -92,6 +93,17 @@ class Task final : public fabric::SliceOwner {
              std::shared_ptr<const void> route = nullptr, TaskTally tally = {});
   // Ends the task without slices (local copy, or failure before posting).
   void Complete(size_t bytes, const Status& error);
+  // After Start, before its slices are queued: once every slice is back
+  // and none failed, the task hands itself to `mailer` to send `notice` to
+  // its peer (the segment of `epoch`) instead of completing; it ends when
+  // the mailer calls NoticeSent. Its batch is kept (counted as a slice
+  // out) until then.
+  void MailNotice(NoticeMailer* mailer, uint16_t notice, uint64_t epoch);
+  uint16_t mailed_notice() const { return mail_notice_; }
+  uint64_t mailed_epoch() const { return mail_epoch_; }
+  // The mailer's answer: COMPLETED when the notice was taken, else FAILED
+  // with `sent` (unless the task ended meanwhile, by its deadline).
+  void NoticeSent(const Status& sent);
   // Ends a pending task now with `error` (engine shutdown): its queued
   // slices are dropped unposted, those in flight are ignored when they return.
   void Abandon(const Status& error) { (void)Finish(TaskState::kFailed, error); }
@@ -160,6 +172,9 @@ class Task final : public fabric::SliceOwner {
   std::atomic<bool> started_{false};        // Start has run (ExpirePending skips the others)
   TaskTally tally_;
   int64_t started_ns_ = 0;
+  NoticeMailer* mailer_ = nullptr;  // MailNotice
+  uint16_t mail_notice_ = 0;
+  uint64_t mail_epoch_ = 0;
 };
 
 class Batch {

@@ -77,7 +77,7 @@ void Engine::Impl::BuildRegistry() {
 
 Status Engine::Impl::BuildServing(const engine::ListenAddress& listen) {
   KVF_RETURN_IF_ERROR(engine::SegmentServer::Start(engine::HandshakeOptions(settings, listen), listen.host, &rails,
-                                                   registry.get(), store.get(), &server));
+                                                   registry.get(), store.get(), &notices, &server));
   if (settings.metrics) counters = std::make_unique<engine::Counters>(settings.metrics_peer_labels);
   segments = std::make_unique<engine::SegmentDirectory>(server->name(), &rails, store.get(),
                                                         engine::HandshakeCallOptions(settings), counters.get());
@@ -86,8 +86,13 @@ Status Engine::Impl::BuildServing(const engine::ListenAddress& listen) {
   po.stripe_threshold = static_cast<size_t>(settings.stripe_threshold);
   po.rail_retry_ms = settings.rail_retry_ms;
   po.staging_bytes = static_cast<size_t>(settings.staging_bytes);
+  po.notice_path = settings.notice_path == "cq_data"   ? engine::NoticePath::kCqData
+                   : settings.notice_path == "message" ? engine::NoticePath::kMessage
+                                                       : engine::NoticePath::kAuto;
+  mailer = std::make_unique<engine::NoticeMailer>(engine::HandshakeCallOptions(settings));
   poster = std::make_unique<engine::Poster>(&rails, po, counters.get());
   poster->set_own_notices(&notices);
+  poster->set_notice_mailer(mailer.get());
   progress = std::make_unique<fabric::Progress>(rails.raw(), static_cast<int>(settings.progress_threads),
                                                 settings.progress_spin_us, settings.progress_idle_us);
   return Status::OK();
@@ -118,6 +123,7 @@ void Engine::Impl::Shutdown() {
   metrics.reset();   // scrapes read the parts below: the last one ends first
   server.reset();    // peers stop finding us, no new requests
   progress.reset();  // no more completions
+  mailer.reset();    // nor notices: the tasks it holds end before their batches go
   batches.Clear();
   registry.reset();  // MRs close while their domains are open
   poster.reset();    // and the staging pool's
@@ -161,6 +167,8 @@ void Engine::Impl::FillStats(EngineStats* out) const {
   }
   out->handshakes_refused = server->refused();
   out->segments_open = segments->size();
+  out->notice_messages_sent = mailer->sent();
+  out->notice_messages_failed = mailer->failed();
 }
 
 Status Engine::Impl::StartMetrics() {

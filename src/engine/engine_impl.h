@@ -12,6 +12,7 @@
 #include "engine/call_gate.h"
 #include "engine/counters.h"
 #include "engine/notice_board.h"
+#include "engine/notice_mailer.h"
 #include "engine/poster.h"
 #include "engine/rail_set.h"
 #include "engine/segment_directory.h"
@@ -41,6 +42,7 @@ struct Engine::Impl {
   std::unique_ptr<memory::MemoryRegistry> registry;  // memory/
   std::unique_ptr<engine::SegmentServer> server;     // segment_server.*: what peers see of us
   std::unique_ptr<engine::SegmentDirectory> segments;  // segment_directory.*: the peers we opened
+  std::unique_ptr<engine::NoticeMailer> mailer;      // notice_mailer.*: notices sent as messages
   std::unique_ptr<engine::Poster> poster;            // poster.*, staged_post.cc, reroute.cc
   std::unique_ptr<fabric::Progress> progress;        // fabric/: completions
   engine::BatchTable batches;                        // batch_table.*

@@ -26,6 +26,30 @@ void NoticeBoard::Arrived(uint64_t data) {
   cv_.notify_all();
 }
 
+std::string EncodeNoticeMessage(uint64_t epoch, std::span<const uint16_t> notices) {
+  std::string out(8 + 2 * notices.size(), '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(epoch >> (8 * i));
+  for (size_t i = 0; i < notices.size(); ++i) {
+    out[8 + 2 * i] = static_cast<char>(notices[i] & 0xff);
+    out[9 + 2 * i] = static_cast<char>(notices[i] >> 8);
+  }
+  return out;
+}
+
+bool DecodeNoticeMessage(std::string_view payload, uint64_t* epoch, std::vector<uint16_t>* notices) {
+  if (payload.size() < 10 || payload.size() % 2 != 0 || payload.size() > 8 + 2 * kMaxNoticesPerMessage) return false;
+  const auto byte = [&](size_t i) { return static_cast<uint64_t>(static_cast<uint8_t>(payload[i])); };
+  *epoch = 0;
+  for (int i = 0; i < 8; ++i) *epoch |= byte(i) << (8 * i);
+  notices->clear();
+  for (size_t i = 8; i < payload.size(); i += 2) {
+    const auto n = static_cast<uint16_t>(byte(i) | (byte(i + 1) << 8));
+    if (n == 0) return false;
+    notices->push_back(n);
+  }
+  return true;
+}
+
 void NoticeBoard::Landed(uint16_t notice) { Arrived(EncodeNotice(notice, 1)); }
 
 void NoticeBoard::Take(std::vector<uint16_t>* out) {

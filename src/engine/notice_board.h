@@ -7,6 +7,11 @@
 // many have landed as the value says, the notice is ready for
 // Engine::TakeNotices / WaitNotices. The initiator never moves a notice
 // slice in pieces, so the count it sent stays true.
+//
+// Where remote CQ data is not used (KVF_NOTICE_PATH), the initiator sends
+// the notice as a handshake message once its WRITE was delivered
+// (EncodeNoticeMessage; engine/notice_mailer.h), and the target's segment
+// server hands it here whole (Landed).
 #pragma once
 
 #include <chrono>
@@ -14,6 +19,9 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -26,6 +34,15 @@ inline constexpr uint32_t kMaxNoticeSlices = 0xffff;
 inline uint64_t EncodeNotice(uint16_t notice, uint32_t slices) { return (uint64_t{notice} << 16) | slices; }
 inline uint16_t NoticeOf(uint64_t data) { return static_cast<uint16_t>(data >> 16); }
 inline uint32_t SlicesOf(uint64_t data) { return static_cast<uint32_t>(data & 0xffff); }
+// Notices as a message: the target segment's epoch, so that a process
+// restarted at the same address refuses the notices meant for the one
+// before it, then the notices (at least one, at most kMaxNoticesPerMessage),
+// two bytes each; little-endian.
+inline constexpr size_t kMaxNoticesPerMessage = 4096;
+std::string EncodeNoticeMessage(uint64_t epoch, std::span<const uint16_t> notices);
+// False when `payload` is not such a message or holds notice 0.
+bool DecodeNoticeMessage(std::string_view payload, uint64_t* epoch, std::vector<uint16_t>* notices);
+
 // Ready notices kept for the application: past this, a peer's WRITEs would
 // grow the engine's memory without bound, so the oldest are dropped (and
 // counted, dropped()).

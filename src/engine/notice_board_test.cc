@@ -77,5 +77,23 @@ TEST(NoticeBoardTest, WaitReturnsWhenANoticeLandsOrTheTimeEnds) {
   closer.join();
 }
 
+TEST(NoticeBoardTest, ANoticeMessageCarriesItsEpochAndNotices) {
+  uint64_t epoch = 0;
+  std::vector<uint16_t> got;
+  const std::vector<uint16_t> sent = {0xfffe, 1, 7};
+  ASSERT_TRUE(DecodeNoticeMessage(EncodeNoticeMessage(0x0102030405060708ull, sent), &epoch, &got));
+  EXPECT_EQ(epoch, 0x0102030405060708ull);
+  EXPECT_EQ(got, sent);
+  const uint16_t two = 2;
+  EXPECT_EQ(EncodeNoticeMessage(1, {&two, 1}), std::string("\x01\0\0\0\0\0\0\0\x02\0", 10)) << "little-endian";
+  const std::vector<uint16_t> with_zero = {3, 0};
+  EXPECT_FALSE(DecodeNoticeMessage(EncodeNoticeMessage(1, with_zero), &epoch, &got)) << "0 is no notice";
+  EXPECT_FALSE(DecodeNoticeMessage(EncodeNoticeMessage(1, {}), &epoch, &got)) << "at least one";
+  EXPECT_FALSE(DecodeNoticeMessage(std::string(11, '\1'), &epoch, &got)) << "half a notice";
+  const std::vector<uint16_t> too_many(kMaxNoticesPerMessage + 1, 1);
+  EXPECT_FALSE(DecodeNoticeMessage(EncodeNoticeMessage(1, too_many), &epoch, &got));
+  EXPECT_TRUE(DecodeNoticeMessage(EncodeNoticeMessage(1, {too_many.data(), kMaxNoticesPerMessage}), &epoch, &got));
+}
+
 }  // namespace
 }  // namespace kvfabric::engine

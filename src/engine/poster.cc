@@ -148,8 +148,11 @@ Status Poster::Post(Batch* batch, Task* task, const Plan& p, std::vector<fabric:
         MakeSlices(*route, write, p.peer.get(), ri, l + off, r.remote_addr + off, n, 0, task, scratch));
     off += n;
   }
-  if (r.notice != 0) KVF_RETURN_IF_ERROR(CarryNotice(r.notice, p.peer->name(), scratch));
+  bool by_message = false;
+  if (r.notice != 0) KVF_RETURN_IF_ERROR(CarryNotice(r.notice, p.peer->name(), scratch, &by_message));
+  const uint64_t epoch = route->desc->epoch;
   StartTask(batch, task, p, std::move(route), scratch->size());
+  if (by_message) task->MailNotice(mailer_, r.notice, epoch);
   if (piece < r.length)  // one queue operation per rail
     std::stable_sort(scratch->begin(), scratch->end(),
                      [](const fabric::Slice& a, const fabric::Slice& b) { return a.rail < b.rail; });
@@ -162,15 +165,27 @@ Status Poster::Post(Batch* batch, Task* task, const Plan& p, std::vector<fabric:
   return Status::OK();
 }
 
-Status Poster::CarryNotice(uint16_t notice, const std::string& peer, std::vector<fabric::Slice>* slices) const {
+Status Poster::CarryNotice(uint16_t notice, const std::string& peer, std::vector<fabric::Slice>* slices,
+                           bool* by_message) const {
+  bool cq_data = options_.notice_path != NoticePath::kMessage && slices->size() <= kMaxNoticeSlices;
+  for (const fabric::Slice& s : *slices) cq_data = cq_data && (*rails_)[s.rail]->cq_data_size() >= 4;
+  *by_message = options_.notice_path != NoticePath::kCqData && !cq_data;
+  if (*by_message) {
+    if (mailer_ == nullptr)
+      return Status::Unavailable(text::Format("this engine sends no notices as messages, so no notice to segment {}",
+                                              peer));
+    for (fabric::Slice& s : *slices) s.delivery_complete = true;
+    return Status::OK();
+  }
   if (slices->size() > kMaxNoticeSlices)
     return Status::InvalidArgument(text::Format(
         "a WRITE with a notice to segment {} would be cut into {} pieces, more than the {} a notice counts; "
-        "write fewer bytes per request",
+        "write fewer bytes per request (KVF_NOTICE_PATH=cq_data; auto or message send it after the WRITE)",
         peer, slices->size(), kMaxNoticeSlices));
   for (fabric::Slice& s : *slices) {
     if ((*rails_)[s.rail]->cq_data_size() < 4)
-      return Status::Unavailable(text::Format("rail {} ({}) carries no remote CQ data, so no notice to segment {}",
+      return Status::Unavailable(text::Format("rail {} ({}) carries no remote CQ data, so no notice to segment {} "
+                                              "(KVF_NOTICE_PATH=cq_data; auto or message send it after the WRITE)",
                                               s.rail, (*rails_)[s.rail]->info().provider, peer));
     s.has_remote_data = true;
     s.remote_data = EncodeNotice(notice, static_cast<uint32_t>(slices->size()));

@@ -23,12 +23,20 @@
 #include "common/clock.h"
 #include "engine/batch.h"
 #include "engine/notice_board.h"
+#include "engine/notice_mailer.h"
 #include "engine/rail_set.h"
 #include "engine/request_check.h"
 #include "fabric/slice.h"
 #include "memory/staging.h"
 
 namespace kvfabric::engine {
+
+// How a WRITE's notice reaches its target (KVF_NOTICE_PATH).
+enum class NoticePath {
+  kAuto,    // remote CQ data where every piece's rail carries it, else a message
+  kCqData,  // remote CQ data only: a WRITE that cannot carry it is refused
+  kMessage, // a message once every piece was delivered (NoticeMailer)
+};
 
 // What a task needs to cut its bytes into slices again on another rail.
 struct Route {
@@ -46,6 +54,7 @@ class Poster final : public Rerouter {
     size_t stripe_threshold = 0;          // KVF_STRIPE_THRESHOLD (0: never stripe)
     int64_t rail_retry_ms = 5000;         // KVF_RAIL_RETRY_MS
     size_t staging_bytes = 64 << 20;      // KVF_STAGING_BYTES
+    NoticePath notice_path = NoticePath::kAuto;  // KVF_NOTICE_PATH
   };
   // `rails` must outlive the poster; the poster's staging pool must be
   // destroyed (with the poster) before the rails close. `counters` (null:
@@ -62,11 +71,15 @@ class Poster final : public Rerouter {
   // to `own_notices` (set_own_notices).
   void CopyLocal(Batch* batch, Task* task, const Plan& plan);
   // Marks every slice of a WRITE to `peer` with `notice` and their count
-  // (EncodeNotice); an error when they are too many or a rail carries no
-  // remote CQ data.
-  Status CarryNotice(uint16_t notice, const std::string& peer, std::vector<fabric::Slice>* slices) const;
+  // (EncodeNotice), or, where the notice goes as a message (`*by_message`,
+  // NoticePath), delivery-complete. An error when the path is kCqData and
+  // the slices are too many or a rail carries no remote CQ data.
+  Status CarryNotice(uint16_t notice, const std::string& peer, std::vector<fabric::Slice>* slices,
+                     bool* by_message) const;
   // Where the notices of WRITEs to the engine's own segment go.
   void set_own_notices(NoticeBoard* board) { own_notices_ = board; }
+  // Who sends the notices that go as messages (none: such WRITEs are refused).
+  void set_notice_mailer(NoticeMailer* mailer) { mailer_ = mailer; }
 
   // What a task counts when it ends: a request of `plan` to its peer (or
   // to the engine's own segment); nothing when the engine counts nothing.
@@ -113,6 +126,7 @@ class Poster final : public Rerouter {
   const Options options_;
   Counters* const counters_;
   NoticeBoard* own_notices_ = nullptr;
+  NoticeMailer* mailer_ = nullptr;
   std::atomic<size_t> rotation_{static_cast<size_t>(std::random_device{}())};
   std::mutex staging_mu_;
   std::unique_ptr<memory::StagingPool> staging_;  // created on the first staged transfer

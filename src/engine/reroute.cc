@@ -68,6 +68,7 @@ uint32_t Poster::MoveSlice(Task* task, const fabric::Slice& s, bool failed) {
   Status st = MakeSlices(*route, s.write, peer.get(), ri, reinterpret_cast<uintptr_t>(s.local), s.remote_va, s.length,
                          s.attempts + 1, task, &out);
   if (!st.ok() || out.empty()) return 0;
+  for (fabric::Slice& o : out) o.delivery_complete = s.delivery_complete;  // a notice follows by message
   // A notice counts its WRITE's pieces: a piece it carries moves whole or not at all.
   if (s.has_remote_data) {
     if (out.size() != 1) return 0;

@@ -15,7 +15,8 @@ namespace kvfabric::engine {
 
 Status SegmentServer::Start(const metadata::HandshakeServer::Options& options, const std::string& host,
                             const RailSet* rails, const memory::MemoryRegistry* registry,
-                            metadata::MetadataStore* store, std::unique_ptr<SegmentServer>* out) {
+                            metadata::MetadataStore* store, NoticeBoard* notices,
+                            std::unique_ptr<SegmentServer>* out) {
   std::unique_ptr<SegmentServer> s(new SegmentServer());
   // The start time (ms since 1970, 41 bits until 2039+) above 20 random bits.
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -25,6 +26,7 @@ Status SegmentServer::Start(const metadata::HandshakeServer::Options& options, c
   s->rails_ = rails;
   s->registry_ = registry;
   s->store_ = store;
+  s->notices_ = notices;
   SegmentServer* self = s.get();
   KVF_RETURN_IF_ERROR(metadata::HandshakeServer::Start(
       options, [self](uint16_t t, const std::string& p, std::string* r) { return self->Handle(t, p, r); },
@@ -88,24 +90,48 @@ Status SegmentServer::Handle(uint16_t type, const std::string& payload, std::str
     case metadata::kProbe:
       *reply = name_;
       return Status::OK();
-    case metadata::kNotify: {
-      std::lock_guard<std::mutex> g(notify_mu_);
-      if (payload.size() > kMaxNotifyBytes)
-        return Status::InvalidArgument(text::Format(
-            "a notification of {} bytes exceeds {} bytes; send bulk data by WRITE and notify its place", payload.size(),
-            kMaxNotifyBytes));
-      if (notify_bytes_ + payload.size() > kMaxNotifyQueueBytes)
-        return Status::Busy(text::Format(
-            "notification queue of {} is full ({} bytes): the receiver must call GetNotifies", name_, notify_bytes_));
-      if (notifies_.size() >= kMaxNotifies)
-        return Status::Busy(text::Format(
-            "notification queue of {} is full ({} messages): the receiver must call GetNotifies", name_, kMaxNotifies));
-      notify_bytes_ += payload.size();
-      notifies_.push_back(payload);
-      return Status::OK();
-    }
+    case metadata::kNotify:
+      return Notify(payload);
+    case metadata::kNotice:
+      return Notice(payload);
   }
   return Status::ProtocolError("unknown request");
+}
+
+Status SegmentServer::Notify(const std::string& payload) {
+  std::lock_guard<std::mutex> g(notify_mu_);
+  if (payload.size() > kMaxNotifyBytes)
+    return Status::InvalidArgument(text::Format(
+        "a notification of {} bytes exceeds {} bytes; send bulk data by WRITE and notify its place", payload.size(),
+        kMaxNotifyBytes));
+  if (notify_bytes_ + payload.size() > kMaxNotifyQueueBytes)
+    return Status::Busy(text::Format(
+        "notification queue of {} is full ({} bytes): the receiver must call GetNotifies", name_, notify_bytes_));
+  if (notifies_.size() >= kMaxNotifies)
+    return Status::Busy(text::Format(
+        "notification queue of {} is full ({} messages): the receiver must call GetNotifies", name_, kMaxNotifies));
+  notify_bytes_ += payload.size();
+  notifies_.push_back(payload);
+  return Status::OK();
+}
+
+Status SegmentServer::Notice(const std::string& payload) {
+  uint64_t epoch = 0;
+  std::vector<uint16_t> notices;
+  if (!DecodeNoticeMessage(payload, &epoch, &notices))
+    return Status::InvalidArgument(text::Format(
+        "a message of WRITEs' notices must hold an 8-byte epoch, then 1 to {} notices of 2 bytes, none 0; got {} "
+        "bytes",
+        kMaxNoticesPerMessage, payload.size()));
+  // A notice for the process that was at this address before: its WRITE
+  // landed in memory that is no longer there.
+  if (epoch != epoch_)
+    return Status::NotFound(text::Format("segment {} restarted (epoch {}, the notice names {}): the WRITE's bytes "
+                                         "went to the process before it; open the segment again",
+                                         name_, epoch_, epoch));
+  if (notices_ == nullptr) return Status::Unavailable(text::Format("segment {} takes no notices", name_));
+  for (uint16_t n : notices) notices_->Landed(n);
+  return Status::OK();
 }
 
 }  // namespace kvfabric::engine

@@ -1,7 +1,8 @@
 // SegmentServer: this engine's segment as peers see it. It builds the
 // descriptor (rails, registered buffers, epoch), answers the handshake
 // requests of peers (descriptor, probe, notifications, which it queues for
-// the application) and publishes the descriptor to a metadata store when
+// the application, and WRITEs' notices, which go on the engine's
+// NoticeBoard) and publishes the descriptor to a metadata store when
 // the engine uses one. Destroying it removes the descriptor from the store
 // and closes the handshake server.
 #pragma once
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/notice_board.h"
 #include "engine/rail_set.h"
 #include "memory/memory_registry.h"
 #include "metadata/handshake.h"
@@ -34,10 +36,10 @@ class SegmentServer {
 
   // Starts the handshake server (`options`; port 0 picks one). The segment's
   // name is "host:port" with `host` as the application gave it. `rails`,
-  // `registry` and `store` (null with p2p) must outlive the server.
+  // `registry`, `store` (null with p2p) and `notices` must outlive the server.
   static Status Start(const metadata::HandshakeServer::Options& options, const std::string& host,
                       const RailSet* rails, const memory::MemoryRegistry* registry,
-                      metadata::MetadataStore* store, std::unique_ptr<SegmentServer>* out);
+                      metadata::MetadataStore* store, NoticeBoard* notices, std::unique_ptr<SegmentServer>* out);
   ~SegmentServer();
   SegmentServer(const SegmentServer&) = delete;
   SegmentServer& operator=(const SegmentServer&) = delete;
@@ -63,6 +65,8 @@ class SegmentServer {
  private:
   SegmentServer() = default;
   Status Handle(uint16_t type, const std::string& payload, std::string* reply);
+  Status Notify(const std::string& payload);
+  Status Notice(const std::string& payload);
 
   std::string name_;
   uint64_t epoch_ = 0;  // per process, larger at each restart: peers tell a restart by it
@@ -70,6 +74,7 @@ class SegmentServer {
   const RailSet* rails_ = nullptr;
   const memory::MemoryRegistry* registry_ = nullptr;
   metadata::MetadataStore* store_ = nullptr;
+  NoticeBoard* notices_ = nullptr;
   std::unique_ptr<metadata::HandshakeServer> server_;
   std::mutex publish_mu_;
   std::mutex notify_mu_;

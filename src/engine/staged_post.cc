@@ -34,10 +34,12 @@ Status Poster::PostStaged(Batch* batch, Task* task, const Plan& p, std::shared_p
                           size_t ncand, const RailView* views) {
   const TransferRequest& r = *p.req;
   const bool write = r.opcode == OpCode::kWrite;
-  if (r.notice != 0)
+  // Staged pieces carry no remote CQ data: a notice goes as a message.
+  if (r.notice != 0 && (options_.notice_path == NoticePath::kCqData || mailer_ == nullptr))
     return Status::Unavailable(text::Format(
         "a WRITE with a notice from GPU memory ({}) that the rails did not register: its pieces go through host "
-        "staging, which carries no notice; write from host memory or from GPU memory on a rail with FI_HMEM",
+        "staging, which carries no remote CQ data (KVF_NOTICE_PATH=cq_data; auto or message send the notice after "
+        "the WRITE), or write from GPU memory on a rail with FI_HMEM",
         p.local->location));
   KVF_RETURN_IF_ERROR(EnsureStaging().Annotate("GPU memory on " + (*rails_)[cand[0]]->info().provider));
   const auto& rchunks = p.remote->chunks;
@@ -58,6 +60,7 @@ Status Poster::PostStaged(Batch* batch, Task* task, const Plan& p, std::shared_p
   std::vector<Cut> cuts;
   CutAtChunks(device, rchunks, l, r.remote_addr, r.length, max_msg, &cuts);
   StartTask(batch, task, p, route, cuts.size());
+  if (r.notice != 0) task->MailNotice(mailer_, r.notice, route->desc->epoch);
   const Peer::PostGuard posting(p.peer.get());  // the slots resolved below stay until the slices are queued
   uint64_t planned[kMaxLocalRails] = {};
   const size_t first = NextRotation();
@@ -68,6 +71,7 @@ Status Poster::PostStaged(Batch* batch, Task* task, const Plan& p, std::shared_p
     s.owner = task;
     s.rail = static_cast<uint32_t>(ri);
     s.write = write;
+    s.delivery_complete = write && r.notice != 0;
     s.length = c.length;
     const int peer_rail = p.peer->PeerRailFor(ri, rchunks[c.remote_chunk].keys);
     AimSlice(*route, peer_rail, c.remote, rchunks[c.remote_chunk], &s);

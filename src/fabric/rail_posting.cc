@@ -72,10 +72,11 @@ int Rail::PostOne(OpContext* op) {
     msg.rma_iov = &rma;
     msg.rma_iov_count = 1;
     msg.context = &op->ctx;
-    if (!s.has_remote_data) return static_cast<int>(fi_writemsg(ep, &msg, write_flags_));
+    const uint64_t flags = write_flags_ | (s.delivery_complete ? FI_DELIVERY_COMPLETE : 0);
+    if (!s.has_remote_data) return static_cast<int>(fi_writemsg(ep, &msg, flags));
     if (cq_data_size_ == 0) return -FI_EOPNOTSUPP;
     msg.data = cq_data_size_ >= 8 ? s.remote_data : s.remote_data & ((uint64_t{1} << (8 * cq_data_size_)) - 1);
-    return static_cast<int>(fi_writemsg(ep, &msg, write_flags_ | FI_REMOTE_CQ_DATA));
+    return static_cast<int>(fi_writemsg(ep, &msg, flags | FI_REMOTE_CQ_DATA));
   }
   return static_cast<int>(fi_read(ep, s.local, s.length, s.local_desc, s.dest, s.remote_addr,
                                   s.remote_key, &op->ctx));

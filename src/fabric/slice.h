@@ -59,6 +59,10 @@ struct Slice {
   // least where the provider offers it).
   bool has_remote_data = false;
   uint64_t remote_data = 0;
+  // A WRITE that completes only once its bytes are visible in the target's
+  // memory (FI_DELIVERY_COMPLETE) whatever KVF_WRITE_COMPLETION says: a
+  // notice sent after it (KVF_NOTICE_PATH=message) must not overtake it.
+  bool delivery_complete = false;
   // Keeps the local registration alive until the provider is done with it,
   // even if the user unregisters the buffer meanwhile.
   std::shared_ptr<const void> keepalive;

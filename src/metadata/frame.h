@@ -26,6 +26,8 @@ enum FrameType : uint16_t {
                     // has a token (handshake_session.h); reply: kChallenge
   kChallenge = 5,   // payload: the server's nonce and proof
   kAuth = 6,        // payload: the client's proof; reply: empty
+  kNotice = 7,      // payload: a WRITE's notice (engine/notice_board.h,
+                    // EncodeNoticeMessage); reply: empty
   kReply = 0x80,    // success reply to any request
   kError = 0x81,    // failure reply; payload: the error text
 };

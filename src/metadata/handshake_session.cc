@@ -63,7 +63,7 @@ ServerSession::Step ServerSession::OnRequest(const Frame& f) {
                                        "this engine has no KVF_AUTH_TOKEN and the client has one: set the same "
                                        "token on both sides")
                                  : Status::ProtocolError("a second hello on an authenticated connection"));
-  if (f.type != kGetSegment && f.type != kNotify && f.type != kProbe)
+  if (f.type != kGetSegment && f.type != kNotify && f.type != kProbe && f.type != kNotice)
     return Refuse(Status::ProtocolError(text::Format("unknown handshake request type {}", f.type)));
   Step step;
   Status s = (*handler_)(f.type, f.payload, &step.payload);

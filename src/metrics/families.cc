@@ -138,6 +138,9 @@ std::vector<MetricFamily> EngineFamilies(const EngineStats& s) {
   b.Counter("kvfabric_handshakes_refused_total",
             "Handshakes this engine's server refused (authentication, malformed frames)", {}, s.handshakes_refused);
   b.Gauge("kvfabric_peers", "Peer segments open now", {}, static_cast<double>(s.segments_open));
+  b.CountersBy("kvfabric_notice_messages_total",
+               "WRITEs' notices sent as handshake messages (KVF_NOTICE_PATH), by whether the target took them",
+               "result", {{"sent", s.notice_messages_sent}, {"failed", s.notice_messages_failed}});
   return b.Take();
 }
 

@@ -76,7 +76,7 @@ Status Load(WeightSync::Impl* m, uint64_t bucket) {
 Status Release(WeightSync::Impl* m) {
   const uint64_t bucket = static_cast<uint64_t>(m->loaded);
   m->FinishWrites(bucket);
-  return m->GiveCredit(bucket);
+  return m->GiveCredit(bucket, (m->header.flags & BucketHeader::kLast) != 0);
 }
 
 }  // namespace

@@ -312,7 +312,7 @@ Status WeightSync::Impl::Begin(uint64_t next) {
   return Status::OK();
 }
 
-Status WeightSync::Impl::GiveCredit(uint64_t bucket) {
+Status WeightSync::Impl::GiveCredit(uint64_t bucket, bool last) {
   released = bucket + 1;
   if (parent < 0) return Status::OK();
   *own(kCreditSourceAt) = MakeWord(version, released);
@@ -323,7 +323,12 @@ Status WeightSync::Impl::GiveCredit(uint64_t bucket) {
                              text::Format("giving member {} ({}) the slot of bucket {} back", to, members[to].name,
                                           bucket),
                              to == 0 ? options.timeout_ms : ProbeMs());
-  if (s.ok() || to == 0 || !Unreachable(s)) return s;  // a neighbour's failure (ProtocolError) stands
+  if (s.ok() || !Unreachable(s)) return s;  // a neighbour's failure (ProtocolError) stands
+  if (last) {
+    KVF_LOG_DEBUG("weight sync: {}", s.ToString());
+    return Status::OK();
+  }
+  if (to == 0) return s;
   return RequestAdoption(released, s);  // the parent died: from the next bucket on, the sender writes
 }
 

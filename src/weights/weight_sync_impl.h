@@ -168,8 +168,12 @@ struct WeightSync::Impl {
   Status AwaitWrite(const Writes& w);
   // Tells the parent this member's slot of `bucket` is free again. A
   // parent that cannot be reached is dead: the sender is asked to adopt
-  // this member instead.
-  Status GiveCredit(uint64_t bucket);
+  // this member instead. For the version's `last` bucket such a failure is
+  // no error: this member has the whole version, and a parent that read
+  // the credit's word may have ended before the WRITE's end came back (its
+  // notice sent as a message, KVF_NOTICE_PATH, comes later still); a parent
+  // really gone fails the next version's wait.
+  Status GiveCredit(uint64_t bucket, bool last);
   // Waits until every child not gone has given back `bucket`'s slot (its
   // word), and each of the sender's orphans is adopted, gone, or has given
   // `bucket` back to its dead parent already (a probe reads it), within the

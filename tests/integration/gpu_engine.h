@@ -12,8 +12,9 @@
 namespace kvfabric {
 
 inline std::unique_ptr<Engine> NewGpuTestEngine(const std::string& cuda_library, bool cuda = true,
-                                                int64_t staging_bytes = 0) {
+                                                int64_t staging_bytes = 0, const std::string& notice_path = "auto") {
   EngineConfig cfg;
+  cfg.settings.notice_path = notice_path;
   if (staging_bytes > 0) cfg.settings.staging_bytes = staging_bytes;
   cfg.protocol = "tcp";
   cfg.apply_environment = false;

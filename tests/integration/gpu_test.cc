@@ -9,6 +9,7 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <vector>
@@ -185,6 +186,58 @@ TEST(GpuTest, FakeDriverGpuMemoryMovesOverTcpThroughStaging) {
   s = b->Transfer({{OpCode::kWrite, host.data(), to_a, reinterpret_cast<uint64_t>(d), MiB}});
   EXPECT_EQ(s.code(), Status::Code::kUnavailable);
   EXPECT_NE(s.message().find("GPU memory"), std::string::npos) << s.ToString();
+  a.reset();
+  memory::cuda::Free(d);
+}
+
+TEST(GpuTest, FakeDriverStagedWritesCarryTheirNoticesByMessage) {
+  // Staged pieces cannot carry remote CQ data: each WRITE's notice follows
+  // it as a message, and the target takes it with the WRITE's bytes there.
+  // Where only remote CQ data is allowed, such a WRITE is refused, saying why.
+  constexpr size_t kBytes = 6 * MiB;
+  auto a = NewGpuTestEngine(KVF_FAKE_CUDA_PATH, true, 4 * MiB);
+  auto b = NewGpuTestEngine(KVF_FAKE_CUDA_PATH);
+  void* d = nullptr;
+  ASSERT_TRUE(memory::cuda::Alloc(1, kBytes, &d).ok());
+  auto* dev = static_cast<uint8_t*>(d);
+  std::vector<uint8_t> host(kBytes);
+  tools::FillPattern(dev, kBytes, 0, 43);
+  ASSERT_TRUE(a->RegisterMemory(d, kBytes, "cuda:1").ok());
+  ASSERT_TRUE(b->RegisterMemory(host.data(), kBytes).ok());
+  SegmentHandle to_b;
+  ASSERT_TRUE(a->OpenSegment(b->name(), &to_b).ok());
+  const auto remote = reinterpret_cast<uint64_t>(host.data());
+  std::vector<TransferRequest> reqs;
+  for (uint16_t n = 1; n <= 3; ++n) {
+    reqs.push_back({OpCode::kWrite, dev + (n - 1) * 2 * MiB, to_b, remote + (n - 1) * 2 * MiB, 2 * MiB});
+    reqs.back().notice = n;
+  }
+  Status s = a->Transfer(reqs);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  std::vector<uint16_t> got;
+  for (int i = 0; i < 3 && got.size() < 3; ++i) {
+    std::vector<uint16_t> more;
+    ASSERT_TRUE(b->WaitNotices(5000, &more).ok());
+    got.insert(got.end(), more.begin(), more.end());
+  }
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, (std::vector<uint16_t>{1, 2, 3}));
+  EXPECT_EQ(tools::CheckPattern(host.data(), kBytes, 0, 43), kBytes);
+  EngineStats stats;
+  ASSERT_TRUE(a->Stats(&stats).ok());
+  EXPECT_EQ(stats.notice_messages_sent, 3u);
+
+  auto strict = NewGpuTestEngine(KVF_FAKE_CUDA_PATH, true, 4 * MiB, "cq_data");
+  ASSERT_TRUE(a->UnregisterMemory(d).ok());
+  ASSERT_TRUE(strict->RegisterMemory(d, kBytes, "cuda:1").ok());
+  SegmentHandle strict_to_b;
+  ASSERT_TRUE(strict->OpenSegment(b->name(), &strict_to_b).ok());
+  reqs.resize(1);
+  reqs[0].target = strict_to_b;
+  s = strict->Transfer(reqs);
+  EXPECT_EQ(s.code(), Status::Code::kUnavailable) << s.ToString();
+  EXPECT_NE(s.message().find("KVF_NOTICE_PATH=cq_data"), std::string::npos) << s.ToString();
+  strict.reset();
   a.reset();
   memory::cuda::Free(d);
 }

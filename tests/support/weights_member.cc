@@ -1,6 +1,7 @@
 // kvfabric-test-weights-member: one member of a weight sync for the
 // weights tests. Usage:
 //   kvfabric-test-weights-member PROTOCOL DIR INDEX COUNT VERSIONS [damage=BUCKET] [die_in=VERSION,TENSORS]
+//                                [notice_path=PATH]
 // It writes its description to DIR/member-INDEX, waits for all COUNT,
 // connects, then for each version 1..VERSIONS sends (member 0) or receives
 // a model of mixed tensors (tensor i of version v: pattern seed v * 1000 + i).
@@ -9,6 +10,8 @@
 // TENSORS BYTES"; any error is "ERROR <status>". damage=B flips a payload
 // byte of bucket B after it is sealed; die_in=V,N exits (at once, as a
 // crash would) after N tensors of version V, sent or received.
+// notice_path=PATH sets KVF_NOTICE_PATH; with it, the sender prints
+// "NOTICES SENT FAILED" (its notices sent as messages) after its last version.
 #include <unistd.h>
 
 #include <chrono>
@@ -121,15 +124,18 @@ int Receive(WeightSync* sync, uint64_t version, int die_after) {
 
 int main(int argc, char** argv) {
   if (argc < 6) {
-    std::fprintf(stderr, "usage: %s PROTOCOL DIR INDEX COUNT VERSIONS [damage=B] [die_in=V,N]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s PROTOCOL DIR INDEX COUNT VERSIONS [damage=B] [die_in=V,N] [notice_path=P]\n",
+                 argv[0]);
     return 2;
   }
   const std::string dir = argv[2];
   const int me = std::atoi(argv[3]), count = std::atoi(argv[4]), versions = std::atoi(argv[5]);
   int64_t damage = -1;
   int die_version = -1, die_after = -1;
+  std::string notice_path;
   for (int i = 6; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a.rfind("notice_path=", 0) == 0) notice_path = a.substr(12);
     if (a.rfind("damage=", 0) == 0) damage = std::atoll(a.c_str() + 7);
     if (a.rfind("die_in=", 0) == 0 && std::sscanf(a.c_str() + 7, "%d,%d", &die_version, &die_after) != 2)
       return Fail(Status::InvalidArgument("die_in=VERSION,TENSORS: " + a));
@@ -138,6 +144,7 @@ int main(int argc, char** argv) {
   cfg.protocol = argv[1];
   cfg.apply_environment = false;
   cfg.settings.log_level = "error";
+  if (!notice_path.empty()) cfg.settings.notice_path = notice_path;
   std::unique_ptr<Engine> engine;
   Status s = Engine::Create(cfg, &engine);
   if (!s.ok()) return Fail(s);
@@ -165,5 +172,9 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     if (rc != 0) return rc;
   }
+  EngineStats stats;
+  if (me == 0 && !notice_path.empty() && engine->Stats(&stats).ok())
+    std::printf("NOTICES %llu %llu\n", static_cast<unsigned long long>(stats.notice_messages_sent),
+                static_cast<unsigned long long>(stats.notice_messages_failed));
   return 0;
 }

@@ -18,7 +18,10 @@ namespace {
 using tools::CheckPattern;
 using tools::FillPattern;
 
-class TransportDataTest : public TransportFixture {};
+class TransportDataTest : public TransportFixture {
+ protected:
+  void ExpectEachNoticeOnce(bool by_message);
+};
 
 TEST_P(TransportDataTest, InstallTransport) {
   ASSERT_NO_FATAL_FAILURE(Start());
@@ -142,8 +145,9 @@ TEST_P(TransportDataTest, WriteThenReadVisibility) {
 // WRITEs with notices: the target's engine reports each notice once, after
 // the bytes of its WRITE are there (checked by the target as it takes
 // them); a READ cannot carry one, and a WRITE without one reports nothing.
-TEST_P(TransportDataTest, TheTargetLearnsOfEachWriteWithANoticeOnce) {
-  ASSERT_NO_FATAL_FAILURE(Start(64 * MiB));
+// `by_message`: the initiator sends each notice as a message after its
+// WRITE (KVF_NOTICE_PATH=message), and counts them.
+void TransportDataTest::ExpectEachNoticeOnce(bool by_message) {
   constexpr size_t kChunk = 4 * MiB;
   std::vector<TransferRequest> reqs;
   for (uint16_t n = 1; n <= 6; ++n) {
@@ -163,6 +167,11 @@ TEST_P(TransportDataTest, TheTargetLearnsOfEachWriteWithANoticeOnce) {
   for (std::string w; words >> w;) got.push_back(w);
   std::sort(got.begin(), got.end());
   EXPECT_EQ(got, (std::vector<std::string>{"1:ok", "2:ok", "3:ok", "4:ok", "5:ok", "6:ok"}));
+  EngineStats stats;
+  ASSERT_TRUE(engine_->Stats(&stats).ok());
+  const bool copies = GetParam().where == Where::kSelf;  // the own segment: no message
+  EXPECT_EQ(stats.notice_messages_sent, by_message && !copies ? 6u : 0u);
+  EXPECT_EQ(stats.notice_messages_failed, 0u);
 
   TransferRequest read = Req(OpCode::kRead, 0, 0, kChunk);
   read.notice = 9;
@@ -170,6 +179,17 @@ TEST_P(TransportDataTest, TheTargetLearnsOfEachWriteWithANoticeOnce) {
   EXPECT_EQ(refused.code(), Status::Code::kInvalidArgument) << refused.ToString();
   ASSERT_TRUE(WritePattern(0, 0, kChunk, 78).ok());
   EXPECT_EQ(target_->Notices(300, 1, kChunk, 78), "") << "no notice asked, none given";
+}
+
+TEST_P(TransportDataTest, TheTargetLearnsOfEachWriteWithANoticeOnce) {
+  ASSERT_NO_FATAL_FAILURE(Start(64 * MiB));
+  ExpectEachNoticeOnce(/*by_message=*/false);
+}
+
+TEST_P(TransportDataTest, TheTargetLearnsOfEachWriteWithANoticeByMessageWhenAsked) {
+  cfg_.settings.notice_path = "message";
+  ASSERT_NO_FATAL_FAILURE(Start(64 * MiB));
+  ExpectEachNoticeOnce(/*by_message=*/true);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, TransportDataTest, ::testing::ValuesIn(DataPathCases()), CaseName);

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -67,6 +68,25 @@ TEST_P(WeightsTest, EveryReceiverGetsEveryTensorOfEachVersionByteExact) {
       for (int r = 1; r <= receivers; ++r) EXPECT_EQ(Line(r), "GOT " + std::to_string(v) + " 75 5234024") << r;
     }
   }
+}
+
+TEST_P(WeightsTest, NoticesSentAsMessagesCarryTheSyncToo) {
+  // KVF_NOTICE_PATH=message in every member, as on a provider without
+  // remote CQ data: each WRITE's notice follows it as a message. A chain of
+  // two receivers gets both versions byte exact, and the sender sent its
+  // notices that way (one per bucket to the first receiver: five buckets
+  // of 1 MiB and more per version).
+  ASSERT_NO_FATAL_FAILURE(StartSync(2, 2, {{0, "notice_path=message"}, {1, "notice_path=message"},
+                                          {2, "notice_path=message"}}));
+  for (int v = 1; v <= 2; ++v) {
+    EXPECT_EQ(Line(0), "SENT " + std::to_string(v) + " 75 5234024");
+    for (int r = 1; r <= 2; ++r) EXPECT_EQ(Line(r), "GOT " + std::to_string(v) + " 75 5234024") << r;
+  }
+  unsigned long long sent = 0, failed = 1;
+  const std::string line = Line(0);
+  ASSERT_EQ(std::sscanf(line.c_str(), "NOTICES %llu %llu", &sent, &failed), 2) << line;
+  EXPECT_GE(sent, 2u * 5u) << "at least each bucket of both versions";
+  EXPECT_EQ(failed, 0u);
 }
 
 TEST_P(WeightsTest, ABucketDamagedOnTheWayIsAnErrorNamingItsTensors) {
