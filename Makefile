@@ -275,7 +275,8 @@ hicache-bench: build python $(SGLANG_STAMP)
 
 # The figures of docs/benchmarks.md: more repetitions, medians.
 bench: build python
-	python3 tools/bench/compare.py --build $(BUILD) --reps 5 --duration 4 --verify --json_out $(BUILD)/bench.json
+	python3 tools/bench/compare.py --build $(BUILD) --reps 3 --duration 3 --verify --blocks 4096,65536,1048576 \
+	    --two_sided --json_out $(BUILD)/bench.json
 	$(PY) tools/bench/python_vs_cpp.py --build $(BUILD) --reps 5 --duration 3 --ops write,read \
 	    --shapes 65536x128,128x128,128x1048576 --json_out $(BUILD)/bench-python.json
 

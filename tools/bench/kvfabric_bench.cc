@@ -9,6 +9,9 @@
 // The probe times a peer's first use: opening its segment (one handshake,
 // every rail's address inserted), warmup, the first transfer of --block_size
 // (connections made on the way) and the warm ones after it.
+// The initiator's CPU time (user + system, every thread of the process)
+// per request and per GB is reported beside the rate; --notice makes every
+// WRITE carry a notice (KVF_NOTICE_PATH says how), which the target takes.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -24,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "kvfabric/engine.h"
@@ -60,8 +64,17 @@ struct Options {
   bool use_vram = false;  // buffers in GPU memory (cuda:N)
   int gpu_id = 0;         // with --use_vram: the device, or -1 for all (thread t on device t mod count)
   bool init_mem = false;  // fill the buffers before the run (host memory is always touched)
+  bool notice = false;    // every WRITE carries a notice
   std::vector<std::string> set;
 };
+
+// The process's CPU time so far (user + system), in seconds.
+double CpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
 
 int Fail(const std::string& what, const Status& s) {
   std::fprintf(stderr, "kvfabric-bench: %s: %s\n", what.c_str(), s.ToString().c_str());
@@ -167,8 +180,13 @@ int RunTarget(Engine& e, const Options& o) {
               o.buffer_size, mems.size() > 1 ? (" on each of " + std::to_string(mems.size()) + " GPUs").c_str() : "",
               e.rails().size(), e.rails().front().provider.c_str(), e.name().c_str());
   std::fflush(stdout);
-  // Serves until SIGINT/SIGTERM: the target's engine drives progress meanwhile.
-  while (!g_stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // Serves until SIGINT/SIGTERM: the target's engine drives progress
+  // meanwhile; the notices of WRITEs that carry them are taken as they come.
+  std::vector<uint16_t> notices;
+  while (!g_stop.load()) {
+    notices.clear();
+    (void)e.WaitNotices(50, &notices);  // a timeout is the quiet case
+  }
   release();
   return 0;
 }
@@ -293,6 +311,7 @@ int RunPoint(Engine& e, const Options& o, Setup& st, const Point& pt, nlohmann::
   std::vector<std::vector<double>> lat(pt.threads);
   std::string first_error;
   std::mutex err_mu;
+  const double cpu0 = CpuSeconds();
   const auto t0 = Clock::now();
   const auto until = t0 + std::chrono::duration<double>(o.duration);
   std::vector<std::thread> threads;
@@ -302,7 +321,8 @@ int RunPoint(Engine& e, const Options& o, Setup& st, const Point& pt, nlohmann::
       uint8_t* local = MemOf(st, t).base + RegionOffset(st, t);
       for (size_t i = 0; i < pt.batch_size; ++i)
         reqs[i] = {op, local + i * pt.block_size, st.seg,
-                   RemoteBase(st, t) + RemoteOffset(st, t, region) + i * pt.block_size, pt.block_size};
+                   RemoteBase(st, t) + RemoteOffset(st, t, region) + i * pt.block_size, pt.block_size,
+                   o.notice ? static_cast<uint16_t>(1 + t * pt.batch_size + i) : uint16_t{0}};
       while (Clock::now() < until && !g_stop.load()) {
         BatchId b;
         auto b0 = Clock::now();
@@ -345,6 +365,10 @@ int RunPoint(Engine& e, const Options& o, Setup& st, const Point& pt, nlohmann::
   }
   for (auto& th : threads) th.join();
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double cpu = CpuSeconds() - cpu0;
+  const uint64_t ops_done = batches.load() * pt.batch_size;
+  const double cpu_us_per_op = ops_done ? 1e6 * cpu / ops_done : 0;
+  const double cpu_s_per_gb = bytes.load() ? cpu / (bytes.load() / 1e9) : 0;
   if (failures > 0) return Fail("transfer", Status::FabricError(first_error));
 
   std::string verdict = "not checked";
@@ -382,12 +406,14 @@ int RunPoint(Engine& e, const Options& o, Setup& st, const Point& pt, nlohmann::
           {"batches", batches.load()}, {"bytes_per_s", bytes.load() / secs},
           {"rate", rate}, {"unit", o.report_unit + "/s"},
           {"batch_latency_us", {{"p50", p50}, {"p99", p99}}},
-          {"rail_bytes", rail_bytes}, {"verify", verdict}, {"register_ms", st.register_us / 1000}};
+          {"rail_bytes", rail_bytes}, {"verify", verdict}, {"register_ms", st.register_us / 1000},
+          {"notice", o.notice}, {"cpu_s", cpu}, {"cpu_us_per_op", cpu_us_per_op}, {"cpu_s_per_gb", cpu_s_per_gb}};
   if (o.json) std::printf("%s\n", out->dump().c_str());
-  std::printf("kvfabric-bench %s: %s x%zu rail(s), block %zu, batch %zu, threads %zu, %.1f s, batch p50 %.0f us "
-              "p99 %.0f us, %s: %.2f %s/s\n",
-              o.operation.c_str(), rails.front().provider.c_str(), rails.size(), pt.block_size, pt.batch_size,
-              pt.threads, secs, p50, p99, verdict.c_str(), rate, o.report_unit.c_str());
+  std::printf("kvfabric-bench %s%s: %s x%zu rail(s), block %zu, batch %zu, threads %zu, %.1f s, batch p50 %.0f us "
+              "p99 %.0f us, %s: %.2f %s/s, CPU %.2f us/op, %.3f s/GB\n",
+              o.operation.c_str(), o.notice ? " with notices" : "", rails.front().provider.c_str(), rails.size(),
+              pt.block_size, pt.batch_size, pt.threads, secs, p50, p99, verdict.c_str(), rate,
+              o.report_unit.c_str(), cpu_us_per_op, cpu_s_per_gb);
   std::fflush(stdout);
   return verdict == "DATA MISMATCH" ? 3 : 0;
 }
@@ -516,6 +542,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"GB", "GiB", "Gb", "MB", "MiB", "Mb", "KB", "KiB", "Kb"}));
   app.add_option("--nic_filter", o.nic_filter, "comma-separated NICs (libfabric domain names); empty: all");
   app.add_flag("--verify", o.verify, "check every byte moved");
+  app.add_flag("--notice", o.notice,
+               "every WRITE carries a notice (remote CQ data or a message, KVF_NOTICE_PATH), which the target takes");
   app.add_flag("--use_vram", o.use_vram, "buffers in GPU memory (the CUDA driver is loaded at run time)");
   app.add_option("--gpu_id", o.gpu_id, "with --use_vram: the GPU, or -1 for every GPU (thread t on GPU t mod count)")
       ->check(CLI::Range(-1, 1 << 16));
@@ -529,6 +557,11 @@ int main(int argc, char** argv) {
   app.footer(footer);
   tools::UseCurrentFlagNames(argc, argv, "kvfabric-bench");
   CLI11_PARSE(app, argc, argv);
+  if (o.notice && o.operation != "write") return Fail("--notice", Status::InvalidArgument("only WRITEs carry notices"));
+  for (size_t th : o.thread_counts)
+    for (size_t ba : o.batch_sizes)
+      if (o.notice && th * ba > 65535)
+        return Fail("--notice", Status::InvalidArgument("threads x batch must stay within 65535 notices"));
 
   EngineConfig cfg;
   cfg.protocol = o.protocol;

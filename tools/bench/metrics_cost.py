@@ -82,13 +82,13 @@ def bare(a, proto, block, depth):
         argparse.Namespace(
             build=a.build,
             buffer=256 << 20,
-            block=block,
             queue_depth=depth,
             duration=a.duration,
             transmit_complete=False,
         ),
         proto,
         "write",
+        block,
     )
 
 

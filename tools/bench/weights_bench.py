@@ -32,10 +32,8 @@ def bound_gbps(a, proto: str) -> float:
     in the lab, every rail's at once."""
     if a.where == "lab":
         return bare_fabric(argparse.Namespace(build=a.build, duration=3), a.lab_rails, "write", 4 << 20) / 1e9
-    one = argparse.Namespace(
-        build=a.build, buffer=256 << 20, block=8 << 20, queue_depth=4, duration=3, transmit_complete=False
-    )
-    return float(bare(one, proto, "write")["bytes_per_s"]) / 1e9
+    one = argparse.Namespace(build=a.build, buffer=256 << 20, queue_depth=4, duration=3, transmit_complete=False)
+    return float(bare(one, proto, "write", 8 << 20)["bytes_per_s"]) / 1e9
 
 
 def sync_times(a, kind: str, proto: str, receivers: int) -> tuple[list[float], int, list[dict]]:
