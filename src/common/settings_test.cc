@@ -23,7 +23,8 @@ TEST(SettingsTest, DefaultsComeFromTheDeclaration) {
   EXPECT_EQ(s.post_burst_us, 20);
   EXPECT_TRUE(s.store_share_pools);
   EXPECT_EQ(s.notice_path, "auto");
-  EXPECT_EQ(Settings::Table().size(), 66u);
+  EXPECT_EQ(s.rail_policy, "auto");
+  EXPECT_EQ(Settings::Table().size(), 67u);
   for (const auto& i : Settings::Table()) {
     EXPECT_EQ(i.env.rfind("KVF_", 0), 0u) << i.env;
     EXPECT_FALSE(i.meaning.empty()) << i.env;
@@ -131,7 +132,7 @@ TEST(SettingsTest, EveryChoiceRefusesOtherValuesNamingTheAllowedList) {
       EXPECT_EQ(s.Get(i.env), c);
     }
   }
-  EXPECT_EQ(choices, 8);
+  EXPECT_EQ(choices, 9);
   Settings s;
   EXPECT_EQ(Refusal(&s, "KVF_POST_MODE", "directly"),
             "KVF_POST_MODE='directly': allowed values are auto, direct, progress");

@@ -84,6 +84,10 @@ Status Engine::Impl::BuildServing(const engine::ListenAddress& listen) {
   engine::Poster::Options po;
   po.transfer_timeout_ms = settings.transfer_timeout_ms;
   po.stripe_threshold = static_cast<size_t>(settings.stripe_threshold);
+  po.rail_policy = settings.rail_policy == "least_loaded" ? engine::RailPolicy::kLeastLoaded
+                   : settings.rail_policy == "round_robin" ? engine::RailPolicy::kRoundRobin
+                   : settings.rail_policy == "split"       ? engine::RailPolicy::kSplit
+                                                           : engine::RailPolicy::kAuto;
   po.rail_retry_ms = settings.rail_retry_ms;
   po.staging_bytes = static_cast<size_t>(settings.staging_bytes);
   po.notice_path = settings.notice_path == "cq_data"   ? engine::NoticePath::kCqData

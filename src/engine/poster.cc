@@ -135,14 +135,16 @@ Status Poster::Post(Batch* batch, Task* task, const Plan& p, std::vector<fabric:
   // GPU memory the rails did not register (no FI_HMEM): through staging.
   if (p.local->device >= 0 && !p.local->chunks.front().regions[cand[0]])
     return PostStaged(batch, task, p, std::move(route), cand, ncand, views);
-  const size_t piece = StripePieceBytes(r.length, ncand, options_.stripe_threshold);
+  const PiecePlan plan = PlanPieces(options_.rail_policy, r.length, ncand, options_.stripe_threshold);
   const Peer::PostGuard posting(p.peer.get());  // the slots resolved below stay until the slices are queued
   uint64_t planned[kMaxLocalRails] = {};
   const size_t first = NextRotation();
   scratch->clear();
-  for (size_t off = 0; off < r.length;) {
-    const size_t n = std::min(piece, r.length - off);
-    const size_t ri = ncand == 1 ? cand[0] : PickRail({cand, ncand}, views, n, planned, first);
+  for (size_t off = 0, k = 0; off < r.length; ++k) {
+    const size_t n = std::min(plan.piece, r.length - off);
+    const size_t ri = ncand == 1    ? cand[0]
+                      : plan.by_load ? PickRail({cand, ncand}, views, n, planned, first)
+                                     : cand[(first + k) % ncand];
     planned[ri] += n;
     KVF_RETURN_IF_ERROR(
         MakeSlices(*route, write, p.peer.get(), ri, l + off, r.remote_addr + off, n, 0, task, scratch));
@@ -153,7 +155,7 @@ Status Poster::Post(Batch* batch, Task* task, const Plan& p, std::vector<fabric:
   const uint64_t epoch = route->desc->epoch;
   StartTask(batch, task, p, std::move(route), scratch->size());
   if (by_message) task->MailNotice(mailer_, r.notice, epoch);
-  if (piece < r.length)  // one queue operation per rail
+  if (plan.piece < r.length)  // one queue operation per rail
     std::stable_sort(scratch->begin(), scratch->end(),
                      [](const fabric::Slice& a, const fabric::Slice& b) { return a.rail < b.rail; });
   for (size_t i = 0; i < scratch->size();) {

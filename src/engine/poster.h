@@ -2,7 +2,7 @@
 // them again when a rail fails them. One object, three roles, each in the
 // file named after it:
 //   poster.cc       striped posting of registered memory: pieces by
-//                   StripePieceBytes, a rail for each by PickRail, slices by
+//                   PlanPieces, a rail for each by PickRail or in turn, slices by
 //                   CutAtChunks; and the engine's own segment as a copy.
 //   staged_post.cc  GPU memory the rails cannot register (no FI_HMEM):
 //                   slices through pinned staging slots.
@@ -26,6 +26,7 @@
 #include "engine/notice_mailer.h"
 #include "engine/rail_set.h"
 #include "engine/request_check.h"
+#include "engine/slicing.h"
 #include "fabric/slice.h"
 #include "memory/staging.h"
 
@@ -52,6 +53,7 @@ class Poster final : public Rerouter {
   struct Options {
     int64_t transfer_timeout_ms = 30000;  // KVF_TRANSFER_TIMEOUT_MS
     size_t stripe_threshold = 0;          // KVF_STRIPE_THRESHOLD (0: never stripe)
+    RailPolicy rail_policy = RailPolicy::kAuto;  // KVF_RAIL_POLICY
     int64_t rail_retry_ms = 5000;         // KVF_RAIL_RETRY_MS
     size_t staging_bytes = 64 << 20;      // KVF_STAGING_BYTES
     NoticePath notice_path = NoticePath::kAuto;  // KVF_NOTICE_PATH

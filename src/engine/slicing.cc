@@ -9,4 +9,21 @@ size_t StripePieceBytes(size_t length, size_t rails, size_t threshold) {
   return (piece + 4095) & ~size_t{4095};
 }
 
+PiecePlan PlanPieces(RailPolicy policy, size_t length, size_t rails, size_t threshold) {
+  switch (policy) {
+    case RailPolicy::kLeastLoaded:
+      return {length, true};
+    case RailPolicy::kRoundRobin:
+      return {length, false};
+    case RailPolicy::kSplit: {
+      if (rails < 2) return {length, false};
+      const size_t piece = std::max<size_t>(4096, ((length + rails - 1) / rails + 4095) & ~size_t{4095});
+      return {std::min(piece, std::max<size_t>(length, 1)), false};
+    }
+    case RailPolicy::kAuto:
+      break;
+  }
+  return {StripePieceBytes(length, rails, threshold), true};
+}
+
 }  // namespace kvfabric::engine

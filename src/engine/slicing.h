@@ -24,6 +24,28 @@ inline constexpr size_t kMaxPiece = 8 << 20;
 // rounded up to a multiple of 4096. Every piece but the last has this size.
 size_t StripePieceBytes(size_t length, size_t rails, size_t threshold);
 
+// How a request's bytes are cut into pieces and the pieces given rails
+// (KVF_RAIL_POLICY).
+enum class RailPolicy {
+  kAuto,         // striped from the threshold on (StripePieceBytes); each piece by load
+  kLeastLoaded,  // whole; on the rail that would finish it first
+  kRoundRobin,   // whole; on the next rail in turn, whatever their load
+  kSplit,        // one piece per rail, each on its own rail in turn
+};
+
+struct PiecePlan {
+  size_t piece = 0;      // bytes per piece; every piece but the last has this size
+  bool by_load = true;   // each piece's rail by PickRail; false: in turn, from the request's rotation
+};
+
+// The pieces of a request of `length` bytes to a peer reached by `rails`
+// candidate rails under `policy` (`threshold`: KVF_STRIPE_THRESHOLD, for
+// kAuto). kSplit cuts length / rails rounded up to a multiple of 4096 (at
+// least 4096), so a request below 4096 x rails bytes takes fewer rails;
+// one rail, or kLeastLoaded and kRoundRobin, leave the request whole.
+// REQUIRES: rails >= 1.
+PiecePlan PlanPieces(RailPolicy policy, size_t length, size_t rails, size_t threshold);
+
 // The index of the chunk holding address `a`: the last chunk whose addr is
 // at most `a`. Chunk is any type with `addr` and `length` members.
 // REQUIRES: chunks non-empty, sorted by addr and contiguous;

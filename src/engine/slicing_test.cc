@@ -14,6 +14,38 @@ struct Chunk {
   uint64_t length;
 };
 
+TEST(PlanPieces, AutoStripesFromTheThresholdAndPicksByLoad) {
+  const PiecePlan small = PlanPieces(RailPolicy::kAuto, 64 * KiB, 4, 256 * KiB);
+  EXPECT_EQ(small.piece, 64 * KiB);
+  EXPECT_TRUE(small.by_load);
+  const PiecePlan large = PlanPieces(RailPolicy::kAuto, 16 * MiB, 4, 256 * KiB);
+  EXPECT_EQ(large.piece, StripePieceBytes(16 * MiB, 4, 256 * KiB));
+  EXPECT_TRUE(large.by_load);
+}
+
+TEST(PlanPieces, LeastLoadedAndRoundRobinKeepRequestsWhole) {
+  for (size_t len : {4 * KiB, 64 * MiB}) {
+    const PiecePlan ll = PlanPieces(RailPolicy::kLeastLoaded, len, 4, 256 * KiB);
+    EXPECT_EQ(ll.piece, len);
+    EXPECT_TRUE(ll.by_load);
+    const PiecePlan rr = PlanPieces(RailPolicy::kRoundRobin, len, 4, 256 * KiB);
+    EXPECT_EQ(rr.piece, len);
+    EXPECT_FALSE(rr.by_load) << "in turn, whatever the load";
+  }
+}
+
+TEST(PlanPieces, SplitCutsOnePagedPiecePerRail) {
+  const PiecePlan even = PlanPieces(RailPolicy::kSplit, 64 * MiB, 4, 256 * KiB);
+  EXPECT_EQ(even.piece, 16 * MiB);
+  EXPECT_FALSE(even.by_load);
+  // 1 MiB + 1 over 4 rails: pieces rounded up to a page, the last shorter.
+  EXPECT_EQ(PlanPieces(RailPolicy::kSplit, MiB + 1, 4, 0).piece, 256 * KiB + 4 * KiB);
+  // Below a page per rail: fewer rails, never a piece under a page.
+  EXPECT_EQ(PlanPieces(RailPolicy::kSplit, 6 * KiB, 4, 0).piece, 4 * KiB);
+  EXPECT_EQ(PlanPieces(RailPolicy::kSplit, 100, 4, 0).piece, 100u);
+  EXPECT_EQ(PlanPieces(RailPolicy::kSplit, 64 * MiB, 1, 0).piece, 64 * MiB) << "one rail: whole";
+}
+
 TEST(StripePieceBytes, NoStripingBelowThresholdOffOrOneRail) {
   EXPECT_EQ(StripePieceBytes(256 * KiB - 1, 4, 256 * KiB), 256 * KiB - 1);
   EXPECT_EQ(StripePieceBytes(64 * MiB, 4, 0), 64 * MiB);

@@ -20,16 +20,25 @@ bool RailHealth::Completed(int64_t now_ns) {
 }
 
 void RailHealth::Sample(int64_t now, uint64_t load_bytes, uint64_t done) {
+  const bool completed = done != sampled_done_;
+  sampled_done_ = done;
+  const bool backlog_began = !had_backlog_;
+  had_backlog_ = load_bytes >= kBacklogBytes;
   if (load_bytes < kBacklogBytes) {
     sample_start_ns_ = 0;  // the window must see a backlog from start to end
     return;
   }
+  // A window starts where the backlog began or at a completion, and ends at
+  // a completion: large slices complete in lumps, and a window from one
+  // poll to another would count three lumps or four in the same time.
   if (sample_start_ns_ == 0) {
-    sample_start_ns_ = now;
-    sample_start_bytes_ = done;
+    if (completed || backlog_began) {
+      sample_start_ns_ = now;
+      sample_start_bytes_ = done;
+    }
     return;
   }
-  if (now - sample_start_ns_ < kWindowNs) return;
+  if (!completed || now - sample_start_ns_ < kWindowNs) return;
   const double sample =
       static_cast<double>(done - sample_start_bytes_) * 1e9 / static_cast<double>(now - sample_start_ns_);
   const double old = throughput_.load(std::memory_order_relaxed);

@@ -72,7 +72,8 @@ class RailHealth {
   // Progress thread, every poll: `load_bytes` queued or in flight now,
   // `completed_bytes` the rail's running total. Takes a sample at the end of
   // each kWindowNs window in which the load never fell below kBacklogBytes;
-  // a load below it discards the window under way.
+  // a load below it discards the window under way. Windows start where a
+  // backlog began or at a completion, and end at a completion.
   void Sample(int64_t now_ns, uint64_t load_bytes, uint64_t completed_bytes);
 
   // Bytes per second the rail drained while it had a backlog (its capacity
@@ -117,6 +118,8 @@ class RailHealth {
   std::atomic<int64_t> throughput_at_ns_{0};
   int64_t sample_start_ns_ = 0;  // 0: no window under way
   uint64_t sample_start_bytes_ = 0;
+  uint64_t sampled_done_ = 0;  // completed_bytes at the last Sample
+  bool had_backlog_ = false;   // the last Sample saw a backlog
   std::atomic<int64_t> last_progress_ns_{0};  // last completion, or first post into an idle rail
   std::atomic<int64_t> last_completed_ns_{0};  // last completion only
   std::atomic<int64_t> out_until_ns_{0};      // 0: in service

@@ -37,6 +37,23 @@ TEST(RailHealthTest, ALoadDipDiscardsTheWindowUnderWay) {
   EXPECT_DOUBLE_EQ(h.Throughput(kT0 + 80 * kMs, 1000 * kMs), 1e8);  // 5 MB in the 50 ms since 30
 }
 
+TEST(RailHealthTest, LargeSlicesCompletingInLumpsGiveTheirTrueRate) {
+  // 4 MiB slices completing every 16 ms (262 MB/s), polled every 1 ms from
+  // mid-slice on: a window from poll to poll would count 3 or 4 slices in
+  // 50 ms (210 or 280 MB/s); windows from completion to completion count
+  // the rate itself.
+  RailHealth h(2000 * kMs, 5000 * kMs);
+  const int64_t start = kT0 + 7 * kMs;  // the backlog began mid-slice of an earlier run
+  h.Sample(kT0, 0, 0);
+  uint64_t done = 0;
+  for (int64_t t = start; t <= start + 400 * kMs; t += kMs) {
+    if ((t - start) % (16 * kMs) == 9 * kMs) done += 4 * kMiB;  // completions 9 ms after the first poll
+    h.Sample(t, 16 * kMiB, done);
+  }
+  const double rate = 4.0 * kMiB / 0.016;
+  EXPECT_NEAR(h.Throughput(start + 400 * kMs, 1000 * kMs), rate, rate * 0.01);
+}
+
 // First sample 100 MB/s at kT0 + 50 ms.
 void FirstSample(RailHealth* h) {
   h->Sample(kT0, 2 * kMiB, 0);

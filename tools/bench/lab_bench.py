@@ -8,7 +8,11 @@ measures, each figure beside its ceiling from the same run:
     (one kvfabric-fabric-bench pair per rail, all at once);
   - one large transfer alone (--large bytes) over N rails vs one rail;
   - the first use of a peer (--mode=probe): open, warmup, cold first write;
-  - uneven rails (--uneven rates): throughput against their summed rate.
+  - uneven rails (--uneven rates): throughput against their summed rate;
+  - the rail policies (KVF_RAIL_POLICY: auto, least_loaded, round_robin,
+    split) on N rails, even and uneven, alternating: many independent
+    64 KiB buffers, 1 MiB buffers a few at a time, and one large buffer
+    alone.
 Writes everything to --json_out; tools/bench/plot_lab.py draws it.
 """
 
@@ -205,6 +209,55 @@ def sweep(a, rates_label, rail_counts, ops, blocks, reps):
     return rows
 
 
+POLICIES = ["auto", "least_loaded", "round_robin", "split"]
+# (name, block, batch, threads): many independent buffers, a few mid-sized
+# ones at a time, one large buffer alone.
+POLICY_WORKLOADS = [
+    ("many 64 KiB", 65536, 64, 4),
+    ("4 x 1 MiB", 1 << 20, 4, 1),
+    ("one 64 MiB", 64 << 20, 1, 1),
+]
+
+
+def policies(a, rates_label, rails):
+    """Every policy on every workload, alternating policies within each repetition."""
+    rows = []
+    t, seg = engine_target(a, rails)
+    try:
+        for name, block, batch, threads in POLICY_WORKLOADS:
+            samples = {p: [] for p in POLICIES}
+            for _ in range(a.reps):
+                for p in POLICIES:
+                    point = engine_points(
+                        a, seg, rails, "write", [block], batch, threads, a.duration, ["--set", "KVF_RAIL_POLICY=" + p]
+                    )[0]
+                    samples[p].append(point["bytes_per_s"])
+            med = {p: statistics.median(v) for p, v in samples.items()}
+            best = max(med[p] for p in POLICIES if p != "auto")
+            rows.append(
+                {
+                    "rates": rates_label,
+                    "rails": rails,
+                    "workload": name,
+                    "block_size": block,
+                    "batch_size": batch,
+                    "threads": threads,
+                    "samples": samples,
+                    "median": med,
+                    "auto_of_best": med["auto"] / best,
+                }
+            )
+            print(
+                "%-10s %-12s " % (rates_label, name)
+                + "  ".join("%s %5.0f" % (p, med[p] / 1e6) for p in POLICIES)
+                + "  MB/s; auto %.0f%% of the best other" % (100 * med["auto"] / best)
+            )
+            sys.stdout.flush()
+    finally:
+        stop(t)
+    return rows
+
+
 def large_transfer(a, rails_max):
     """One --large transfer at a time: its p50 time over 1 rail and over all."""
     out = {}
@@ -287,6 +340,9 @@ def main():
     ap.add_argument("--buffer", type=int, default=1 << 30)
     ap.add_argument("--large", type=int, default=256 << 20, help="bytes of the lone large transfer")
     ap.add_argument("--no_bare", dest="bare", action="store_false", help="skip the bare-fabric ceiling")
+    ap.add_argument(
+        "--only", default="", help="comma-separated parts to run: sweep,large,probe,uneven,policies (default: all)"
+    )
     ap.add_argument("--json_out", default="build/lab-bench.json")
     a = ap.parse_args()
     a.build = os.path.abspath(a.build)
@@ -295,13 +351,22 @@ def main():
     counts = sorted({1, 2, a.rails} if a.rails >= 2 else {1})
     doc = {"args": vars(a), "host": os.uname().nodename, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     try:
+        parts = set(a.only.split(",")) if a.only else {"sweep", "large", "probe", "uneven", "policies"}
         lab("up", "--rails", str(a.rails), "--rates", a.rates, "--mtu", a.mtu)
-        doc["even"] = sweep(a, a.rates, counts, ops, blocks, a.reps)
-        doc["large"] = large_transfer(a, a.rails)
-        doc["probe"] = probe(a, a.rails)
-        if a.uneven:
+        if "sweep" in parts:
+            doc["even"] = sweep(a, a.rates, counts, ops, blocks, a.reps)
+        if "large" in parts:
+            doc["large"] = large_transfer(a, a.rails)
+        if "probe" in parts:
+            doc["probe"] = probe(a, a.rails)
+        if "policies" in parts:
+            doc["policies"] = policies(a, a.rates, a.rails)
+        if a.uneven and ({"uneven", "policies"} & parts):
             lab("up", "--rails", str(a.rails), "--rates", a.uneven, "--mtu", a.mtu)
-            doc["uneven"] = sweep(a, a.uneven, [a.rails], ops, [65536, 1 << 20], a.reps)
+            if "uneven" in parts:
+                doc["uneven"] = sweep(a, a.uneven, [a.rails], ops, [65536, 1 << 20], a.reps)
+            if "policies" in parts:
+                doc["policies_uneven"] = policies(a, a.uneven, a.rails)
     finally:
         lab("down")
     os.makedirs(os.path.dirname(os.path.abspath(a.json_out)), exist_ok=True)
