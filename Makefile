@@ -42,7 +42,7 @@ CTEST = cd $(BUILD) && ctest --output-on-failure --timeout 300 -j$(CTEST_JOBS)
 # Wheels go here (make wheel).
 DIST ?= dist
 
-.PHONY: all deps build run-tools python wheel test-deps test-builds lmcache-env lmcache-install lint format-py format-cpp rust rust-build rust-test rust-bench run test test-ctest test-pytest test-side-builds test-runs check fuzz stress stress-build soak bench store-compare store-sweep lab-bench hicache-bench metrics-cost docs clean
+.PHONY: all deps build run-tools python wheel test-deps test-builds lmcache-env lmcache-install lint format-py format-cpp rust rust-build rust-test rust-bench run test test-ctest test-pytest test-side-builds test-runs check fuzz stress stress-build soak bench store-compare store-sweep lab-bench hicache-bench metrics-cost docs clean cuda-check proxy-bench
 
 all: build
 
@@ -152,6 +152,21 @@ test-runs:
 	FUZZ_SECONDS=$(TEST_FUZZ_SECONDS) scripts/fuzz.sh run
 	$(BUILD)/tests/engine_stress --seconds $(TEST_STRESS_SECONDS)
 	$(SOAK) $(TEST_SOAK_SECONDS)
+
+# The proxy queue's device producer (include/kvfabric/proxy_device.cuh,
+# tests/hw/proxy_device_kernel.cu) compiled for sm_80 and sm_90 by nvcc
+# from PyPI (CUDA 13.0); no GPU needed, nothing run.
+CUDA_VENV = $(BUILD)/cuda-venv
+CUDA_PIP = nvidia-cuda-nvcc==13.0.88 nvidia-cuda-runtime==13.0.96 nvidia-cuda-crt==13.0.88 nvidia-nvvm==13.0.88
+cuda-check:
+	test -x $(CUDA_VENV)/bin/pip || python3 -m venv $(CUDA_VENV)
+	$(CUDA_VENV)/bin/pip install -q $(CUDA_PIP)
+	for arch in sm_80 sm_90; do \
+	  $$(ls -d $(CUDA_VENV)/lib/python3*/site-packages/nvidia/cu13)/bin/nvcc -arch=$$arch -std=c++17 \
+	    -Xcompiler -Wall,-Wextra -Werror all-warnings -I include -c tests/hw/proxy_device_kernel.cu \
+	    -o $(BUILD)/proxy_device_kernel-$$arch.o || exit 1; \
+	done
+	@echo "cuda-check: the proxy queue's device producer compiles for sm_80 and sm_90"
 
 # Python lint and format check (ruff; its rules in pyproject.toml; `make
 # format-py` formats), the include layering
@@ -279,6 +294,15 @@ bench: build python
 	    --two_sided --json_out $(BUILD)/bench.json
 	$(PY) tools/bench/python_vs_cpp.py --build $(BUILD) --reps 5 --duration 3 --ops write,read \
 	    --shapes 65536x128,128x128,128x1048576 --json_out $(BUILD)/bench-python.json
+
+# WRITEs through the proxy queue beside the engine's own submission, by
+# producers and block size (docs/benchmarks.md, "Transfers a GPU starts").
+proxy-bench: build
+	cmake --build $(BUILD) --target kvfabric-proxy-bench
+	for p in tcp shm; do \
+	  $(BUILD)/tools/kvfabric-proxy-bench --protocol $$p --producers 1,4 --block_size 4096,65536,1048576 \
+	    --duration 2 | tee $(BUILD)/proxy-bench-$$p.txt || exit 1; \
+	done
 
 # What the request counters and the metrics endpoint cost: off vs on,
 # alternating, beside the bare fabric (docs/metrics.md).

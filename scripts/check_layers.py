@@ -7,7 +7,8 @@ else. Public headers (include/kvfabric/) sit where they are listed: the
 vocabulary headers (status, settings) at the bottom, the engine API and
 diagnostics with the engine, the C API with capi. The store's folders
 (store/wire, store/members, ...) are layers of their own; weights/ (weight
-sync) stands on the public engine beside the store. Besides:
+sync) and proxy/ (the proxy queue) stand on the public engine beside the
+store. Besides:
   - fabric/ reads no Settings: the engine resolves options and passes them;
   - nothing under src/ or tools/ includes test code (tests/);
   - the Python binding (python/src) includes public headers only (and its
@@ -34,6 +35,8 @@ PUBLIC = {
     "kvfabric/store.h": "store_api",
     "kvfabric/store_stats.h": "store_api",
     "kvfabric/weights.h": "weights_api",
+    "kvfabric/proxy.h": "proxy_api",
+    "kvfabric/proxy_ring.h": "proxy_api",
     "kvfabric.h": "c_api",
 }
 
@@ -73,6 +76,8 @@ ALLOWED = {
     "store": STORE_BELOW | {"store/wire", "store/members", "store/mover", "store/node", "store/client"},
     # Weight sync: the engine's public API below it, never the store.
     "weights": {"vocabulary", "settings", "common", "net", "stats", "api", "weights_api"},
+    # The proxy queue: the engine's public API below it, nothing beside it.
+    "proxy": {"vocabulary", "settings", "common", "stats", "api", "proxy_api"},
     "capi": {"vocabulary", "settings", "stats", "api", "store_api", "weights_api", "c_api"},
 }
 
