@@ -42,7 +42,7 @@ CTEST = cd $(BUILD) && ctest --output-on-failure --timeout 300 -j$(CTEST_JOBS)
 # Wheels go here (make wheel).
 DIST ?= dist
 
-.PHONY: all deps build run-tools python wheel test-deps test-builds lmcache-env lmcache-install lint format-py format-cpp rust rust-build rust-test rust-bench run test test-ctest test-pytest test-side-builds test-runs check fuzz stress stress-build soak bench store-compare store-sweep lab-bench hicache-bench metrics-cost docs clean cuda-check proxy-bench
+.PHONY: all deps build run-tools python wheel test-deps test-builds lmcache-env lmcache-install lint format-py format-cpp rust rust-build rust-test rust-bench run test test-ctest test-pytest test-side-builds test-runs check fuzz stress stress-build soak bench store-compare store-sweep lab-bench hicache-bench metrics-cost docs clean cuda-check proxy-bench nixl-bench
 
 all: build
 
@@ -294,6 +294,20 @@ bench: build python
 	    --two_sided --json_out $(BUILD)/bench.json
 	$(PY) tools/bench/python_vs_cpp.py --build $(BUILD) --reps 5 --duration 3 --ops write,read \
 	    --shapes 65536x128,128x128,128x1048576 --json_out $(BUILD)/bench-python.json
+	$(MAKE) nixl-bench
+
+# NIXL (its UCX backend, from PyPI without torch) beside kvfabric and the
+# bare fabric: the same WRITEs, alternating, over tcp and shared memory
+# (docs/benchmarks.md, "Against NIXL").
+NIXL_VENV = $(BUILD)/nixl-venv
+NIXL_PIP = nixl==1.5.2 nixl-cu12==1.5.1 numpy
+$(NIXL_VENV)/.deps:
+	python3 -m venv $(NIXL_VENV)
+	$(NIXL_VENV)/bin/pip install -q --no-deps $(NIXL_PIP)
+	touch $@
+nixl-bench: build $(NIXL_VENV)/.deps
+	python3 tools/bench/nixl_compare.py --build $(BUILD) --nixl_python $(NIXL_VENV)/bin/python --reps 3 \
+	    --json_out $(BUILD)/nixl-compare.json
 
 # WRITEs through the proxy queue beside the engine's own submission, by
 # producers and block size (docs/benchmarks.md, "Transfers a GPU starts").
