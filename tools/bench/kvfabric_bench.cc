@@ -27,13 +27,13 @@
 #include <thread>
 #include <vector>
 
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include "kvfabric/engine.h"
 #include "memory/cuda.h"
 #include "tools/bench/units.h"
 #include "tools/common/flag_names.h"
+#include "tools/common/cpu_time.h"
 #include "tools/common/pattern.h"
 
 using namespace kvfabric;
@@ -67,14 +67,6 @@ struct Options {
   bool notice = false;    // every WRITE carries a notice
   std::vector<std::string> set;
 };
-
-// The process's CPU time so far (user + system), in seconds.
-double CpuSeconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
-}
 
 int Fail(const std::string& what, const Status& s) {
   std::fprintf(stderr, "kvfabric-bench: %s: %s\n", what.c_str(), s.ToString().c_str());
@@ -311,7 +303,7 @@ int RunPoint(Engine& e, const Options& o, Setup& st, const Point& pt, nlohmann::
   std::vector<std::vector<double>> lat(pt.threads);
   std::string first_error;
   std::mutex err_mu;
-  const double cpu0 = CpuSeconds();
+  const double cpu0 = tools::CpuSeconds();
   const auto t0 = Clock::now();
   const auto until = t0 + std::chrono::duration<double>(o.duration);
   std::vector<std::thread> threads;
@@ -365,7 +357,7 @@ int RunPoint(Engine& e, const Options& o, Setup& st, const Point& pt, nlohmann::
   }
   for (auto& th : threads) th.join();
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-  const double cpu = CpuSeconds() - cpu0;
+  const double cpu = tools::CpuSeconds() - cpu0;
   const uint64_t ops_done = batches.load() * pt.batch_size;
   const double cpu_us_per_op = ops_done ? 1e6 * cpu / ops_done : 0;
   const double cpu_s_per_gb = bytes.load() ? cpu / (bytes.load() / 1e9) : 0;

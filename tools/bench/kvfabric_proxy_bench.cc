@@ -13,7 +13,6 @@
 // and the process's CPU time per WRITE.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
-#include <sys/resource.h>
 
 #include <atomic>
 #include <chrono>
@@ -26,18 +25,12 @@
 #include "kvfabric/engine.h"
 #include "kvfabric/proxy.h"
 #include "tools/common/flag_names.h"
+#include "tools/common/cpu_time.h"
 
 using namespace kvfabric;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-double CpuSeconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
-}
 
 int Fail(const std::string& what, const Status& s) {
   std::fprintf(stderr, "kvfabric-proxy-bench: %s: %s\n", what.c_str(), s.ToString().c_str());
@@ -97,7 +90,7 @@ int RunPoint(Setup& st, const Point& pt, double duration, size_t capacity, size_
   }
   std::vector<uint64_t> done(pt.producers, 0);
   std::vector<Status> errors(pt.producers);
-  const double cpu0 = CpuSeconds();
+  const double cpu0 = tools::CpuSeconds();
   const auto t0 = Clock::now();
   const auto until = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(duration));
   std::vector<std::thread> threads;
@@ -105,7 +98,7 @@ int RunPoint(Setup& st, const Point& pt, double duration, size_t capacity, size_
     threads.emplace_back([&, p] { done[p] = Produce(st, q.get(), pt, window, p, until, &errors[p]); });
   for (auto& t : threads) t.join();
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-  const double cpu = CpuSeconds() - cpu0;
+  const double cpu = tools::CpuSeconds() - cpu0;
   for (const Status& e : errors)
     if (!e.ok()) return Fail(pt.mode, e);
   uint64_t ops = 0;

@@ -21,7 +21,6 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 #include <sched.h>
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
@@ -41,6 +40,7 @@
 #include "metadata/handshake.h"
 #include "tools/bench/units.h"
 #include "tools/common/flag_names.h"
+#include "tools/common/cpu_time.h"
 #include "net/address.h"
 
 using namespace kvfabric;
@@ -104,14 +104,6 @@ struct Endpoint {
     if (rc) Die("fi_mr_reg", rc);
   }
 };
-
-// The process's CPU time so far (user + system), in seconds.
-double CpuSeconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
-}
 
 // Reads one completion batch; dies on an error entry. Returns how many.
 ssize_t ReadCompletions(fid_cq* cq, fi_cq_entry* out, size_t n) {
@@ -285,7 +277,7 @@ struct Run {
 template <typename Post>
 Run Stream(Endpoint& ep, const Options& o, std::vector<fi_context2>& ctx, Post post) {
   Run run;
-  const double cpu0 = CpuSeconds();
+  const double cpu0 = tools::CpuSeconds();
   for (size_t i = 0; i < o.depth; ++i) post(i);
   const auto t0 = Clock::now();
   const auto until = t0 + std::chrono::duration<double>(o.duration);
@@ -304,7 +296,7 @@ Run Stream(Endpoint& ep, const Options& o, std::vector<fi_context2>& ctx, Post p
     }
   }
   run.secs = std::chrono::duration<double>(Clock::now() - t0).count();
-  run.cpu = CpuSeconds() - cpu0;
+  run.cpu = tools::CpuSeconds() - cpu0;
   return run;
 }
 
@@ -313,7 +305,7 @@ Run PingPong(Endpoint& ep, const Options& o, char* buf, fi_addr_t dest) {
   Run run;
   void* desc = fi_mr_desc(ep.mr);
   fi_context2 send_ctx{}, recv_ctx{};
-  const double cpu0 = CpuSeconds();
+  const double cpu0 = tools::CpuSeconds();
   const auto t0 = Clock::now();
   const auto until = t0 + std::chrono::duration<double>(o.duration);
   fi_cq_entry comp[4];
@@ -328,7 +320,7 @@ Run PingPong(Endpoint& ep, const Options& o, char* buf, fi_addr_t dest) {
     ++run.ops;
   }
   run.secs = std::chrono::duration<double>(Clock::now() - t0).count();
-  run.cpu = CpuSeconds() - cpu0;
+  run.cpu = tools::CpuSeconds() - cpu0;
   return run;
 }
 
