@@ -261,7 +261,7 @@ $(VLLM_STAMP): $(VENV_DEPS)
 # STRESS_SECONDS long (TEST_STRESS_SECONDS in make test).
 STRESS_SECONDS ?= 15
 # make test keeps to 15 minutes on 2 cores: shorter fuzzing and stress there.
-TEST_FUZZ_SECONDS ?= 10
+TEST_FUZZ_SECONDS ?= 7
 TEST_STRESS_SECONDS ?= 10
 stress: stress-build
 	$(BUILD)/tests/engine_stress --seconds $(STRESS_SECONDS)
@@ -273,7 +273,7 @@ stress-build: deps $(BUILD)/build.ninja
 # target and store node restarts, every byte verified; SOAK_SECONDS long
 # (TEST_SOAK_SECONDS in make test).
 SOAK_SECONDS ?= 90
-TEST_SOAK_SECONDS ?= 75
+TEST_SOAK_SECONDS ?= 65
 SOAK = $(PY) tools/soak/soak.py --json_out $(BUILD)/soak.json --duration
 soak: python
 	$(SOAK) $(SOAK_SECONDS)
