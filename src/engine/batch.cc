@@ -197,6 +197,12 @@ void Task::OnSliceDone(const fabric::Slice& slice, size_t bytes, const Status& i
   const bool rerouted = !error.ok() && !expired && rerouter_ != nullptr && pending() && !failing_.load() &&
                         slice.owner_tag < 0 && rerouter_->Reroute(this, slice, /*failed=*/true) > 0;
   if (!error.ok() && !rerouted && !expired && pending()) RecordFailure(error.Annotate(what_));
+  // Before this slice leaves: the task must not look finished while
+  // pieces of it wait to be posted.
+  if (error.ok() && !expired && rerouter_ != nullptr && pending() && !failing_.load()) {
+    const Status next = rerouter_->PostNextPiece(this, slice);
+    if (!next.ok()) RecordFailure(next.Annotate(what_));
+  }
   SliceLeft();
   // Last touch of the batch: after this a freed batch may be released.
   batch->outstanding_slices().fetch_sub(1);

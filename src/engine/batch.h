@@ -66,6 +66,14 @@ class Rerouter {
   // peer), for its Timeout message; "" when no rail holds one. Called once
   // per task that times out, before CutConnections.
   virtual std::string Whereabouts(Task* task) = 0;
+  // `slice` of `task` completed: the task's next piece not yet posted, if
+  // it has one (PiecePlan::up_front), goes to the same rail, its slices
+  // added with AddSlices. An error fails the task.
+  virtual Status PostNextPiece(Task* task, const fabric::Slice& slice) {
+    (void)task;
+    (void)slice;
+    return Status::OK();
+  }
 };
 
 // What the engine counts of a task when it ends (Counters::RequestEnded).

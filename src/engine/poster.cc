@@ -136,11 +136,24 @@ Status Poster::Post(Batch* batch, Task* task, const Plan& p, std::vector<fabric:
   if (p.local->device >= 0 && !p.local->chunks.front().regions[cand[0]])
     return PostStaged(batch, task, p, std::move(route), cand, ncand, views);
   const PiecePlan plan = PlanPieces(options_.rail_policy, r.length, ncand, options_.stripe_threshold);
+  // A notice carried as CQ data counts the WRITE's slices when they are
+  // posted: such a WRITE posts every piece at once.
+  bool cq_notice = r.notice != 0 && options_.notice_path != NoticePath::kMessage;
+  for (size_t i = 0; i < ncand && cq_notice; ++i) cq_notice = (*rails_)[cand[i]]->cq_data_size() >= 4;
+  const size_t pieces = (r.length + plan.piece - 1) / plan.piece;
+  const size_t posted = plan.up_front > 0 && !cq_notice ? plan.up_front : pieces;
+  if (posted < pieces) {
+    route->feed = std::make_shared<PieceFeed>();
+    route->feed->next.store(posted * plan.piece);
+    route->feed->end = r.length;
+    route->feed->piece = plan.piece;
+    route->feed->write = write;
+  }
   const Peer::PostGuard posting(p.peer.get());  // the slots resolved below stay until the slices are queued
   uint64_t planned[kMaxLocalRails] = {};
   const size_t first = NextRotation();
   scratch->clear();
-  for (size_t off = 0, k = 0; off < r.length; ++k) {
+  for (size_t off = 0, k = 0; off < r.length && k < posted; ++k) {
     const size_t n = std::min(plan.piece, r.length - off);
     const size_t ri = ncand == 1    ? cand[0]
                       : plan.by_load ? PickRail({cand, ncand}, views, n, planned, first)

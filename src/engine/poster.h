@@ -39,6 +39,15 @@ enum class NoticePath {
   kMessage, // a message once every piece was delivered (NoticeMailer)
 };
 
+// The pieces of a request not posted yet (PiecePlan::up_front): rails
+// take them one by one as their pieces complete.
+struct PieceFeed {
+  std::atomic<uint64_t> next{0};  // the next piece's offset in the request
+  uint64_t end = 0;               // the request's length
+  uint64_t piece = 0;
+  bool write = true;
+};
+
 // What a task needs to cut its bytes into slices again on another rail.
 struct Route {
   std::shared_ptr<const memory::Buffer> local;
@@ -46,6 +55,7 @@ struct Route {
   const metadata::BufferDesc* remote = nullptr;  // inside *desc
   uintptr_t request_local = 0;                   // the request's own addresses,
   uint64_t request_remote = 0;                   // for staged slices' device bytes
+  std::shared_ptr<PieceFeed> feed;               // null: every piece was posted at once
 };
 
 class Poster final : public Rerouter {
@@ -93,6 +103,7 @@ class Poster final : public Rerouter {
   Status Unstage(Task* task, const fabric::Slice& slice, bool copy_back) override;
   void CutConnections(Task* task) override;
   std::string Whereabouts(Task* task) override;
+  Status PostNextPiece(Task* task, const fabric::Slice& slice) override;
 
  private:
   // Reroute's work (reroute.cc): the slices queued on another rail, or 0.

@@ -2,7 +2,11 @@
 // stalled, is queued again on another rail of the same peer. Called from
 // progress or posting threads, possibly with the failed rail's post lock
 // held: it only queues (the progress thread posts) and never inserts AV
-// entries.
+// entries. And a striped request's pieces not posted at once go to the
+// rails whose pieces complete (PostNextPiece, on the progress thread with
+// no rail's lock held; the rail reaches the peer already).
+#include <algorithm>
+
 #include "common/log.h"
 #include "common/text.h"
 #include "engine/poster.h"
@@ -78,6 +82,25 @@ uint32_t Poster::MoveSlice(Task* task, const fabric::Slice& s, bool failed) {
   task->AddSlices(static_cast<uint32_t>(out.size()));
   (*rails_)[ri]->Enqueue(out.data(), out.size(), /*post_now=*/false);
   return static_cast<uint32_t>(out.size());
+}
+
+Status Poster::PostNextPiece(Task* task, const fabric::Slice& s) {
+  const auto route = std::static_pointer_cast<const Route>(task->route());
+  if (!route || !route->feed || s.owner_tag >= 0) return Status::OK();
+  PieceFeed& feed = *route->feed;
+  const uint64_t off = feed.next.fetch_add(feed.piece);
+  if (off >= feed.end) return Status::OK();
+  const std::shared_ptr<Peer>& peer = task->peer();
+  if (!peer || peer->desc()->epoch != route->desc->epoch)
+    return Status::NetworkError("the peer restarted while the request's pieces were being posted");
+  const Peer::PostGuard posting(peer.get());  // the slot stays until the slices are queued
+  std::vector<fabric::Slice> out;
+  KVF_RETURN_IF_ERROR(MakeSlices(*route, feed.write, peer.get(), s.rail, route->request_local + off,
+                                 route->request_remote + off, std::min(feed.piece, feed.end - off), 0, task, &out));
+  for (fabric::Slice& o : out) o.delivery_complete = s.delivery_complete;
+  task->AddSlices(static_cast<uint32_t>(out.size()));
+  (*rails_)[s.rail]->Enqueue(out.data(), out.size(), /*post_now=*/false);
+  return Status::OK();
 }
 
 void Poster::CutConnections(Task* task) {

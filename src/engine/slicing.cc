@@ -23,7 +23,10 @@ PiecePlan PlanPieces(RailPolicy policy, size_t length, size_t rails, size_t thre
     case RailPolicy::kAuto:
       break;
   }
-  return {StripePieceBytes(length, rails, threshold), true};
+  const size_t piece = StripePieceBytes(length, rails, threshold);
+  const size_t pieces = piece == 0 ? 1 : (length + piece - 1) / piece;
+  const size_t up_front = kPiecesInFlightPerRail * rails;
+  return {piece, true, pieces > up_front ? up_front : 0};
 }
 
 }  // namespace kvfabric::engine

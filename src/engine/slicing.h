@@ -10,9 +10,10 @@
 
 namespace kvfabric::engine {
 
-// Striped pieces: about this many per candidate rail, so rails of unequal
-// speed each take a share that ends at about the same time ...
-inline constexpr size_t kPiecesPerRail = 4;
+// Striped pieces: about this many per candidate rail, so that rails taking
+// pieces as they free up (PiecePlan::up_front) end within a piece of each
+// other, a sixteenth of their share ...
+inline constexpr size_t kPiecesPerRail = 16;
 inline constexpr size_t kMinPiece = 64 << 10;
 // ... and bounded so one piece moves well within KVF_RAIL_STALL_MS on a slow rail.
 inline constexpr size_t kMaxPiece = 8 << 20;
@@ -33,16 +34,26 @@ enum class RailPolicy {
   kSplit,        // one piece per rail, each on its own rail in turn
 };
 
+// Striped pieces a request keeps in flight per candidate rail under kAuto;
+// the rest go, one by one, to the rail whose piece completes (PiecePlan).
+inline constexpr size_t kPiecesInFlightPerRail = 2;
+
 struct PiecePlan {
   size_t piece = 0;      // bytes per piece; every piece but the last has this size
   bool by_load = true;   // each piece's rail by PickRail; false: in turn, from the request's rotation
+  // Pieces posted at once (0: all). The others are posted as pieces
+  // complete, each on the rail that completed one, so faster rails take
+  // more of the request whatever their measured speeds say.
+  size_t up_front = 0;
 };
 
 // The pieces of a request of `length` bytes to a peer reached by `rails`
 // candidate rails under `policy` (`threshold`: KVF_STRIPE_THRESHOLD, for
 // kAuto). kSplit cuts length / rails rounded up to a multiple of 4096 (at
 // least 4096), so a request below 4096 x rails bytes takes fewer rails;
-// one rail, or kLeastLoaded and kRoundRobin, leave the request whole.
+// one rail, or kLeastLoaded and kRoundRobin, leave the request whole. A
+// striped kAuto request posts kPiecesInFlightPerRail x rails pieces at
+// once when it has more.
 // REQUIRES: rails >= 1.
 PiecePlan PlanPieces(RailPolicy policy, size_t length, size_t rails, size_t threshold);
 

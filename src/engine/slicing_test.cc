@@ -18,9 +18,14 @@ TEST(PlanPieces, AutoStripesFromTheThresholdAndPicksByLoad) {
   const PiecePlan small = PlanPieces(RailPolicy::kAuto, 64 * KiB, 4, 256 * KiB);
   EXPECT_EQ(small.piece, 64 * KiB);
   EXPECT_TRUE(small.by_load);
+  EXPECT_EQ(small.up_front, 0u) << "whole: nothing left to pull";
   const PiecePlan large = PlanPieces(RailPolicy::kAuto, 16 * MiB, 4, 256 * KiB);
   EXPECT_EQ(large.piece, StripePieceBytes(16 * MiB, 4, 256 * KiB));
   EXPECT_TRUE(large.by_load);
+  EXPECT_EQ(large.up_front, kPiecesInFlightPerRail * 4) << "16 pieces: 8 at once, the rest as rails free up";
+  EXPECT_EQ(PlanPieces(RailPolicy::kAuto, 512 * KiB, 4, 256 * KiB).up_front, 0u) << "8 pieces: all at once";
+  EXPECT_EQ(PlanPieces(RailPolicy::kSplit, 64 * MiB, 4, 0).up_front, 0u);
+  EXPECT_EQ(PlanPieces(RailPolicy::kRoundRobin, 64 * MiB, 4, 0).up_front, 0u);
 }
 
 TEST(PlanPieces, LeastLoadedAndRoundRobinKeepRequestsWhole) {
@@ -52,9 +57,9 @@ TEST(StripePieceBytes, NoStripingBelowThresholdOffOrOneRail) {
   EXPECT_EQ(StripePieceBytes(64 * MiB, 1, 256 * KiB), 64 * MiB);
 }
 
-TEST(StripePieceBytes, AboutFourPiecesPerRail) {
-  EXPECT_EQ(StripePieceBytes(16 * MiB, 4, 256 * KiB), 1 * MiB);
-  EXPECT_EQ(StripePieceBytes(16 * MiB, 2, 256 * KiB), 2 * MiB);
+TEST(StripePieceBytes, AboutSixteenPiecesPerRail) {
+  EXPECT_EQ(StripePieceBytes(64 * MiB, 4, 256 * KiB), 1 * MiB);
+  EXPECT_EQ(StripePieceBytes(64 * MiB, 2, 256 * KiB), 2 * MiB);
 }
 
 TEST(StripePieceBytes, ClampedAndPageRounded) {
@@ -66,7 +71,7 @@ TEST(StripePieceBytes, ClampedAndPageRounded) {
   const size_t p = StripePieceBytes(10 * MiB + 12345, 3, 256 * KiB);
   EXPECT_EQ(p % 4096, 0u);
   EXPECT_GE(p * 3 * kPiecesPerRail, 10 * MiB + 12345);
-  EXPECT_LT(p, (10 * MiB + 12345) / 12 + 4096);
+  EXPECT_LT(p, (10 * MiB + 12345) / (3 * kPiecesPerRail) + 4096);
 }
 
 TEST(ChunkIndexAt, FindsTheChunkHoldingTheAddress) {
