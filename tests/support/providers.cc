@@ -37,4 +37,10 @@ const std::vector<FoundProvider>& FabricProviders() {
   return found;
 }
 
+std::vector<std::string> FabricProtocols() {
+  std::vector<std::string> out;
+  for (const FoundProvider& p : FabricProviders()) out.push_back(p.protocol);
+  return out;
+}
+
 }  // namespace kvfabric::test

@@ -25,5 +25,7 @@ struct FoundProvider {
 Status ProbeProvider(const std::string& protocol);
 
 const std::vector<FoundProvider>& FabricProviders();
+// The protocols of FabricProviders(), for suites parameterized by them.
+std::vector<std::string> FabricProtocols();
 
 }  // namespace kvfabric::test

@@ -143,13 +143,7 @@ TEST_P(ProxyTest, CommandsLeftInTheRingLandBeforeTheQueueGoes) {
   EXPECT_EQ(tools::CheckPattern(dst_.data(), 8 * MiB, 0, 63), 8 * MiB);
 }
 
-std::vector<std::string> Protocols() {
-  std::vector<std::string> out;
-  for (const FoundProvider& p : FabricProviders()) out.push_back(p.protocol);
-  return out;
-}
-
-INSTANTIATE_TEST_SUITE_P(Transports, ProxyTest, ::testing::ValuesIn(Protocols()),
+INSTANTIATE_TEST_SUITE_P(Transports, ProxyTest, ::testing::ValuesIn(FabricProtocols()),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 }  // namespace

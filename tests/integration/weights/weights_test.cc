@@ -154,13 +154,7 @@ TEST_P(WeightsTest, AReceiverThatDiesMidChainStopsNoOneElse) {
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(8));
 }
 
-std::vector<std::string> Protocols() {
-  std::vector<std::string> out;
-  for (const FoundProvider& p : FabricProviders()) out.push_back(p.protocol);
-  return out;
-}
-
-INSTANTIATE_TEST_SUITE_P(Transports, WeightsTest, ::testing::ValuesIn(Protocols()),
+INSTANTIATE_TEST_SUITE_P(Transports, WeightsTest, ::testing::ValuesIn(FabricProtocols()),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 }  // namespace
