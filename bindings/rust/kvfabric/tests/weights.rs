@@ -3,7 +3,7 @@
 //! channels; two versions of tensors of mixed dtypes and sizes (one larger
 //! than a bucket, an empty one), every received tensor's name, dtype, shape
 //! and bytes checked.
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Barrier};
 
 use kvfabric::{Engine, Error, SyncOptions, Tensor, WeightSync};
 
@@ -27,7 +27,17 @@ fn options() -> SyncOptions {
     SyncOptions { bucket_bytes: 256 << 10, manifest_bytes: 16 << 10, timeout_ms: 10_000, ..defaults }
 }
 
-fn member(protocol: &str, me: usize, up: mpsc::Sender<(usize, String)>, down: mpsc::Receiver<Vec<String>>) -> usize {
+// The members are engines of one process: each closes its engine only once
+// all are done (`done`), as separate processes would not need to. libfabric
+// 1.17's shm provider can crash in a progress thread's fi_cq_read when an
+// engine of the same process closes while an operation to it completes.
+fn member(
+    protocol: &str,
+    me: usize,
+    up: mpsc::Sender<(usize, String)>,
+    down: mpsc::Receiver<Vec<String>>,
+    done: Arc<Barrier>,
+) -> usize {
     let engine = Engine::builder().protocol(protocol).setting("KVF_LOG_LEVEL", "error").build().expect("engine");
     let mut sync = WeightSync::new(&engine, &options()).expect("sync");
     up.send((me, sync.describe().expect("describe"))).unwrap();
@@ -56,6 +66,7 @@ fn member(protocol: &str, me: usize, up: mpsc::Sender<(usize, String)>, down: mp
         }
         assert_eq!(i, MODEL.len());
     }
+    done.wait();
     checked
 }
 
@@ -63,11 +74,13 @@ fn sync_over(protocol: &'static str) {
     let (up, descriptions) = mpsc::channel();
     let mut downs = Vec::new();
     let mut threads = Vec::new();
+    let done = Arc::new(Barrier::new(3));
     for me in 0..3 {
         let (down, from_parent) = mpsc::channel();
         downs.push(down);
         let up = up.clone();
-        threads.push(std::thread::spawn(move || member(protocol, me, up, from_parent)));
+        let done = done.clone();
+        threads.push(std::thread::spawn(move || member(protocol, me, up, from_parent, done)));
     }
     let mut members = vec![String::new(); 3];
     for _ in 0..3 {
